@@ -1,0 +1,121 @@
+// The public description of a kernel (KernelConfig) and of a call (Problem).
+// A config is a value: comparable, hashable, printable as a canonical name, parseable back.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ftattn {
+
+enum class Precision { f16, bf16, int8, f16_pasa, fp8_e4m3 };
+enum class Protection { none, flash_abft, efta_detect, efta_correct };
+enum class Mask { none, causal };
+
+// Enum <-> text. Text is the user's spelling ("f16_pasa", "efta_correct"); parse accepts it and
+// the canonical-name token ("f16-pasa", "efta-correct"); anything else throws ConfigError that
+// lists the valid values.
+std::string_view to_string(Precision p);
+std::string_view to_string(Protection p);
+std::string_view to_string(Mask m);
+Precision parse_precision(std::string_view text);
+Protection parse_protection(std::string_view text);
+Mask parse_mask(std::string_view text);
+
+// A GPU architecture: sm_80, sm_86, sm_89, sm_90a, ... `sm == 0` means "the current device".
+struct Arch {
+  int sm = 0;                 // 80, 86, 89, 90, 100, 120
+  bool arch_specific = false; // the "a" suffix (sm_90a): Hopper-only instructions allowed
+
+  bool is_auto() const { return sm == 0; }
+  std::string to_string() const;            // "sm_90a"; "auto" when unset
+  static Arch parse(std::string_view text); // "sm_90a", "sm90a", "90a"; throws ConfigError
+  friend bool operator==(const Arch&, const Arch&) = default;
+};
+
+// Largest dynamic shared memory one CTA may use on `arch`, in bytes. Throws ConfigError for an
+// arch the project does not target.
+int max_shared_memory_bytes(Arch arch);
+
+// One kernel specialisation. Integer knobs left at 0 and an auto arch are "open": the runtime
+// fills them (tuning DB or heuristic) before generating code.
+struct KernelConfig {
+  int head_dim = 0;   // 32, 64, 96, 128, 192, 256 (0: take it from the Problem)
+  int block_m = 0;    // query rows per CTA
+  int block_n = 0;    // key rows per main-loop step
+  int num_warps = 0;  // warps per CTA
+  int num_stages = 0; // K/V shared-memory buffers (1: no prefetch, 2: double buffering, ...)
+  Precision precision = Precision::f16;
+  Protection protection = Protection::none;
+  Mask mask = Mask::none;
+  Arch arch;
+
+  // True when nothing is left open.
+  bool is_complete() const;
+
+  // Canonical name encoding the whole specialisation, e.g.
+  // "ftattn_fwd_sm80_f16_d128_m128n64_w4s2_causal_none". Throws ConfigError when incomplete.
+  std::string name() const;
+  // The kernel's C symbol: the name with '-' turned into '_'.
+  std::string symbol() const;
+  // Inverse of name(); throws ConfigError that points at the bad field.
+  static KernelConfig parse(std::string_view name);
+
+  // Shared memory the kernel asks for at launch, in bytes (complete configs only).
+  int shared_memory_bytes() const;
+
+  friend bool operator==(const KernelConfig&, const KernelConfig&) = default;
+};
+
+// Every rule a complete config must obey, checked in one place. Throws ConfigError naming the
+// field and what to change.
+void validate(const KernelConfig& config);
+
+// Fills the open knobs of `config` with the heuristic defaults for `device_arch` (used when the
+// config's arch is auto). The result is complete and valid, or ConfigError is thrown.
+KernelConfig with_defaults(KernelConfig config, Arch device_arch);
+
+// Strides of one tensor in elements. The head_dim axis is contiguous (stride 1).
+struct Strides {
+  int64_t batch = 0;
+  int64_t head = 0;
+  int64_t seq = 0;
+};
+
+// One attention call: O = softmax(scale * Q K^T [masked]) V.
+// Q is batch x heads_q x seqlen_q x head_dim; K and V are batch x heads_kv x seqlen_k x head_dim
+// (GQA/MQA when heads_kv < heads_q). O has Q's shape; LSE, when asked for, is a dense
+// batch x heads_q x seqlen_q float tensor.
+struct Problem {
+  int batch = 1;
+  int heads_q = 1;
+  int heads_kv = 1;
+  int seqlen_q = 0;
+  int seqlen_k = 0;
+  int head_dim = 0;
+  Strides q, k, v, o;
+  float softmax_scale = 0.0f; // 0: 1/sqrt(head_dim)
+
+  // Dense tensors laid out batch, heads, seq, head_dim.
+  static Problem bhsd(int batch, int heads_q, int heads_kv, int seqlen_q, int seqlen_k,
+                      int head_dim);
+  // Dense tensors laid out batch, seq, heads, head_dim.
+  static Problem bshd(int batch, int heads_q, int heads_kv, int seqlen_q, int seqlen_k,
+                      int head_dim);
+
+  float scale() const; // the effective softmax scale
+  // Floating-point operations of the forward pass (causal counts only the unmasked half).
+  double flops(Mask mask) const;
+};
+
+// Checks a problem against the config that will run it. Throws ConfigError.
+void validate(const Problem& problem, const KernelConfig& config);
+
+} // namespace ftattn
+
+template <>
+struct std::hash<ftattn::KernelConfig> {
+  size_t operator()(const ftattn::KernelConfig& c) const noexcept;
+};

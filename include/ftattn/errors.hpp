@@ -1,0 +1,56 @@
+// Typed errors. Every message says what went wrong and what to change.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace ftattn {
+
+// Base of every error the library throws.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A config or problem that cannot be built or run: unsupported head dim, tiles that do not
+// divide, shared memory over the arch's limit, a combination not built yet, a bad name.
+class ConfigError : public Error {
+ public:
+  using Error::Error;
+};
+
+// NVRTC rejected the generated source; `log()` holds NVRTC's log verbatim.
+class CompileError : public Error {
+ public:
+  CompileError(const std::string& what, std::string log)
+      : Error(what + "\n--- NVRTC log ---\n" + log), log_(std::move(log)) {}
+  const std::string& log() const { return log_; }
+
+ private:
+  std::string log_;
+};
+
+// The disk cache could not be read or written (permissions, full disk, bad directory).
+class CacheError : public Error {
+ public:
+  using Error::Error;
+};
+
+// No usable GPU: the driver library is missing, or no device is present. Everything but
+// loading and launching still works without one.
+class NoDeviceError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A CUDA Driver API call failed; `code()` is its CUresult.
+class DriverError : public Error {
+ public:
+  DriverError(const std::string& what, int code) : Error(what), code_(code) {}
+  int code() const { return code_; }
+
+ private:
+  int code_;
+};
+
+}  // namespace ftattn

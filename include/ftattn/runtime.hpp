@@ -1,0 +1,76 @@
+// The runtime: config in, compiled and cached kernel out, launched on the caller's stream.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "ftattn/config.hpp"
+#include "ftattn/errors.hpp"
+#include "ftattn/kernel.hpp"
+
+// The Driver API's stream type, declared as cuda.h does so users need not include it.
+typedef struct CUstream_st* CUstream;
+
+namespace ftattn {
+
+struct RuntimeOptions {
+  std::filesystem::path cache_dir; // empty: $FTATTN_CACHE_DIR, else the user's cache dir
+  bool disk_cache = true;          // false: compile on every new config (memory cache only)
+};
+
+// A compiled kernel loaded on the current GPU, ready to launch.
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  virtual const CompiledKernel& compiled() const = 0;
+  const KernelConfig& config() const { return compiled().config; }
+
+  // Launches on `stream` (nullptr: the default stream). Device pointers; `lse` may be null.
+  // Checks `problem` against the config first and throws ConfigError if they do not match.
+  virtual void launch(const Problem& problem, const void* q, const void* k, const void* v,
+                      void* o, float* lse, CUstream stream) const = 0;
+};
+
+class Runtime {
+ public:
+  explicit Runtime(RuntimeOptions options = {});
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // Fills what `config` leaves open (tuning data or heuristic) for `problem` on this runtime's
+  // device; with no GPU the config must name its arch. The result is complete and valid.
+  KernelConfig resolve(KernelConfig config, const Problem* problem = nullptr) const;
+
+  // Generates and compiles (or takes from the caches) a kernel. Needs no GPU.
+  // Many threads asking for the same new config compile it once.
+  std::shared_ptr<const CompiledKernel> compile(const KernelConfig& config);
+
+  // compile() plus loading on the current GPU. Throws NoDeviceError without one.
+  std::shared_ptr<const Kernel> kernel(const KernelConfig& config);
+
+  // O = attention(Q, K, V) on `stream`. `config` may be partly open; open fields get defaults.
+  void attention(const Problem& problem, const void* q, const void* k, const void* v, void* o,
+                 CUstream stream, KernelConfig config = {}, float* lse = nullptr);
+
+  // True when a GPU and its driver are usable; device_arch() is then its arch.
+  bool has_device() const;
+  Arch device_arch() const; // throws NoDeviceError without a GPU
+
+  const std::filesystem::path& cache_dir() const;
+
+  struct Stats {
+    int compiles = 0;          // NVRTC invocations by this runtime
+    int disk_hits = 0;         // kernels read from the disk cache
+    int memory_hits = 0;       // kernels served from memory
+    int corrupt_entries = 0;   // disk entries found damaged and rebuilt
+  };
+  Stats stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace ftattn
