@@ -15,7 +15,4 @@ struct EmbeddedFile {
 // Sorted by path.
 const std::vector<EmbeddedFile>& embedded_templates();
 
-// Hash over every embedded path and text: part of every cache key.
-std::string templates_digest();
-
 } // namespace ftattn::codegen

@@ -1,0 +1,511 @@
+// KernelConfig and Problem as values: enum spellings, arch parsing, the canonical name and its
+// parser, sizes, strides, flops and the hash. The rules a config must obey live in validate.cpp,
+// the heuristic defaults in defaults.cpp.
+#include "ftattn/config.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "ftattn/errors.hpp"
+
+namespace ftattn {
+
+// Shared with validate.cpp (no private header to keep them in).
+namespace detail {
+std::string open_fields(const KernelConfig& config);
+void require_complete(const KernelConfig& config, std::string_view action);
+void check_arch(Arch arch, std::string_view as_written);
+}  // namespace detail
+
+namespace {
+
+constexpr std::array kPrecisions = {Precision::f16, Precision::bf16, Precision::int8,
+                                    Precision::f16_pasa, Precision::fp8_e4m3};
+constexpr std::array kProtections = {Protection::none, Protection::flash_abft,
+                                     Protection::efta_detect, Protection::efta_correct};
+constexpr std::array kMasks = {Mask::none, Mask::causal};
+
+// Every sm the project targets; 'a' is allowed on the ones in kArchSpecificSms.
+constexpr std::array kSupportedSms = {80, 86, 87, 89, 90, 100, 120};
+constexpr std::array kArchSpecificSms = {90, 100};
+
+constexpr std::string_view kNamePrefix = "ftattn_fwd_";
+constexpr std::string_view kNameShape =
+    "ftattn_fwd_<arch>_<precision>_d<head_dim>_m<block_m>n<block_n>_w<num_warps>s<num_stages>_"
+    "<mask>_<protection>";
+
+template <typename T, size_t N>
+bool contains(const std::array<T, N>& values, T v) {
+  for (T x : values) {
+    if (x == v) return true;
+  }
+  return false;
+}
+
+// The token form used inside canonical names: fields are split on '_', so tokens use '-'.
+std::string dashed(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) {
+    if (c == '_') c = '-';
+  }
+  return out;
+}
+
+template <typename Enum, size_t N>
+Enum parse_enum(std::string_view what, std::string_view text, const std::array<Enum, N>& values) {
+  for (Enum v : values) {
+    if (text == to_string(v) || text == dashed(to_string(v))) return v;
+  }
+  std::string expected;
+  for (Enum v : values) {
+    if (!expected.empty()) expected += ", ";
+    expected += to_string(v);
+  }
+  throw ConfigError(fmt::format("unknown {} '{}': expected one of {}", what, text, expected));
+}
+
+// A positive decimal written the way name() writes it: digits only, no sign, no leading zero.
+// Anything else (including values that overflow int) is nullopt.
+std::optional<int> parse_positive(std::string_view text) {
+  if (text.empty() || text.size() > 9 || text[0] == '0') return std::nullopt;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+  }
+  int value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+std::string supported_arch_list() {
+  std::string list;
+  for (int sm : kSupportedSms) {
+    if (!list.empty()) list += ", ";
+    list += fmt::format("sm_{}", sm);
+    if (contains(kArchSpecificSms, sm)) list += fmt::format(", sm_{}a", sm);
+  }
+  return list;
+}
+
+int element_bytes(Precision p) {
+  switch (p) {
+    case Precision::f16:
+    case Precision::bf16:
+    case Precision::f16_pasa:
+      return 2;
+    case Precision::int8:
+    case Precision::fp8_e4m3:
+      return 1;
+  }
+  throw ConfigError(fmt::format("invalid Precision value {}", static_cast<int>(p)));
+}
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+namespace detail {
+
+// "head_dim, block_m, arch": the fields a resolver would still have to fill. Negative knobs are
+// listed with their value since they are set, just invalid.
+std::string open_fields(const KernelConfig& c) {
+  std::string out;
+  auto add = [&](std::string_view field, int value) {
+    if (value > 0) return;
+    if (!out.empty()) out += ", ";
+    out += value == 0 ? std::string(field) : fmt::format("{} ({})", field, value);
+  };
+  add("head_dim", c.head_dim);
+  add("block_m", c.block_m);
+  add("block_n", c.block_n);
+  add("num_warps", c.num_warps);
+  add("num_stages", c.num_stages);
+  if (c.arch.is_auto()) out += out.empty() ? "arch" : ", arch";
+  return out;
+}
+
+void require_complete(const KernelConfig& c, std::string_view action) {
+  // A negative knob is not "open": with_defaults would keep it, so say what is wrong instead.
+  for (auto [field, value] : {std::pair<std::string_view, int>{"head_dim", c.head_dim},
+                              {"block_m", c.block_m},
+                              {"block_n", c.block_n},
+                              {"num_warps", c.num_warps},
+                              {"num_stages", c.num_stages}}) {
+    if (value < 0) {
+      throw ConfigError(
+          fmt::format("{} is {}: knobs must be positive, or 0 to leave them open for with_defaults",
+                      field, value));
+    }
+  }
+  if (!c.is_complete()) {
+    throw ConfigError(fmt::format(
+        "cannot {} an incomplete kernel config: {} still open; Runtime::resolve or with_defaults "
+        "fills them",
+        action, open_fields(c)));
+  }
+}
+
+void check_arch(Arch arch, std::string_view as_written) {
+  if (arch.is_auto()) {
+    throw ConfigError(
+        "arch is auto: resolve it to the device's arch first (Runtime::resolve or with_defaults)");
+  }
+  if (!contains(kSupportedSms, arch.sm)) {
+    throw ConfigError(fmt::format(
+        "unsupported arch '{}': supported are {} (kernels need sm_80 or newer for mma.sync bf16)",
+        as_written, supported_arch_list()));
+  }
+  if (arch.arch_specific && !contains(kArchSpecificSms, arch.sm)) {
+    throw ConfigError(fmt::format(
+        "sm_{}a: the 'a' suffix exists only for sm_90a and sm_100a: use sm_{}", arch.sm, arch.sm));
+  }
+}
+
+}  // namespace detail
+
+std::string_view to_string(Precision p) {
+  switch (p) {
+    case Precision::f16:
+      return "f16";
+    case Precision::bf16:
+      return "bf16";
+    case Precision::int8:
+      return "int8";
+    case Precision::f16_pasa:
+      return "f16_pasa";
+    case Precision::fp8_e4m3:
+      return "fp8_e4m3";
+  }
+  throw ConfigError(fmt::format("invalid Precision value {}", static_cast<int>(p)));
+}
+
+std::string_view to_string(Protection p) {
+  switch (p) {
+    case Protection::none:
+      return "none";
+    case Protection::flash_abft:
+      return "flash_abft";
+    case Protection::efta_detect:
+      return "efta_detect";
+    case Protection::efta_correct:
+      return "efta_correct";
+  }
+  throw ConfigError(fmt::format("invalid Protection value {}", static_cast<int>(p)));
+}
+
+std::string_view to_string(Mask m) {
+  switch (m) {
+    case Mask::none:
+      return "none";
+    case Mask::causal:
+      return "causal";
+  }
+  throw ConfigError(fmt::format("invalid Mask value {}", static_cast<int>(m)));
+}
+
+Precision parse_precision(std::string_view text) {
+  return parse_enum("precision", text, kPrecisions);
+}
+Protection parse_protection(std::string_view text) {
+  return parse_enum("protection", text, kProtections);
+}
+Mask parse_mask(std::string_view text) { return parse_enum("mask", text, kMasks); }
+
+std::string Arch::to_string() const {
+  if (is_auto()) return "auto";
+  return fmt::format("sm_{}{}", sm, arch_specific ? "a" : "");
+}
+
+Arch Arch::parse(std::string_view text) {
+  // "auto" is what to_string() prints for the unset arch, so it reads back.
+  if (text == "auto") return Arch{};
+  std::string_view rest = text;
+  if (rest.starts_with("sm_")) {
+    rest.remove_prefix(3);
+  } else if (rest.starts_with("sm")) {
+    rest.remove_prefix(2);
+  }
+  Arch arch;
+  if (rest.ends_with('a')) {
+    arch.arch_specific = true;
+    rest.remove_suffix(1);
+  }
+  std::optional<int> sm = parse_positive(rest);
+  if (!sm) {
+    throw ConfigError(fmt::format(
+        "bad arch '{}': expected sm_<NN> or sm_<NN>a, e.g. sm_80, sm_86, sm_90a; supported are {}",
+        text, supported_arch_list()));
+  }
+  arch.sm = *sm;
+  detail::check_arch(arch, text);
+  return arch;
+}
+
+int max_shared_memory_bytes(Arch arch) {
+  detail::check_arch(arch, arch.to_string());
+  // The per-block opt-in maximum (cudaFuncAttributeMaxDynamicSharedMemorySize).
+  switch (arch.sm) {
+    case 80:
+    case 87:
+      return 163 * 1024;
+    case 86:
+    case 89:
+    case 120:
+      return 99 * 1024;
+    case 90:
+    case 100:
+      return 227 * 1024;
+  }
+  throw ConfigError(fmt::format("no shared memory limit recorded for {}", arch.to_string()));
+}
+
+bool KernelConfig::is_complete() const {
+  return head_dim > 0 && block_m > 0 && block_n > 0 && num_warps > 0 && num_stages > 0 &&
+         !arch.is_auto();
+}
+
+std::string KernelConfig::name() const {
+  detail::require_complete(*this, "name");
+  return fmt::format("{}sm{}{}_{}_d{}_m{}n{}_w{}s{}_{}_{}", kNamePrefix, arch.sm,
+                     arch.arch_specific ? "a" : "", dashed(to_string(precision)), head_dim, block_m,
+                     block_n, num_warps, num_stages, to_string(mask),
+                     dashed(to_string(protection)));
+}
+
+std::string KernelConfig::symbol() const {
+  std::string s = name();
+  for (char& c : s) {
+    if (c == '-') c = '_';
+  }
+  return s;
+}
+
+KernelConfig KernelConfig::parse(std::string_view name) {
+  auto fail = [&](std::string_view detail) {
+    return ConfigError(fmt::format("bad kernel name '{}': {}", name, detail));
+  };
+  if (!name.starts_with(kNamePrefix)) {
+    throw fail(
+        fmt::format("it must start with '{}' (names look like {})", kNamePrefix, kNameShape));
+  }
+
+  // Fields are separated by '_'; no token contains '_' (enum tokens use '-'), so a plain split
+  // finds them, and empty tokens from "__" or a trailing '_' show up as bad fields.
+  std::string_view rest = name.substr(kNamePrefix.size());
+  std::vector<std::string_view> tokens;
+  while (!rest.empty()) {
+    size_t end = rest.find('_');
+    tokens.push_back(rest.substr(0, end));
+    if (end == std::string_view::npos) break;
+    rest.remove_prefix(end + 1);
+    if (rest.empty()) tokens.push_back({});  // trailing '_'
+  }
+
+  constexpr std::array<std::string_view, 7> kFields = {
+      "arch", "precision", "head_dim (d<N>)", "tile (m<N>n<N>)", "warps/stages (w<N>s<N>)",
+      "mask", "protection"};
+  auto token = [&](size_t i) {
+    if (i >= tokens.size()) {
+      throw fail(fmt::format("missing the {} field (names look like {})", kFields[i], kNameShape));
+    }
+    return tokens[i];
+  };
+  // Re-throws a sub-parser's error with the name in front.
+  auto wrapped = [&](auto&& parse_field) {
+    try {
+      return parse_field();
+    } catch (const ConfigError& e) {
+      throw fail(e.what());
+    }
+  };
+  // Reads "<p><N>" or "<p><N><q><M>" as written by name().
+  auto number_after = [](std::string_view t, char p) -> std::optional<int> {
+    if (t.empty() || t[0] != p) return std::nullopt;
+    return parse_positive(t.substr(1));
+  };
+  auto number_pair = [&](std::string_view t, char p, char q) -> std::optional<std::pair<int, int>> {
+    size_t split = t.find(q, 1);
+    if (split == std::string_view::npos) return std::nullopt;
+    auto a = number_after(t.substr(0, split), p);
+    auto b = number_after(t.substr(split), q);
+    if (!a || !b) return std::nullopt;
+    return std::pair{*a, *b};
+  };
+
+  KernelConfig c;
+
+  // Arch: only the canonical "sm<NN>" / "sm<NN>a" spelling, so that name(parse(s)) == s.
+  std::string_view arch = token(0);
+  {
+    std::string_view digits = arch;
+    bool specific = false;
+    if (digits.starts_with("sm")) digits.remove_prefix(2);
+    if (digits.ends_with('a')) {
+      specific = true;
+      digits.remove_suffix(1);
+    }
+    std::optional<int> sm = arch.starts_with("sm") ? parse_positive(digits) : std::nullopt;
+    if (!sm) {
+      throw fail(fmt::format("bad arch '{}': expected sm<NN> or sm<NN>a, e.g. sm80, sm90a", arch));
+    }
+    c.arch = Arch{*sm, specific};
+    wrapped([&] { detail::check_arch(c.arch, arch); });
+  }
+
+  // Tokens are fetched outside wrapped() so a "missing field" error is not wrapped twice.
+  const std::string_view precision = token(1);
+  c.precision = wrapped([&] { return parse_precision(precision); });
+
+  std::string_view d = token(2);
+  if (auto v = number_after(d, 'd')) {
+    c.head_dim = *v;
+  } else {
+    throw fail(fmt::format("malformed head_dim field '{}': expected d<head_dim>, e.g. d128", d));
+  }
+
+  std::string_view tile = token(3);
+  if (auto v = number_pair(tile, 'm', 'n')) {
+    std::tie(c.block_m, c.block_n) = *v;
+  } else {
+    throw fail(fmt::format("malformed tile field '{}': expected m<block_m>n<block_n>, e.g. m128n64",
+                           tile));
+  }
+
+  std::string_view ws = token(4);
+  if (auto v = number_pair(ws, 'w', 's')) {
+    std::tie(c.num_warps, c.num_stages) = *v;
+  } else {
+    throw fail(fmt::format(
+        "malformed warps/stages field '{}': expected w<num_warps>s<num_stages>, e.g. w4s2", ws));
+  }
+
+  const std::string_view mask = token(5);
+  c.mask = wrapped([&] { return parse_mask(mask); });
+  // Only the canonical '-' spelling can reach here: a '_' would have split the token.
+  const std::string_view protection = token(6);
+  c.protection = wrapped([&] { return parse_protection(protection); });
+
+  if (tokens.size() > 7) {
+    std::string junk;
+    for (size_t i = 7; i < tokens.size(); ++i) {
+      junk += '_';
+      junk += tokens[i];
+    }
+    throw fail(fmt::format("trailing junk '{}' after the protection field", junk));
+  }
+  return c;
+}
+
+int KernelConfig::shared_memory_bytes() const {
+  if (head_dim <= 0 || block_m <= 0 || block_n <= 0 || num_stages <= 0) {
+    throw ConfigError(fmt::format(
+        "shared_memory_bytes needs head_dim, block_m, block_n and num_stages set (got d{} m{} "
+        "n{} s{}): resolve the config first",
+        head_dim, block_m, block_n, num_stages));
+  }
+  // Q tile plus num_stages buffers each of K and V; rows padded by 8 elements against bank
+  // conflicts.
+  const int64_t rows = int64_t{block_m} + 2 * int64_t{num_stages} * block_n;
+  const double approx = double(rows) * (double(head_dim) + 8) * element_bytes(precision);
+  if (approx > double(INT_MAX)) {
+    throw ConfigError(fmt::format(
+        "shared memory for block_m {}, block_n {}, num_stages {}, head_dim {} overflows int: "
+        "lower them",
+        block_m, block_n, num_stages, head_dim));
+  }
+  return static_cast<int>(rows * (int64_t{head_dim} + 8) * element_bytes(precision));
+}
+
+Problem Problem::bhsd(int batch, int heads_q, int heads_kv, int seqlen_q, int seqlen_k,
+                      int head_dim) {
+  Problem p;
+  p.batch = batch;
+  p.heads_q = heads_q;
+  p.heads_kv = heads_kv;
+  p.seqlen_q = seqlen_q;
+  p.seqlen_k = seqlen_k;
+  p.head_dim = head_dim;
+  const int64_t d = head_dim;
+  p.q = Strides{int64_t{heads_q} * seqlen_q * d, int64_t{seqlen_q} * d, d};
+  p.k = Strides{int64_t{heads_kv} * seqlen_k * d, int64_t{seqlen_k} * d, d};
+  p.v = p.k;
+  p.o = p.q;
+  return p;
+}
+
+Problem Problem::bshd(int batch, int heads_q, int heads_kv, int seqlen_q, int seqlen_k,
+                      int head_dim) {
+  Problem p;
+  p.batch = batch;
+  p.heads_q = heads_q;
+  p.heads_kv = heads_kv;
+  p.seqlen_q = seqlen_q;
+  p.seqlen_k = seqlen_k;
+  p.head_dim = head_dim;
+  const int64_t d = head_dim;
+  p.q = Strides{int64_t{seqlen_q} * heads_q * d, d, int64_t{heads_q} * d};
+  p.k = Strides{int64_t{seqlen_k} * heads_kv * d, d, int64_t{heads_kv} * d};
+  p.v = p.k;
+  p.o = p.q;
+  return p;
+}
+
+float Problem::scale() const {
+  if (softmax_scale > 0.0f) return softmax_scale;
+  return 1.0f / std::sqrt(static_cast<float>(head_dim));
+}
+
+double Problem::flops(Mask mask) const {
+  if (seqlen_q <= 0 || seqlen_k <= 0) return 0.0;
+  // Two matmuls (QK^T and PV) of 2 flops per multiply-add each.
+  const double per_pair = 4.0 * batch * heads_q * head_dim;
+  if (mask == Mask::none) return per_pair * double(seqlen_q) * double(seqlen_k);
+
+  // Causal, bottom-right aligned (FlashAttention-2): query i sees keys j <= i + (sk - sq), so
+  // row i has clamp(i + 1 + sk - sq, 0, sk) keys. Sum that in closed form.
+  const int64_t sq = seqlen_q, sk = seqlen_k;
+  const int64_t first = 1 + sk - sq;  // keys of row 0 before clamping
+  // Rows [lo, hi] have between 1 and sk-1 keys: first + i in (0, sk).
+  const int64_t lo = std::max<int64_t>(0, 1 - first);
+  const int64_t hi = std::min<int64_t>(sq - 1, sk - 1 - first);
+  int64_t pairs = 0;
+  if (lo <= hi) {
+    const int64_t n = hi - lo + 1, ends = (first + lo) + (first + hi);
+    // n * ends is even; halve the even factor first so the product stays within int64.
+    pairs += n % 2 == 0 ? (n / 2) * ends : n * (ends / 2);
+  }
+  // Rows with i >= sk - first see every key.
+  const int64_t full_from = std::max<int64_t>(0, sk - first);
+  if (full_from < sq) pairs += (sq - full_from) * sk;
+  return per_pair * double(pairs);
+}
+
+}  // namespace ftattn
+
+size_t std::hash<ftattn::KernelConfig>::operator()(const ftattn::KernelConfig& c) const noexcept {
+  uint64_t h = 0;
+  for (int64_t field :
+       {int64_t{c.head_dim}, int64_t{c.block_m}, int64_t{c.block_n}, int64_t{c.num_warps},
+        int64_t{c.num_stages}, int64_t(c.precision), int64_t(c.protection), int64_t(c.mask),
+        int64_t{c.arch.sm}, int64_t{c.arch.arch_specific}}) {
+    h = ftattn::splitmix64(h ^ static_cast<uint64_t>(field));
+  }
+  return static_cast<size_t>(h);
+}

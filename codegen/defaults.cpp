@@ -1,0 +1,70 @@
+// Heuristic defaults for the knobs a config leaves open (no tuning data involved).
+#include <algorithm>
+
+#include "ftattn/config.hpp"
+#include "ftattn/errors.hpp"
+
+namespace ftattn {
+
+namespace {
+
+// Accumulator floats per thread, as validate() counts them.
+int accumulators(const KernelConfig& c) {
+  const int tiles_per_warp = c.block_m / (16 * c.num_warps);
+  return tiles_per_warp * (c.head_dim / 8 * 4 + c.block_n / 8 * 4);
+}
+
+}  // namespace
+
+KernelConfig with_defaults(KernelConfig c, Arch device_arch) {
+  if (c.arch.is_auto()) {
+    if (device_arch.is_auto()) {
+      throw ConfigError("no GPU to take the arch from: give --arch / KernelConfig::arch");
+    }
+    c.arch = device_arch;
+  }
+  if (c.head_dim == 0) {
+    throw ConfigError(
+        "head_dim is required: set KernelConfig::head_dim (Runtime::resolve takes it from the "
+        "Problem)");
+  }
+
+  const bool open_m = c.block_m == 0, open_n = c.block_n == 0;
+  const bool open_w = c.num_warps == 0, open_s = c.num_stages == 0;
+  // Large heads keep a 64-row Q tile: a 128-row one would blow the accumulator budget.
+  const bool wide = c.head_dim > 128;
+  if (open_w) c.num_warps = 4;
+  if (open_n) c.block_n = 64;
+  if (open_s) c.num_stages = 2;
+  if (open_m) c.block_m = wide ? 64 : 128;
+
+  // Only adjust once every knob is positive; a negative user knob is left for validate() to
+  // report.
+  const bool adjustable =
+      c.head_dim > 0 && c.block_m > 0 && c.block_n > 0 && c.num_warps > 0 && c.num_stages > 0;
+  if (adjustable) {
+    // A user-set num_warps can clash with the default block_m: every warp needs whole 16-row
+    // tiles, and more tiles per warp cost accumulator registers. Only open knobs move.
+    if (open_m && !open_w) {
+      const int warp_rows = 16 * c.num_warps;
+      c.block_m = std::max(warp_rows, c.block_m / warp_rows * warp_rows);
+      while (accumulators(c) > 192 && c.block_m / 2 >= warp_rows &&
+             (c.block_m / 2) % warp_rows == 0) {
+        c.block_m /= 2;
+      }
+    }
+    if (open_n) {
+      while (accumulators(c) > 192 && c.block_n > 16) c.block_n /= 2;
+    }
+
+    // Over the arch's shared memory: give up prefetch first, then halve the K/V tile.
+    const int limit = max_shared_memory_bytes(c.arch);
+    if (open_s && c.shared_memory_bytes() > limit) c.num_stages = 1;
+    if (open_n && c.shared_memory_bytes() > limit) c.block_n = std::min(c.block_n, 32);
+  }
+
+  validate(c);
+  return c;
+}
+
+}  // namespace ftattn

@@ -1,0 +1,194 @@
+// Every rule a kernel config and a problem must obey, in one place. Each message names the field
+// and says what to change.
+#include <fmt/format.h>
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "ftattn/config.hpp"
+#include "ftattn/errors.hpp"
+
+namespace ftattn {
+
+// Defined in config.cpp.
+namespace detail {
+void require_complete(const KernelConfig& config, std::string_view action);
+void check_arch(Arch arch, std::string_view as_written);
+}  // namespace detail
+
+namespace {
+
+constexpr std::array kHeadDims = {32, 64, 96, 128, 192, 256};
+constexpr int kMaxBlock = 256;
+constexpr int kMmaRows = 16;            // rows of one mma.sync tile; a warp owns whole tiles
+constexpr int kAccumulatorLimit = 192;  // fp32 accumulator registers per thread we allow
+
+template <size_t N>
+bool contains(const std::array<int, N>& values, int v) {
+  for (int x : values) {
+    if (x == v) return true;
+  }
+  return false;
+}
+
+// Minimum sm per precision: bf16 mma.sync needs Ampere, fp8 mma needs Ada.
+int min_sm(Precision p) { return p == Precision::fp8_e4m3 ? 89 : 80; }
+
+bool is_built(Precision p) { return p == Precision::f16 || p == Precision::bf16; }
+bool is_built(Protection p) { return p == Protection::none; }
+
+// a * b + c with int64 overflow detection; false when it does not fit.
+bool mul_add(int64_t a, int64_t b, int64_t c, int64_t& out) {
+  int64_t prod = 0;
+  return !__builtin_mul_overflow(a, b, &prod) && !__builtin_add_overflow(prod, c, &out);
+}
+
+void check_tensor(std::string_view tensor, const Strides& s, int batch, int heads, int seqlen,
+                  int head_dim) {
+  for (auto [axis, stride] :
+       {std::pair<std::string_view, int64_t>{"batch", s.batch}, {"head", s.head}, {"seq", s.seq}}) {
+    if (stride < 0) {
+      throw ConfigError(
+          fmt::format("{} {} stride is {}: strides must be >= 0", tensor, axis, stride));
+    }
+  }
+  // Rows of one head must not overlap; a single row may have any stride.
+  if (seqlen > 1 && s.seq < head_dim) {
+    throw ConfigError(fmt::format(
+        "{} seq stride {} is smaller than head_dim {}: consecutive rows would overlap; use a seq "
+        "stride of at least {}",
+        tensor, s.seq, head_dim, head_dim));
+  }
+  // The largest element offset the kernel forms must fit in int64.
+  int64_t last = head_dim - 1;
+  if (!mul_add(int64_t{seqlen} - 1, s.seq, last, last) ||
+      !mul_add(int64_t{heads} - 1, s.head, last, last) ||
+      !mul_add(int64_t{batch} - 1, s.batch, last, last)) {
+    throw ConfigError(fmt::format(
+        "{} element offsets overflow int64 (strides batch {}, head {}, seq {}): the tensor is too "
+        "large to index; split the call",
+        tensor, s.batch, s.head, s.seq));
+  }
+}
+
+}  // namespace
+
+void validate(const KernelConfig& c) {
+  detail::require_complete(c, "validate");
+  detail::check_arch(c.arch, c.arch.to_string());
+
+  // Arch requirement before "not built yet" so it stays the more specific message once the
+  // precision exists.
+  if (c.arch.sm < min_sm(c.precision)) {
+    throw ConfigError(
+        fmt::format("precision {} needs sm_{} or newer, not {}: pick another "
+                    "precision or arch",
+                    to_string(c.precision), min_sm(c.precision), c.arch.to_string()));
+  }
+  if (!is_built(c.precision)) {
+    throw ConfigError(
+        fmt::format("precision {} is not built yet: use f16 or bf16", to_string(c.precision)));
+  }
+  if (!is_built(c.protection)) {
+    throw ConfigError(
+        fmt::format("protection {} is not built yet: use none", to_string(c.protection)));
+  }
+
+  if (!contains(kHeadDims, c.head_dim)) {
+    throw ConfigError(fmt::format(
+        "head_dim {} is not supported: use one of 32, 64, 96, 128, 192, 256", c.head_dim));
+  }
+  if (!contains(std::array{1, 2, 4, 8}, c.num_warps)) {
+    throw ConfigError(fmt::format("num_warps {} is not supported: use 1, 2, 4 or 8", c.num_warps));
+  }
+  if (!contains(std::array{1, 2, 3}, c.num_stages)) {
+    throw ConfigError(fmt::format("num_stages {} is not supported: use 1, 2 or 3", c.num_stages));
+  }
+  if (c.block_n % 16 != 0 || c.block_n < 16 || c.block_n > kMaxBlock) {
+    throw ConfigError(
+        fmt::format("block_n {} is not supported: use a multiple of 16 between 16 and {}",
+                    c.block_n, kMaxBlock));
+  }
+  const int warp_rows = kMmaRows * c.num_warps;
+  if (c.block_m % warp_rows != 0) {
+    throw ConfigError(fmt::format(
+        "block_m {} is not a multiple of 16 * num_warps = {} (each warp owns 16-row MMA tiles): "
+        "use a multiple of {} up to {}, or change num_warps",
+        c.block_m, warp_rows, warp_rows, kMaxBlock));
+  }
+  if (c.block_m > kMaxBlock) {
+    throw ConfigError(
+        fmt::format("block_m {} is over the limit of {}: lower it", c.block_m, kMaxBlock));
+  }
+
+  // Each warp holds, per 16-row tile, the O accumulator (head_dim/8 mma tiles of 4 floats per
+  // thread) and the S = QK^T tile (block_n/8 tiles of 4 floats). Past the limit the kernel spills.
+  const int tiles_per_warp = c.block_m / warp_rows;
+  const int accumulators = tiles_per_warp * (c.head_dim / 8 * 4 + c.block_n / 8 * 4);
+  if (accumulators > kAccumulatorLimit) {
+    throw ConfigError(fmt::format(
+        "block_m {}, block_n {}, num_warps {} with head_dim {} would need {} accumulator "
+        "registers per thread (limit {}): lower block_m or block_n, or raise num_warps",
+        c.block_m, c.block_n, c.num_warps, c.head_dim, accumulators, kAccumulatorLimit));
+  }
+
+  const int smem = c.shared_memory_bytes();
+  const int limit = max_shared_memory_bytes(c.arch);
+  if (smem > limit) {
+    throw ConfigError(fmt::format(
+        "block_m {}, block_n {}, num_stages {}, head_dim {} ({}) need {} bytes of shared memory, "
+        "but {} allows at most {}: lower num_stages or block_n",
+        c.block_m, c.block_n, c.num_stages, c.head_dim, to_string(c.precision), smem,
+        c.arch.to_string(), limit));
+  }
+}
+
+void validate(const Problem& p, const KernelConfig& c) {
+  for (auto [field, value] : {std::pair<std::string_view, int>{"batch", p.batch},
+                              {"heads_q", p.heads_q},
+                              {"heads_kv", p.heads_kv},
+                              {"seqlen_q", p.seqlen_q},
+                              {"seqlen_k", p.seqlen_k},
+                              {"head_dim", p.head_dim}}) {
+    if (value < 1) {
+      throw ConfigError(fmt::format("problem {} is {}: it must be at least 1", field, value));
+    }
+  }
+  if (p.head_dim != c.head_dim) {
+    throw ConfigError(fmt::format(
+        "problem head_dim {} does not match the kernel config's head_dim {}: use a config with "
+        "head_dim {}",
+        p.head_dim, c.head_dim, p.head_dim));
+  }
+  if (p.heads_q % p.heads_kv != 0) {
+    throw ConfigError(
+        fmt::format("heads_kv ({}) must divide heads_q ({}) for GQA/MQA", p.heads_kv, p.heads_q));
+  }
+  if (!std::isfinite(p.softmax_scale) || p.softmax_scale < 0.0f) {
+    throw ConfigError(fmt::format(
+        "softmax_scale {} is invalid: give a finite value > 0, or 0 for 1/sqrt(head_dim)",
+        p.softmax_scale));
+  }
+
+  check_tensor("q", p.q, p.batch, p.heads_q, p.seqlen_q, p.head_dim);
+  check_tensor("k", p.k, p.batch, p.heads_kv, p.seqlen_k, p.head_dim);
+  check_tensor("v", p.v, p.batch, p.heads_kv, p.seqlen_k, p.head_dim);
+  check_tensor("o", p.o, p.batch, p.heads_q, p.seqlen_q, p.head_dim);
+
+  // The LSE tensor (batch x heads_q x seqlen_q floats) and the grid's row index are int32.
+  constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+  const int64_t batch_heads = int64_t{p.batch} * p.heads_q;
+  if (p.seqlen_q > kInt32Max / batch_heads) {
+    throw ConfigError(fmt::format(
+        "batch * heads_q * seqlen_q = {} * {} * {} is over 2^31-1 rows (the LSE tensor is "
+        "indexed with int32): split the batch",
+        p.batch, p.heads_q, p.seqlen_q));
+  }
+}
+
+}  // namespace ftattn

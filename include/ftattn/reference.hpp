@@ -1,0 +1,59 @@
+// Host-side reference attention in double precision, and 16-bit float conversions, for checking
+// kernels (ftattn run, the GPU tests, the tuner) without a second GPU implementation.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ftattn/config.hpp"
+
+namespace ftattn::reference {
+
+// Round-to-nearest-even conversions between float and 16-bit storage (IEEE half or bfloat16).
+uint16_t to_bits(float x, Precision p);
+float from_bits(uint16_t bits, Precision p);
+
+// A host copy of one tensor in 16-bit storage, addressed with a Problem's strides.
+struct Tensor16 {
+  std::vector<uint16_t> data;
+  Strides strides;
+  float at(Precision p, int b, int h, int s, int d) const {
+    return from_bits(data[b * strides.batch + h * strides.head + s * strides.seq + d], p);
+  }
+};
+
+// Elements a tensor with these strides needs (largest offset + 1).
+size_t span_elements(const Strides& s, int batch, int heads, int seqlen, int head_dim);
+
+// Random tensor (normal(0, 1) by default) laid out with `strides`; padding elements get NaN so a
+// kernel that reads them shows it.
+Tensor16 random_tensor(std::mt19937_64& rng, Precision p, const Strides& strides, int batch,
+                       int heads, int seqlen, int head_dim, float stddev = 1.0f);
+
+// One output row O[b, h, row, :] and its log-sum-exp, in double. A row that sees no key gives
+// zeros and lse = -inf.
+std::vector<double> attention_row(const Problem& problem, Precision p, Mask mask,
+                                  const Tensor16& q, const Tensor16& k, const Tensor16& v, int b,
+                                  int h, int row, double* lse = nullptr);
+
+struct CheckReport {
+  int rows_checked = 0;
+  double max_abs_error = 0.0;    // over checked elements
+  double rel_l2_error = 0.0;     // ||out - ref|| / ||ref|| over checked rows
+  double max_lse_error = 0.0;    // when lse was given
+  long long non_finite = 0;      // NaN/Inf anywhere in the output (all rows are scanned)
+  bool passed = false;
+  std::string summary() const;
+};
+
+// Compares a kernel's output (and optional LSE, dense batch x heads_q x seqlen_q) with the
+// reference on `rows` query rows spread over the problem (all rows when rows <= 0 or when the
+// problem has no more than that), and scans every output element for NaN/Inf. Tolerances fit the
+// precision: rel L2 below 1e-2 (bf16) or 2e-3 (f16).
+CheckReport check(const Problem& problem, Precision p, Mask mask, const Tensor16& q,
+                  const Tensor16& k, const Tensor16& v, const Tensor16& o,
+                  const std::vector<float>* lse, int rows, uint64_t seed = 1);
+
+}  // namespace ftattn::reference

@@ -1,0 +1,37 @@
+// Content hashing for cache keys and integrity checks: XXH3 128-bit, printed as 32 lowercase
+// hex characters (high 64 bits first, as XXH128_canonicalFromHash orders them).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace ftattn::runtime {
+
+// One-shot XXH3-128 of `data`.
+std::string hash_hex(std::string_view data);
+
+// Streaming XXH3-128: feeding the same bytes in any chunking gives hash_hex of their
+// concatenation.
+class Hasher {
+ public:
+  Hasher();
+  ~Hasher();
+  Hasher(const Hasher& other);  // copies the state, so a common prefix can be hashed once
+  Hasher& operator=(const Hasher& other);
+  Hasher(Hasher&& other) noexcept;  // a moved-from Hasher may only be assigned or destroyed
+  Hasher& operator=(Hasher&& other) noexcept;
+
+  void update(std::string_view data);
+  // Hashes a named field so that field boundaries are part of the hash: the name and value are
+  // each prefixed with their length, hence ("ab", "c") and ("a", "bc") differ.
+  void update_field(std::string_view name, std::string_view value);
+  // Digest of everything fed so far; the Hasher can keep being updated afterwards.
+  std::string hex_digest() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace ftattn::runtime

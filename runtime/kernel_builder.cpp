@@ -1,0 +1,116 @@
+#include "runtime/kernel_builder.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "ftattn/codegen.hpp"
+#include "ftattn/errors.hpp"
+#include "runtime/cache_key.hpp"
+#include "runtime/nvrtc_compiler.hpp"
+
+namespace ftattn::runtime {
+namespace {
+
+nlohmann::json resources_json(const ResourceUsage& r) {
+  return {{"registers", r.registers},
+          {"spill_stores", r.spill_stores},
+          {"spill_loads", r.spill_loads},
+          {"stack_frame", r.stack_frame},
+          {"static_shared_bytes", r.static_shared_bytes},
+          {"dynamic_shared_bytes", r.dynamic_shared_bytes},
+          {"threads_per_block", r.threads_per_block}};
+}
+
+std::shared_ptr<CompiledKernel> skeleton(const KernelConfig& config,
+                                         const codegen::KernelSource& source,
+                                         const std::string& key) {
+  auto k = std::make_shared<CompiledKernel>();
+  k->config = config;
+  k->name = source.name;
+  k->symbol = source.symbol;
+  k->source = source.text;
+  k->options = source.options;
+  k->cache_key = key;
+  return k;
+}
+
+void finish_resources(CompiledKernel& k) {
+  k.resources = parse_ptxas_log(k.compile_log, k.symbol);
+  k.resources.dynamic_shared_bytes = k.config.shared_memory_bytes();
+  k.resources.threads_per_block = 32 * k.config.num_warps;
+}
+
+}  // namespace
+
+BuildOutcome build_kernel(const KernelConfig& config, DiskCache* disk) {
+  const codegen::KernelSource source = codegen::generate(config);
+  const std::string key = cache_key(source);
+  BuildOutcome outcome;
+
+  std::optional<DiskCache::KeyLock> lock;  // one compile per key across processes
+  if (disk != nullptr) {
+    lock.emplace(disk->lock(key));
+    DiskCache::LoadResult hit = disk->load(key);
+    if (hit.status == DiskCache::LoadStatus::hit && hit.entry->source == source.text) {
+      auto k = skeleton(config, source, key);
+      k->ptx = std::move(hit.entry->ptx);
+      k->cubin = std::move(hit.entry->cubin);
+      k->compile_log = std::move(hit.entry->log);
+      k->compile_seconds = hit.entry->meta.value("compile_seconds", 0.0);
+      k->from_disk_cache = true;
+      finish_resources(*k);
+      outcome.kernel = std::move(k);
+      outcome.disk_hit = true;
+      return outcome;
+    }
+    if (hit.status == DiskCache::LoadStatus::corrupt) {
+      outcome.corrupt_entry = true;
+      std::cerr << fmt::format("ftattn: cache entry {} for {} was damaged ({}); recompiling\n",
+                               key, source.name, hit.reason);
+    }
+  }
+
+  NvrtcOutput out = compile_with_nvrtc(source);
+  auto k = skeleton(config, source, key);
+  k->ptx = std::move(out.ptx);
+  k->cubin = std::move(out.cubin);
+  k->compile_log = std::move(out.log);
+  k->compile_seconds = out.seconds;
+  finish_resources(*k);
+  outcome.compiled = true;
+
+  if (disk != nullptr) {
+    CacheEntry entry;
+    entry.key = key;
+    entry.name = k->name;
+    entry.source = k->source;
+    entry.ptx = k->ptx;
+    entry.cubin = k->cubin;
+    entry.log = k->compile_log;
+    entry.meta = {{"config", k->name},
+                  {"nvrtc_version", nvrtc_version()},
+                  {"ftattn_version", FTATTN_VERSION},
+                  {"options", k->options},
+                  {"compile_seconds", k->compile_seconds},
+                  {"cubin_bytes", k->cubin.size()},
+                  {"ptx_bytes", k->ptx.size()},
+                  {"written_unix",
+                   std::chrono::duration_cast<std::chrono::seconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count()},
+                  {"resources", resources_json(k->resources)}};
+    try {
+      disk->store(entry);
+    } catch (const CacheError& e) {
+      // The kernel is good; only persisting it failed. Say so and carry on.
+      std::cerr << "ftattn: warning: " << e.what() << "\n";
+    }
+  }
+  outcome.kernel = std::move(k);
+  return outcome;
+}
+
+}  // namespace ftattn::runtime

@@ -1,0 +1,107 @@
+#include "runtime/loaded_kernel.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "runtime/driver.hpp"
+
+namespace ftattn::runtime {
+namespace {
+
+// cp.async moves 16-byte chunks: every row must start on a 16-byte boundary.
+void require_aligned(const char* tensor, const void* ptr, const Strides& s, int element_bytes) {
+  if (reinterpret_cast<std::uintptr_t>(ptr) % 16 != 0)
+    throw ConfigError(fmt::format("{} is not 16-byte aligned: pass a pointer to the start of an "
+                                  "allocation or of a 16-byte aligned view",
+                                  tensor));
+  const int elements = 16 / element_bytes;
+  if (s.batch % elements != 0 || s.head % elements != 0 || s.seq % elements != 0)
+    throw ConfigError(fmt::format("{} strides (batch {}, head {}, seq {}) must be multiples of {} "
+                                  "elements so that every row is 16-byte aligned",
+                                  tensor, s.batch, s.head, s.seq, elements));
+}
+
+class LoadedKernel final : public Kernel {
+ public:
+  explicit LoadedKernel(std::shared_ptr<const CompiledKernel> compiled)
+      : compiled_(std::move(compiled)), module_(compiled_->cubin) {
+    function_ = module_.function(compiled_->symbol);
+  }
+
+  const CompiledKernel& compiled() const override { return *compiled_; }
+
+  void launch(const Problem& problem, const void* q, const void* k, const void* v, void* o,
+              float* lse, CUstream stream) const override {
+    const KernelConfig& c = compiled_->config;
+    AttentionParams params = make_params(problem, c, q, k, v, o, lse);
+    ensure_context();
+    const unsigned m_blocks = (problem.seqlen_q + c.block_m - 1) / c.block_m;
+    void* args[] = {&params};
+    runtime::launch(function_, Dim3{m_blocks, static_cast<unsigned>(problem.heads_q),
+                                    static_cast<unsigned>(problem.batch)},
+                    Dim3{static_cast<unsigned>(32 * c.num_warps), 1, 1},
+                    static_cast<unsigned>(c.shared_memory_bytes()), stream, args);
+  }
+
+ private:
+  std::shared_ptr<const CompiledKernel> compiled_;
+  Module module_;
+  CUfunction function_ = nullptr;
+};
+
+}  // namespace
+
+AttentionParams make_params(const Problem& problem, const KernelConfig& config, const void* q,
+                            const void* k, const void* v, void* o, float* lse) {
+  validate(problem, config);
+  if (q == nullptr || k == nullptr || v == nullptr || o == nullptr)
+    throw ConfigError("q, k, v and o must be device pointers, not null");
+  if (problem.heads_q > 65535 || problem.batch > 65535)
+    throw ConfigError(fmt::format("batch ({}) and heads_q ({}) must each be at most 65535 (grid "
+                                  "limits): split the call",
+                                  problem.batch, problem.heads_q));
+  const int element_bytes = 2;
+  require_aligned("q", q, problem.q, element_bytes);
+  require_aligned("k", k, problem.k, element_bytes);
+  require_aligned("v", v, problem.v, element_bytes);
+  require_aligned("o", o, problem.o, element_bytes);
+  if (reinterpret_cast<std::uintptr_t>(lse) % alignof(float) != 0)
+    throw ConfigError("lse must be float-aligned");
+
+  AttentionParams p{};
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.o = o;
+  p.lse = lse;
+  p.q_batch_stride = problem.q.batch;
+  p.q_head_stride = problem.q.head;
+  p.q_seq_stride = problem.q.seq;
+  p.k_batch_stride = problem.k.batch;
+  p.k_head_stride = problem.k.head;
+  p.k_seq_stride = problem.k.seq;
+  p.v_batch_stride = problem.v.batch;
+  p.v_head_stride = problem.v.head;
+  p.v_seq_stride = problem.v.seq;
+  p.o_batch_stride = problem.o.batch;
+  p.o_head_stride = problem.o.head;
+  p.o_seq_stride = problem.o.seq;
+  p.batch = problem.batch;
+  p.heads_q = problem.heads_q;
+  p.heads_kv = problem.heads_kv;
+  p.seqlen_q = problem.seqlen_q;
+  p.seqlen_k = problem.seqlen_k;
+  p.group_size = problem.heads_q / problem.heads_kv;
+  p.scale = problem.scale();
+  p.scale_log2 = p.scale * static_cast<float>(M_LOG2E);
+  return p;
+}
+
+std::shared_ptr<const Kernel> load_kernel(std::shared_ptr<const CompiledKernel> compiled) {
+  ensure_context();
+  return std::make_shared<LoadedKernel>(std::move(compiled));
+}
+
+}  // namespace ftattn::runtime

@@ -1,0 +1,19 @@
+// A CompiledKernel loaded into the current context with the Driver API, and its launch.
+#pragma once
+
+#include <memory>
+
+#include "ftattn/runtime.hpp"
+#include "ftattn/params.cuh"
+
+namespace ftattn::runtime {
+
+// Throws NoDeviceError without a GPU, DriverError if the image does not load.
+std::shared_ptr<const Kernel> load_kernel(std::shared_ptr<const CompiledKernel> compiled);
+
+// The kernel parameters for `problem`; throws ConfigError for a problem the kernel cannot run
+// (shape mismatch, misaligned pointers or strides).
+AttentionParams make_params(const Problem& problem, const KernelConfig& config, const void* q,
+                            const void* k, const void* v, void* o, float* lse);
+
+}  // namespace ftattn::runtime

@@ -1,0 +1,119 @@
+#include "runtime/nvrtc_compiler.hpp"
+
+#include <fmt/format.h>
+#include <nvrtc.h>
+
+#include <chrono>
+#include <regex>
+#include <vector>
+
+#include "codegen/embedded_templates.hpp"
+#include "ftattn/errors.hpp"
+
+namespace ftattn::runtime {
+namespace {
+
+// Owns one nvrtcProgram; destroys it on every path out.
+class Program {
+ public:
+  explicit Program(const codegen::KernelSource& source) {
+    const auto& files = codegen::embedded_templates();
+    std::vector<std::string> texts, names;
+    texts.reserve(files.size());
+    names.reserve(files.size());
+    for (const auto& f : files) {
+      texts.emplace_back(f.text);
+      names.emplace_back(f.path);
+    }
+    std::vector<const char*> text_ptrs, name_ptrs;
+    for (size_t i = 0; i < files.size(); ++i) {
+      text_ptrs.push_back(texts[i].c_str());
+      name_ptrs.push_back(names[i].c_str());
+    }
+    const std::string file_name = source.name + ".cu";
+    check(nvrtcCreateProgram(&program_, source.text.c_str(), file_name.c_str(),
+                             static_cast<int>(files.size()), text_ptrs.data(), name_ptrs.data()),
+          "nvrtcCreateProgram");
+  }
+  ~Program() { nvrtcDestroyProgram(&program_); }
+  Program(const Program&) = delete;
+  Program& operator=(const Program&) = delete;
+
+  nvrtcProgram get() const { return program_; }
+
+  static void check(nvrtcResult r, const char* what) {
+    if (r != NVRTC_SUCCESS)
+      throw CompileError(fmt::format("{} failed: {}", what, nvrtcGetErrorString(r)), "");
+  }
+
+ private:
+  nvrtcProgram program_ = nullptr;
+};
+
+std::string program_log(nvrtcProgram p) {
+  size_t size = 0;
+  nvrtcGetProgramLogSize(p, &size);
+  std::string log(size, '\0');
+  if (size > 0) nvrtcGetProgramLog(p, log.data());
+  while (!log.empty() && (log.back() == '\0' || log.back() == '\n')) log.pop_back();
+  return log;
+}
+
+}  // namespace
+
+NvrtcOutput compile_with_nvrtc(const codegen::KernelSource& source) {
+  Program program(source);
+  std::vector<const char*> options;
+  for (const auto& o : source.options) options.push_back(o.c_str());
+
+  const auto start = std::chrono::steady_clock::now();
+  const nvrtcResult result =
+      nvrtcCompileProgram(program.get(), static_cast<int>(options.size()), options.data());
+  NvrtcOutput out;
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out.log = program_log(program.get());
+  if (result != NVRTC_SUCCESS)
+    throw CompileError(fmt::format("NVRTC could not compile {}: {}", source.name,
+                                   nvrtcGetErrorString(result)),
+                       out.log);
+
+  size_t size = 0;
+  Program::check(nvrtcGetPTXSize(program.get(), &size), "nvrtcGetPTXSize");
+  out.ptx.resize(size);
+  Program::check(nvrtcGetPTX(program.get(), out.ptx.data()), "nvrtcGetPTX");
+  while (!out.ptx.empty() && out.ptx.back() == '\0') out.ptx.pop_back();
+  Program::check(nvrtcGetCUBINSize(program.get(), &size), "nvrtcGetCUBINSize");
+  out.cubin.resize(size);
+  Program::check(nvrtcGetCUBIN(program.get(), out.cubin.data()), "nvrtcGetCUBIN");
+  return out;
+}
+
+std::string nvrtc_version() {
+  int major = 0, minor = 0;
+  nvrtcVersion(&major, &minor);
+  return fmt::format("{}.{}", major, minor);
+}
+
+ResourceUsage parse_ptxas_log(const std::string& log, const std::string& symbol) {
+  ResourceUsage usage;
+  // ptxas prints a block per function; read only the block of our entry point.
+  const auto start = log.find("Function properties for " + symbol);
+  if (start == std::string::npos) return usage;
+  const auto next = log.find("Function properties for ", start + 1);
+  const std::string block = log.substr(start, next == std::string::npos ? std::string::npos
+                                                                        : next - start);
+  std::smatch m;
+  if (std::regex_search(block, m, std::regex(R"((\d+) bytes stack frame)")))
+    usage.stack_frame = std::stoi(m[1]);
+  if (std::regex_search(block, m, std::regex(R"((\d+) bytes spill stores)")))
+    usage.spill_stores = std::stoi(m[1]);
+  if (std::regex_search(block, m, std::regex(R"((\d+) bytes spill loads)")))
+    usage.spill_loads = std::stoi(m[1]);
+  if (std::regex_search(block, m, std::regex(R"(Used (\d+) registers)")))
+    usage.registers = std::stoi(m[1]);
+  if (std::regex_search(block, m, std::regex(R"((\d+) bytes smem)")))
+    usage.static_shared_bytes = std::stoi(m[1]);
+  return usage;
+}
+
+}  // namespace ftattn::runtime

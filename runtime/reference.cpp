@@ -1,0 +1,178 @@
+#include "ftattn/reference.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+
+namespace ftattn::reference {
+namespace {
+
+uint16_t float_to_half(float x) {
+  const uint32_t f = std::bit_cast<uint32_t>(x);
+  const uint32_t sign = (f >> 16) & 0x8000u;
+  const uint32_t abs = f & 0x7fffffffu;
+  if (abs >= 0x7f800000u) return sign | (abs > 0x7f800000u ? 0x7e00u : 0x7c00u);  // NaN, Inf
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;  // rounds past the largest half: Inf
+  if (abs < 0x38800000u) {                         // subnormal half (or zero)
+    // Scale into the subnormal grid and let the FPU round to nearest even.
+    const float scaled = std::bit_cast<float>(abs) * 16777216.0f;  // 2^24
+    return sign | static_cast<uint16_t>(std::nearbyint(scaled));
+  }
+  uint32_t mant = abs & 0x7fffffu;
+  uint32_t exp = (abs >> 23) - 112;
+  uint32_t half = (exp << 10) | (mant >> 13);
+  const uint32_t rest = mant & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) ++half;  // nearest even
+  return static_cast<uint16_t>(sign | half);
+}
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  const uint32_t mant = h & 0x3ffu;
+  if (exp == 0) {
+    const float v = std::ldexp(static_cast<float>(mant), -24);
+    return sign ? -v : v;
+  }
+  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));
+  return std::bit_cast<float>(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+uint16_t float_to_bf16(float x) {
+  uint32_t f = std::bit_cast<uint32_t>(x);
+  if ((f & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((f >> 16) | 0x40u);  // NaN
+  f += 0x7fffu + ((f >> 16) & 1u);  // nearest even
+  return static_cast<uint16_t>(f >> 16);
+}
+
+float bf16_to_float(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+
+bool is_16bit(Precision p) { return p == Precision::f16 || p == Precision::bf16; }
+
+}  // namespace
+
+uint16_t to_bits(float x, Precision p) {
+  return p == Precision::bf16 ? float_to_bf16(x) : float_to_half(x);
+}
+
+float from_bits(uint16_t bits, Precision p) {
+  return p == Precision::bf16 ? bf16_to_float(bits) : half_to_float(bits);
+}
+
+size_t span_elements(const Strides& s, int batch, int heads, int seqlen, int head_dim) {
+  return static_cast<size_t>((batch - 1) * s.batch + (heads - 1) * s.head +
+                             (seqlen - 1) * s.seq + head_dim);
+}
+
+Tensor16 random_tensor(std::mt19937_64& rng, Precision p, const Strides& strides, int batch,
+                       int heads, int seqlen, int head_dim, float stddev) {
+  Tensor16 t;
+  t.strides = strides;
+  t.data.assign(span_elements(strides, batch, heads, seqlen, head_dim),
+                to_bits(std::numeric_limits<float>::quiet_NaN(), p));
+  std::normal_distribution<float> dist(0.0f, stddev);
+  for (int b = 0; b < batch; ++b)
+    for (int h = 0; h < heads; ++h)
+      for (int s = 0; s < seqlen; ++s)
+        for (int d = 0; d < head_dim; ++d)
+          t.data[b * strides.batch + h * strides.head + s * strides.seq + d] =
+              to_bits(dist(rng), p);
+  return t;
+}
+
+std::vector<double> attention_row(const Problem& pr, Precision p, Mask mask, const Tensor16& q,
+                                  const Tensor16& k, const Tensor16& v, int b, int h, int row,
+                                  double* lse) {
+  const int d = pr.head_dim;
+  const int hk = h / (pr.heads_q / pr.heads_kv);
+  // Bottom-right causal alignment: row i sees keys j <= i + seqlen_k - seqlen_q.
+  const int last = mask == Mask::causal ? std::min(pr.seqlen_k - 1, row + pr.seqlen_k - pr.seqlen_q)
+                                        : pr.seqlen_k - 1;
+  std::vector<double> out(d, 0.0);
+  if (last < 0) {
+    if (lse) *lse = -std::numeric_limits<double>::infinity();
+    return out;
+  }
+  std::vector<double> qrow(d), scores(last + 1);
+  for (int x = 0; x < d; ++x) qrow[x] = q.at(p, b, h, row, x);
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int j = 0; j <= last; ++j) {
+    double s = 0.0;
+    for (int x = 0; x < d; ++x) s += qrow[x] * k.at(p, b, hk, j, x);
+    scores[j] = s * pr.scale();
+    mx = std::max(mx, scores[j]);
+  }
+  double sum = 0.0;
+  for (int j = 0; j <= last; ++j) {
+    const double e = std::exp(scores[j] - mx);
+    sum += e;
+    for (int x = 0; x < d; ++x) out[x] += e * v.at(p, b, hk, j, x);
+  }
+  for (double& x : out) x /= sum;
+  if (lse) *lse = mx + std::log(sum);
+  return out;
+}
+
+std::string CheckReport::summary() const {
+  return fmt::format("{}: {} rows checked, rel L2 error {:.3e}, max abs error {:.3e}{}, {} non-finite",
+                     passed ? "PASS" : "FAIL", rows_checked, rel_l2_error, max_abs_error,
+                     max_lse_error > 0 ? fmt::format(", max lse error {:.3e}", max_lse_error) : "",
+                     non_finite);
+}
+
+CheckReport check(const Problem& pr, Precision p, Mask mask, const Tensor16& q, const Tensor16& k,
+                  const Tensor16& v, const Tensor16& o, const std::vector<float>* lse, int rows,
+                  uint64_t seed) {
+  CheckReport r;
+  if (!is_16bit(p)) throw std::invalid_argument("reference::check handles f16 and bf16 only");
+  for (int b = 0; b < pr.batch; ++b)
+    for (int h = 0; h < pr.heads_q; ++h)
+      for (int s = 0; s < pr.seqlen_q; ++s)
+        for (int x = 0; x < pr.head_dim; ++x)
+          if (!std::isfinite(o.at(p, b, h, s, x))) ++r.non_finite;
+
+  // Which (b, h, row) to compare: all, or a random spread that always includes the first and
+  // last rows (the sequence ends are where masking bugs live).
+  const long long total = 1LL * pr.batch * pr.heads_q * pr.seqlen_q;
+  std::vector<long long> picks;
+  if (rows <= 0 || total <= rows) {
+    for (long long i = 0; i < total; ++i) picks.push_back(i);
+  } else {
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<long long> any(0, total - 1);
+    picks = {0, total - 1, pr.seqlen_q - 1};
+    while (static_cast<int>(picks.size()) < rows) picks.push_back(any(rng));
+  }
+  double err2 = 0.0, ref2 = 0.0;
+  for (long long idx : picks) {
+    const int s = static_cast<int>(idx % pr.seqlen_q);
+    const int h = static_cast<int>((idx / pr.seqlen_q) % pr.heads_q);
+    const int b = static_cast<int>(idx / (1LL * pr.seqlen_q * pr.heads_q));
+    double ref_lse = 0.0;
+    const std::vector<double> ref = attention_row(pr, p, mask, q, k, v, b, h, s, &ref_lse);
+    for (int x = 0; x < pr.head_dim; ++x) {
+      const double got = o.at(p, b, h, s, x);
+      const double e = std::abs(got - ref[x]);
+      r.max_abs_error = std::max(r.max_abs_error, std::isnan(e) ? INFINITY : e);
+      err2 += e * e;
+      ref2 += ref[x] * ref[x];
+    }
+    if (lse != nullptr) {
+      const double got = (*lse)[idx];
+      const double e = std::isinf(ref_lse) ? (got == ref_lse ? 0.0 : INFINITY)
+                                           : std::abs(got - ref_lse);
+      r.max_lse_error = std::max(r.max_lse_error, std::isnan(e) ? INFINITY : e);
+    }
+    ++r.rows_checked;
+  }
+  r.rel_l2_error = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  const double tol = p == Precision::bf16 ? 1e-2 : 2e-3;
+  r.passed = r.non_finite == 0 && r.rel_l2_error < tol && r.max_lse_error < 1e-2 &&
+             std::isfinite(r.max_abs_error);
+  return r;
+}
+
+}  // namespace ftattn::reference

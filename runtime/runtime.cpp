@@ -1,0 +1,130 @@
+// The Runtime facade: in-memory caches in front of the disk cache, one compile per config no
+// matter how many threads ask at once.
+#include "ftattn/runtime.hpp"
+
+#include <future>
+#include <mutex>
+#include <unordered_map>
+
+#include "runtime/driver.hpp"
+#include "runtime/kernel_builder.hpp"
+#include "runtime/loaded_kernel.hpp"
+
+namespace ftattn {
+namespace {
+
+// Single-flight map: the first caller for a key runs `make`, later callers wait for its result.
+// A failure is handed to every waiter and then forgotten, so a later call may try again.
+template <class Value>
+class OnceMap {
+ public:
+  template <class Make>
+  Value get(const KernelConfig& key, Make&& make, bool* was_cached) {
+    std::promise<Value> promise;
+    std::shared_future<Value> future;
+    bool owner = false;
+    {
+      std::lock_guard lock(mu_);
+      auto it = map_.find(key);
+      if (it != map_.end()) {
+        future = it->second;
+      } else {
+        future = promise.get_future().share();
+        map_.emplace(key, future);
+        owner = true;
+      }
+    }
+    *was_cached = !owner;
+    if (!owner) return future.get();
+    try {
+      promise.set_value(make());
+    } catch (...) {
+      promise.set_exception(std::current_exception());
+      std::lock_guard lock(mu_);
+      map_.erase(key);
+    }
+    return future.get();
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<KernelConfig, std::shared_future<Value>> map_;
+};
+
+}  // namespace
+
+struct Runtime::Impl {
+  RuntimeOptions options;
+  std::filesystem::path cache_dir;
+  std::unique_ptr<runtime::DiskCache> disk;
+  OnceMap<std::shared_ptr<const CompiledKernel>> compiled;
+  OnceMap<std::shared_ptr<const Kernel>> loaded;
+  mutable std::mutex stats_mu;
+  Stats stats;
+};
+
+Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+  impl_->cache_dir = impl_->options.cache_dir.empty() ? runtime::DiskCache::default_root()
+                                                      : impl_->options.cache_dir;
+  if (impl_->options.disk_cache)
+    impl_->disk = std::make_unique<runtime::DiskCache>(impl_->cache_dir);
+}
+
+Runtime::~Runtime() = default;
+
+bool Runtime::has_device() const { return runtime::driver_available(); }
+
+Arch Runtime::device_arch() const { return runtime::native_arch(runtime::device_info(0)); }
+
+const std::filesystem::path& Runtime::cache_dir() const { return impl_->cache_dir; }
+
+Runtime::Stats Runtime::stats() const {
+  std::lock_guard lock(impl_->stats_mu);
+  return impl_->stats;
+}
+
+KernelConfig Runtime::resolve(KernelConfig config, const Problem* problem) const {
+  if (problem != nullptr) {
+    if (config.head_dim == 0) config.head_dim = problem->head_dim;
+  }
+  const Arch device = config.arch.is_auto() && has_device() ? device_arch() : Arch{};
+  return with_defaults(config, device);
+}
+
+std::shared_ptr<const CompiledKernel> Runtime::compile(const KernelConfig& config) {
+  const KernelConfig full = config.is_complete() ? config : resolve(config);
+  bool cached = false;
+  auto kernel = impl_->compiled.get(
+      full,
+      [&] {
+        runtime::BuildOutcome out = runtime::build_kernel(full, impl_->disk.get());
+        std::lock_guard lock(impl_->stats_mu);
+        impl_->stats.compiles += out.compiled;
+        impl_->stats.disk_hits += out.disk_hit;
+        impl_->stats.corrupt_entries += out.corrupt_entry;
+        return out.kernel;
+      },
+      &cached);
+  if (cached) {
+    std::lock_guard lock(impl_->stats_mu);
+    ++impl_->stats.memory_hits;
+  }
+  return kernel;
+}
+
+std::shared_ptr<const Kernel> Runtime::kernel(const KernelConfig& config) {
+  const KernelConfig full = config.is_complete() ? config : resolve(config);
+  bool cached = false;
+  auto kernel =
+      impl_->loaded.get(full, [&] { return runtime::load_kernel(compile(full)); }, &cached);
+  return kernel;
+}
+
+void Runtime::attention(const Problem& problem, const void* q, const void* k, const void* v,
+                        void* o, CUstream stream, KernelConfig config, float* lse) {
+  const KernelConfig full = resolve(config, &problem);
+  kernel(full)->launch(problem, q, k, v, o, lse, stream);
+}
+
+}  // namespace ftattn

@@ -1,0 +1,25 @@
+// Protection policy `none`. The skeleton calls these hooks at fixed points of the main loop;
+// protection schemes (Flash-ABFT, EFTA) implement them. Here every hook is empty and compiles
+// to nothing.
+#pragma once
+
+namespace ftattn::protect {
+
+struct None {
+  struct State {};
+
+  // After GEMM I: raw scores S = Q K^T of one key block, before masking and scaling.
+  template <class Tile>
+  __device__ __forceinline__ static void after_scores(State&, const Tile&, int /*n_block*/) {}
+  // After max/exp: probabilities P of the block and the rescale factors of the running state.
+  template <class Tile, class Rows>
+  __device__ __forceinline__ static void after_probs(State&, const Tile&, const Rows&) {}
+  // After GEMM II (O += P V) of one key block.
+  template <class Acc>
+  __device__ __forceinline__ static void after_pv(State&, const Acc&, int /*n_block*/) {}
+  // Before normalisation and the store; a scheme verifies and reports here.
+  template <class Acc, class Rows>
+  __device__ __forceinline__ static void finish(State&, const Acc&, const Rows&) {}
+};
+
+}  // namespace ftattn::protect

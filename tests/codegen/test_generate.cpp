@@ -1,0 +1,122 @@
+// Codegen: determinism, readable output, and that NVRTC compiles every supported config for
+// sm_80 and sm_90a into PTX with the tensor-core MMAs we wrote.
+#include <catch2/catch.hpp>
+
+#include <regex>
+
+#include "ftattn/codegen.hpp"
+#include "ftattn/errors.hpp"
+#include "runtime/nvrtc_compiler.hpp"
+
+using namespace ftattn;
+
+namespace {
+
+KernelConfig make(int head_dim, Precision p, Mask m, Arch arch) {
+  KernelConfig c;
+  c.head_dim = head_dim;
+  c.precision = p;
+  c.mask = m;
+  c.arch = arch;
+  return with_defaults(c, arch);
+}
+
+int count(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("generate is deterministic and names the specialisation", "[codegen]") {
+  const KernelConfig c = make(128, Precision::bf16, Mask::causal, Arch{90, true});
+  const codegen::KernelSource a = codegen::generate(c);
+  const codegen::KernelSource b = codegen::generate(c);
+  CHECK(a.text == b.text);
+  CHECK(a.options == b.options);
+  CHECK(a.name == c.name());
+  CHECK(a.text.find("extern \"C\" __global__") != std::string::npos);
+  CHECK(a.text.find(a.symbol + "(") != std::string::npos);
+  CHECK(a.text.find("/*head_dim=*/128") != std::string::npos);
+  CHECK(a.text.find("ftattn::precision::BF16") != std::string::npos);
+  CHECK(a.text.find("/*causal=*/true") != std::string::npos);
+  CHECK(std::count(a.text.begin(), a.text.end(), '\n') < 40);  // a unit a person can read
+  CHECK(a.options.front() == "--gpu-architecture=sm_90a");
+
+  KernelConfig other = c;
+  other.block_n = c.block_n == 64 ? 32 : 64;
+  CHECK(codegen::generate(other).text != a.text);
+}
+
+TEST_CASE("generate refuses invalid configs with the validator's message", "[codegen]") {
+  KernelConfig c = make(128, Precision::f16, Mask::none, Arch{80, false});
+  c.precision = Precision::int8;
+  CHECK_THROWS_AS(codegen::generate(c), ConfigError);
+  c.precision = Precision::f16;
+  c.block_m = 0;
+  CHECK_THROWS_AS(codegen::generate(c), ConfigError);
+}
+
+TEST_CASE("NVRTC compiles every config of the first kernel for sm_80 and sm_90a",
+          "[codegen][nvrtc]") {
+  for (Arch arch : {Arch{80, false}, Arch{90, true}})
+    for (int d : {32, 64, 96, 128, 192, 256})
+      for (Precision p : {Precision::f16, Precision::bf16})
+        for (Mask m : {Mask::none, Mask::causal}) {
+          const KernelConfig c = make(d, p, m, arch);
+          INFO(c.name());
+          const codegen::KernelSource src = codegen::generate(c);
+          const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
+          const std::string mma = p == Precision::bf16
+                                      ? "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+                                      : "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32";
+          // Two GEMMs of d/16 and block_n/16 k-steps per key block, fully unrolled.
+          const int per_block = (c.block_m / 16) * (c.block_n / 8) * (d / 16) / c.num_warps +
+                                (c.block_m / 16) * (d / 8) * (c.block_n / 16) / c.num_warps;
+          CHECK(count(out.ptx, mma) >= per_block);
+          CHECK(out.ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") !=
+                std::string::npos);
+          CHECK(out.ptx.find("cp.async.cg.shared.global") != std::string::npos);
+          CHECK(out.ptx.find(".target sm_" + std::to_string(arch.sm)) != std::string::npos);
+          CHECK(out.cubin.size() > 1000);
+          CHECK(out.cubin.compare(0, 4, "\x7f" "ELF") == 0);
+          const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
+          CHECK(r.registers > 0);
+          CHECK(r.registers <= 255);
+        }
+}
+
+TEST_CASE("ptxas resource report is parsed for the named function only", "[codegen]") {
+  const std::string log =
+      "ptxas info    : Compiling entry function 'other' for 'sm_90a'\n"
+      "ptxas info    : Function properties for other\n"
+      "    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
+      "ptxas info    : Used 40 registers, used 1 barriers, 128 bytes smem\n"
+      "ptxas info    : Function properties for k\n"
+      "ptxas         .     16 bytes stack frame, 12 bytes spill stores, 20 bytes spill loads\n"
+      "ptxas info    : Used 255 registers, used 1 barriers\n";
+  const ResourceUsage r = runtime::parse_ptxas_log(log, "k");
+  CHECK(r.registers == 255);
+  CHECK(r.stack_frame == 16);
+  CHECK(r.spill_stores == 12);
+  CHECK(r.spill_loads == 20);
+  CHECK(r.static_shared_bytes == 0);
+  const ResourceUsage o = runtime::parse_ptxas_log(log, "other");
+  CHECK(o.registers == 40);
+  CHECK(o.static_shared_bytes == 128);
+}
+
+TEST_CASE("a compile failure carries NVRTC's log verbatim", "[codegen][nvrtc]") {
+  codegen::KernelSource bad;
+  bad.name = bad.symbol = "broken";
+  bad.text = "extern \"C\" __global__ void broken() { this_is_not_declared(); }\n";
+  bad.options = {"--gpu-architecture=sm_80"};
+  try {
+    runtime::compile_with_nvrtc(bad);
+    FAIL("expected a CompileError");
+  } catch (const CompileError& e) {
+    CHECK(e.log().find("this_is_not_declared") != std::string::npos);
+    CHECK(std::string(e.what()).find("broken") != std::string::npos);
+  }
+}

@@ -1,0 +1,333 @@
+// The rules of validate(config), validate(problem, config) and the with_defaults heuristic.
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "ftattn/config.hpp"
+#include "ftattn/errors.hpp"
+
+using namespace ftattn;
+
+// Type and message both: a wrong exception type must not pass on its text alone.
+#define REQUIRE_CONFIG_ERROR(expr, text)              \
+  do {                                                \
+    REQUIRE_THROWS_AS(expr, ftattn::ConfigError);     \
+    REQUIRE_THROWS_WITH(expr, Catch::Contains(text)); \
+  } while (0)
+
+namespace {
+
+const Arch kSm80{80, false};
+const Arch kSm86{86, false};
+const Arch kSm89{89, false};
+const Arch kSm90a{90, true};
+
+KernelConfig make(int d, int m, int n, int w, int s, Arch arch = kSm80,
+                  Precision p = Precision::f16) {
+  KernelConfig c;
+  c.head_dim = d;
+  c.block_m = m;
+  c.block_n = n;
+  c.num_warps = w;
+  c.num_stages = s;
+  c.precision = p;
+  c.arch = arch;
+  return c;
+}
+
+KernelConfig partial(int d, Arch arch = Arch{}) {
+  KernelConfig c;
+  c.head_dim = d;
+  c.arch = arch;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("validate: accepts the standard configs", "[validate]") {
+  for (int d : {32, 64, 96, 128}) {
+    CHECK_NOTHROW(validate(make(d, 128, 64, 4, 2)));
+    CHECK_NOTHROW(validate(make(d, 128, 64, 4, 2, kSm90a, Precision::bf16)));
+  }
+  CHECK_NOTHROW(validate(make(192, 64, 64, 4, 2)));
+  CHECK_NOTHROW(validate(make(256, 64, 64, 4, 1)));
+  CHECK_NOTHROW(validate(make(256, 64, 64, 4, 2, kSm90a)));
+  CHECK_NOTHROW(validate(make(64, 16, 16, 1, 1)));
+  CHECK_NOTHROW(validate(make(64, 256, 32, 8, 3)));
+  // Exactly at the accumulator limit: 2 tiles * (64 + 32) = 192.
+  CHECK_NOTHROW(validate(make(128, 128, 64, 4, 1)));
+  // Exactly at sm_86's shared memory limit: (64 + 2*64) * 264 * 2 = 101376 = 99 KiB.
+  REQUIRE(make(256, 64, 64, 4, 1, kSm86).shared_memory_bytes() == 99 * 1024);
+  CHECK_NOTHROW(validate(make(256, 64, 64, 4, 1, kSm86)));
+}
+
+TEST_CASE("validate: incomplete configs list the open fields", "[validate]") {
+  REQUIRE_CONFIG_ERROR(validate(KernelConfig{}),
+                       "head_dim, block_m, block_n, num_warps, num_stages, arch");
+  REQUIRE_CONFIG_ERROR(validate(partial(128, kSm80)),
+                       "block_m, block_n, num_warps, num_stages still open");
+  REQUIRE_CONFIG_ERROR(validate(partial(128, kSm80)), "with_defaults");
+  REQUIRE_CONFIG_ERROR(validate(make(128, 128, 64, 4, 2, Arch{})), ": arch still open");
+  KernelConfig c = make(128, 128, 64, 4, 2);
+  c.block_n = -64;
+  REQUIRE_CONFIG_ERROR(validate(c), "block_n is -64");
+}
+
+TEST_CASE("validate: arch rules", "[validate]") {
+  REQUIRE_CONFIG_ERROR(validate(make(128, 128, 64, 4, 2, Arch{75, false})),
+                       "unsupported arch 'sm_75'");
+  REQUIRE_CONFIG_ERROR(validate(make(128, 128, 64, 4, 2, Arch{86, true})),
+                       "sm_86a: the 'a' suffix exists only for sm_90a and sm_100a");
+  REQUIRE_CONFIG_ERROR(validate(make(128, 128, 64, 4, 2, kSm86, Precision::fp8_e4m3)),
+                       "precision fp8_e4m3 needs sm_89 or newer, not sm_86");
+}
+
+TEST_CASE("validate: head_dim, warps, stages, block_n", "[validate]") {
+  REQUIRE_CONFIG_ERROR(validate(make(80, 128, 64, 4, 2)),
+                       "head_dim 80 is not supported: use one of 32, 64, 96, 128, 192, 256");
+  REQUIRE_CONFIG_ERROR(validate(make(512, 64, 64, 4, 2)), "head_dim 512");
+  REQUIRE_CONFIG_ERROR(validate(make(128, 128, 64, 3, 2)),
+                       "num_warps 3 is not supported: use 1, 2, 4 or 8");
+  REQUIRE_CONFIG_ERROR(validate(make(128, 256, 64, 16, 2)), "num_warps 16");
+  REQUIRE_CONFIG_ERROR(validate(make(64, 128, 64, 4, 4)),
+                       "num_stages 4 is not supported: use 1, 2 or 3");
+  REQUIRE_CONFIG_ERROR(validate(make(64, 128, 40, 4, 2)),
+                       "block_n 40 is not supported: use a multiple of 16 between 16 and 256");
+  REQUIRE_CONFIG_ERROR(validate(make(32, 64, 512, 4, 1)), "block_n 512");
+}
+
+TEST_CASE("validate: block_m must be whole 16-row tiles per warp", "[validate]") {
+  REQUIRE_CONFIG_ERROR(validate(make(128, 96, 64, 4, 2)),
+                       "block_m 96 is not a multiple of 16 * num_warps = 64");
+  REQUIRE_CONFIG_ERROR(validate(make(128, 96, 64, 4, 2)), "change num_warps");
+  REQUIRE_CONFIG_ERROR(validate(make(64, 64, 64, 8, 2)),
+                       "block_m 64 is not a multiple of 16 * num_warps = 128");
+  REQUIRE_CONFIG_ERROR(validate(make(32, 512, 16, 8, 1)), "block_m 512 is over the limit of 256");
+  CHECK_NOTHROW(validate(make(64, 96, 64, 2, 2)));  // 96 = 3 tiles of 2 warps * 16 rows
+}
+
+TEST_CASE("validate: accumulator register budget", "[validate]") {
+  // 2 tiles per warp * (128/8*4 + 128/8*4) = 2 * 128 = 256 > 192.
+  REQUIRE_CONFIG_ERROR(validate(make(128, 128, 128, 4, 1)),
+                       "would need 256 accumulator registers per thread (limit 192): lower "
+                       "block_m or block_n, or raise num_warps");
+  // d256 with a 128-row tile on 4 warps: 2 * (128 + 32) = 320.
+  REQUIRE_CONFIG_ERROR(validate(make(256, 128, 64, 4, 1, kSm90a)),
+                       "would need 320 accumulator registers");
+  // Raising num_warps fixes it.
+  CHECK_NOTHROW(validate(make(128, 128, 128, 8, 1)));
+}
+
+TEST_CASE("validate: shared memory over the arch limit", "[validate]") {
+  const KernelConfig c = make(256, 64, 64, 4, 3, kSm86);
+  const int bytes = (64 + 2 * 3 * 64) * (256 + 8) * 2;
+  REQUIRE(c.shared_memory_bytes() == bytes);
+  REQUIRE(bytes == 236544);
+  REQUIRE_CONFIG_ERROR(validate(c), "need 236544 bytes of shared memory");
+  REQUIRE_CONFIG_ERROR(validate(c), "sm_86 allows at most 101376");
+  REQUIRE_CONFIG_ERROR(validate(c), "lower num_stages or block_n");
+  // Even Hopper's 227 KiB (232448 bytes) is too small for it; two stages fit there.
+  REQUIRE_CONFIG_ERROR(validate(make(256, 64, 64, 4, 3, kSm90a)), "sm_90a allows at most 232448");
+  CHECK_NOTHROW(validate(make(256, 64, 64, 4, 2, kSm90a)));
+  // And sm_80's 163 KiB only with fewer stages.
+  REQUIRE_CONFIG_ERROR(validate(make(256, 64, 64, 4, 2, kSm80)), "sm_80 allows at most 166912");
+}
+
+TEST_CASE("validate: precisions and protections not built yet", "[validate]") {
+  REQUIRE_CONFIG_ERROR(validate(make(128, 128, 64, 4, 2, kSm80, Precision::int8)),
+                       "precision int8 is not built yet: use f16 or bf16");
+  REQUIRE_CONFIG_ERROR(validate(make(128, 128, 64, 4, 2, kSm80, Precision::f16_pasa)),
+                       "precision f16_pasa is not built yet");
+  REQUIRE_CONFIG_ERROR(validate(make(128, 128, 64, 4, 2, kSm89, Precision::fp8_e4m3)),
+                       "precision fp8_e4m3 is not built yet");
+  for (Protection p : {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct}) {
+    KernelConfig c = make(128, 128, 64, 4, 2);
+    c.protection = p;
+    REQUIRE_CONFIG_ERROR(validate(c),
+                         "protection " + std::string(to_string(p)) + " is not built yet: use none");
+  }
+}
+
+TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
+  KernelConfig c = with_defaults(partial(128), kSm90a);
+  CHECK(c == make(128, 128, 64, 4, 2, kSm90a));
+  CHECK(c.name() == "ftattn_fwd_sm90a_f16_d128_m128n64_w4s2_none_none");
+
+  c = with_defaults(partial(64), kSm80);
+  CHECK(c == make(64, 128, 64, 4, 2, kSm80));
+
+  c = with_defaults(partial(192), kSm90a);
+  CHECK(c == make(192, 64, 64, 4, 2, kSm90a));
+
+  // The config's own arch wins over the device's.
+  c = with_defaults(partial(64, kSm86), kSm90a);
+  CHECK(c.arch == kSm86);
+  // Without a device, a config that names its arch still resolves.
+  c = with_defaults(partial(64, kSm86), Arch{});
+  CHECK(c.arch == kSm86);
+  CHECK_NOTHROW(validate(c));
+
+  // Every supported head_dim on every arch resolves to a valid config.
+  for (Arch arch : {kSm80, kSm86, Arch{87, false}, kSm89, Arch{90, false}, kSm90a, Arch{100, true},
+                    Arch{120, false}}) {
+    for (int d : {32, 64, 96, 128, 192, 256}) {
+      for (Precision p : {Precision::f16, Precision::bf16}) {
+        KernelConfig open = partial(d);
+        open.precision = p;
+        open.mask = Mask::causal;
+        INFO(arch.to_string() << " d" << d);
+        KernelConfig r;
+        REQUIRE_NOTHROW(r = with_defaults(open, arch));
+        CHECK(r.is_complete());
+        CHECK_NOTHROW(validate(r));
+        CHECK(r.precision == p);
+        CHECK(r.mask == Mask::causal);
+        CHECK(r.shared_memory_bytes() <= max_shared_memory_bytes(arch));
+      }
+    }
+  }
+}
+
+TEST_CASE("with_defaults: shrinks to fit the arch's shared memory", "[validate]") {
+  // d256 with 2 stages needs 168960 bytes: over sm_86's 99 KiB and sm_80's 163 KiB.
+  KernelConfig c = with_defaults(partial(256), kSm86);
+  CHECK(c == make(256, 64, 64, 4, 1, kSm86));
+  CHECK(c.shared_memory_bytes() <= max_shared_memory_bytes(kSm86));
+  c = with_defaults(partial(256), kSm80);
+  CHECK(c.num_stages == 1);
+  c = with_defaults(partial(256), kSm90a);
+  CHECK(c.num_stages == 2);
+
+  // d128 on sm_86: 104448 bytes with 2 stages, so 1.
+  CHECK(with_defaults(partial(128), kSm86) == make(128, 128, 64, 4, 1, kSm86));
+
+  // A user-set num_stages stays; block_n gives instead.
+  KernelConfig s2 = partial(256);
+  s2.num_stages = 2;
+  c = with_defaults(s2, kSm86);
+  CHECK(c.num_stages == 2);
+  CHECK(c.block_n == 32);
+  CHECK(c.shared_memory_bytes() <= max_shared_memory_bytes(kSm86));
+
+  // Both fixed and too big: reported, not silently changed.
+  KernelConfig fixed = partial(256);
+  fixed.num_stages = 3;
+  fixed.block_n = 64;
+  REQUIRE_CONFIG_ERROR(with_defaults(fixed, kSm86), "lower num_stages or block_n");
+}
+
+TEST_CASE("with_defaults: keeps the knobs the user set", "[validate]") {
+  KernelConfig user = partial(64);
+  user.block_n = 32;
+  user.num_stages = 3;
+  user.precision = Precision::bf16;
+  user.mask = Mask::causal;
+  KernelConfig c = with_defaults(user, kSm80);
+  CHECK(c.block_n == 32);
+  CHECK(c.num_stages == 3);
+  CHECK(c.block_m == 128);
+  CHECK(c.num_warps == 4);
+  CHECK(c.precision == Precision::bf16);
+  CHECK(c.mask == Mask::causal);
+
+  // A complete, valid config comes back unchanged.
+  const KernelConfig full = make(96, 64, 32, 2, 3, kSm89, Precision::bf16);
+  CHECK(with_defaults(full, kSm90a) == full);
+
+  // A user-set num_warps gets a block_m it divides and that fits the register budget.
+  user = partial(128);
+  user.num_warps = 8;
+  c = with_defaults(user, kSm80);
+  CHECK(c.num_warps == 8);
+  CHECK(c.block_m % (16 * 8) == 0);
+  CHECK_NOTHROW(validate(c));
+  user.num_warps = 1;
+  c = with_defaults(user, kSm80);
+  CHECK(c.num_warps == 1);
+  CHECK_NOTHROW(validate(c));
+  user = partial(256);
+  user.num_warps = 8;
+  c = with_defaults(user, kSm90a);
+  CHECK(c.block_m == 128);
+  CHECK_NOTHROW(validate(c));
+
+  // A user-set invalid knob is kept and reported.
+  user = partial(128);
+  user.block_m = 96;
+  REQUIRE_CONFIG_ERROR(with_defaults(user, kSm80), "block_m 96");
+  user = partial(128);
+  user.num_warps = -4;
+  REQUIRE_CONFIG_ERROR(with_defaults(user, kSm80), "num_warps is -4");
+}
+
+TEST_CASE("with_defaults: errors", "[validate]") {
+  REQUIRE_CONFIG_ERROR(with_defaults(partial(128), Arch{}),
+                       "no GPU to take the arch from: give --arch / KernelConfig::arch");
+  REQUIRE_CONFIG_ERROR(with_defaults(partial(0), kSm80), "head_dim is required");
+  REQUIRE_CONFIG_ERROR(with_defaults(partial(80), kSm80), "head_dim 80 is not supported");
+  KernelConfig int8 = partial(128);
+  int8.precision = Precision::int8;
+  REQUIRE_CONFIG_ERROR(with_defaults(int8, kSm80), "precision int8 is not built yet");
+  REQUIRE_CONFIG_ERROR(with_defaults(partial(128), Arch{75, false}), "unsupported arch 'sm_75'");
+}
+
+TEST_CASE("validate: problem against config", "[validate]") {
+  const KernelConfig c = make(128, 128, 64, 4, 2);
+  CHECK_NOTHROW(validate(Problem::bhsd(2, 32, 8, 1000, 1000, 128), c));
+  CHECK_NOTHROW(validate(Problem::bshd(2, 32, 1, 1, 4096, 128), c));  // MQA, one query row
+
+  REQUIRE_CONFIG_ERROR(validate(Problem::bhsd(2, 32, 5, 128, 128, 128), c),
+                       "heads_kv (5) must divide heads_q (32) for GQA/MQA");
+  REQUIRE_CONFIG_ERROR(validate(Problem::bhsd(2, 32, 8, 128, 128, 64), c),
+                       "problem head_dim 64 does not match the kernel config's head_dim 128");
+  REQUIRE_CONFIG_ERROR(validate(Problem::bhsd(0, 32, 8, 128, 128, 128), c),
+                       "problem batch is 0: it must be at least 1");
+  REQUIRE_CONFIG_ERROR(validate(Problem::bhsd(1, 32, 8, 0, 128, 128), c), "seqlen_q is 0");
+  REQUIRE_CONFIG_ERROR(validate(Problem::bhsd(1, 32, 8, 128, 0, 128), c), "seqlen_k is 0");
+  REQUIRE_CONFIG_ERROR(validate(Problem::bhsd(1, 0, 1, 128, 128, 128), c), "heads_q is 0");
+  REQUIRE_CONFIG_ERROR(validate(Problem{}, c), "seqlen_q is 0");
+}
+
+TEST_CASE("validate: problem strides and scale", "[validate]") {
+  const KernelConfig c = make(128, 128, 64, 4, 2);
+  Problem p = Problem::bhsd(2, 8, 8, 256, 256, 128);
+
+  Problem bad = p;
+  bad.k.head = -1;
+  REQUIRE_CONFIG_ERROR(validate(bad, c), "k head stride is -1");
+  bad = p;
+  bad.o.seq = 64;
+  REQUIRE_CONFIG_ERROR(validate(bad, c), "o seq stride 64 is smaller than head_dim 128");
+  // One row: any seq stride is fine. Broadcast K/V over the batch (stride 0) is fine too.
+  Problem one = Problem::bhsd(2, 8, 8, 1, 256, 128);
+  one.q.seq = 0;
+  one.o.seq = 0;
+  one.k.batch = 0;
+  one.v.batch = 0;
+  CHECK_NOTHROW(validate(one, c));
+
+  bad = p;
+  bad.softmax_scale = -1.0f;
+  REQUIRE_CONFIG_ERROR(validate(bad, c), "softmax_scale");
+  bad.softmax_scale = std::numeric_limits<float>::infinity();
+  REQUIRE_CONFIG_ERROR(validate(bad, c), "softmax_scale inf");
+  bad.softmax_scale = std::numeric_limits<float>::quiet_NaN();
+  REQUIRE_CONFIG_ERROR(validate(bad, c), "softmax_scale");
+  bad.softmax_scale = 0.25f;
+  CHECK_NOTHROW(validate(bad, c));
+}
+
+TEST_CASE("validate: problem size guards", "[validate]") {
+  const KernelConfig c = make(128, 128, 64, 4, 2);
+  // 2 * 32 * 2^26 = 2^32 LSE rows: over int32.
+  REQUIRE_CONFIG_ERROR(validate(Problem::bhsd(2, 32, 32, 1 << 26, 1024, 128), c),
+                       "over 2^31-1 rows");
+  // 2^31-1 rows exactly is allowed.
+  CHECK_NOTHROW(validate(Problem::bhsd(1, 1, 1, std::numeric_limits<int32_t>::max(), 16, 128), c));
+
+  // Element offsets past int64.
+  Problem huge = Problem::bhsd(1 << 20, 8, 8, 128, 128, 128);
+  huge.k.batch = int64_t{1} << 50;
+  REQUIRE_CONFIG_ERROR(validate(huge, c), "k element offsets overflow int64");
+}

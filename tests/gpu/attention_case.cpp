@@ -1,0 +1,52 @@
+#include "tests/gpu/attention_case.hpp"
+
+#include "runtime/driver.hpp"
+
+namespace ftattn::gpu_test {
+
+CaseResult run_case(Runtime& rt, const KernelConfig& config, const Problem& problem,
+                    bool with_lse, int rows, uint64_t seed, bool via_attention) {
+  const KernelConfig full = rt.resolve(config, &problem);
+  const Precision p = full.precision;
+  std::mt19937_64 rng(seed);
+  const int d = problem.head_dim;
+  auto q = reference::random_tensor(rng, p, problem.q, problem.batch, problem.heads_q,
+                                    problem.seqlen_q, d);
+  auto k = reference::random_tensor(rng, p, problem.k, problem.batch, problem.heads_kv,
+                                    problem.seqlen_k, d);
+  auto v = reference::random_tensor(rng, p, problem.v, problem.batch, problem.heads_kv,
+                                    problem.seqlen_k, d);
+  reference::Tensor16 o;
+  o.strides = problem.o;
+  o.data.resize(reference::span_elements(problem.o, problem.batch, problem.heads_q,
+                                         problem.seqlen_q, d));
+
+  runtime::DeviceBuffer dq(q.data.size() * 2), dk(k.data.size() * 2), dv(v.data.size() * 2),
+      dout(o.data.size() * 2);
+  dq.upload(q.data.data(), dq.bytes());
+  dk.upload(k.data.data(), dk.bytes());
+  dv.upload(v.data.data(), dv.bytes());
+  dout.fill_bytes(0xFF);  // NaN everywhere: an element the kernel does not write fails the check
+  const size_t lse_count = static_cast<size_t>(problem.batch) * problem.heads_q * problem.seqlen_q;
+  runtime::DeviceBuffer dlse(with_lse ? lse_count * sizeof(float) : 0);
+  if (with_lse) dlse.fill_bytes(0xFF);
+
+  float* lse_ptr = with_lse ? static_cast<float*>(dlse.data()) : nullptr;
+  if (via_attention)
+    rt.attention(problem, dq.data(), dk.data(), dv.data(), dout.data(), nullptr, config, lse_ptr);
+  else
+    rt.kernel(full)->launch(problem, dq.data(), dk.data(), dv.data(), dout.data(), lse_ptr,
+                            nullptr);
+  runtime::check(runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
+  dout.download(o.data.data(), dout.bytes());
+  std::vector<float> lse(with_lse ? lse_count : 0);
+  if (with_lse) dlse.download(lse.data(), dlse.bytes());
+
+  CaseResult r;
+  r.config_name = full.name();
+  r.report = reference::check(problem, p, full.mask, q, k, v, o, with_lse ? &lse : nullptr, rows,
+                              seed + 17);
+  return r;
+}
+
+}  // namespace ftattn::gpu_test

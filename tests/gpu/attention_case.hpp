@@ -1,0 +1,20 @@
+// One GPU attention run checked against the host reference: random inputs, poisoned output,
+// launch, download, compare.
+#pragma once
+
+#include "ftattn/reference.hpp"
+#include "ftattn/runtime.hpp"
+
+namespace ftattn::gpu_test {
+
+struct CaseResult {
+  reference::CheckReport report;
+  std::string config_name;
+};
+
+// `rows` as in reference::check (<= 0: every row). `with_lse` also checks the log-sum-exp.
+// `via_attention` launches through Runtime::attention with `config` as given (maybe open).
+CaseResult run_case(Runtime& rt, const KernelConfig& config, const Problem& problem,
+                    bool with_lse, int rows, uint64_t seed, bool via_attention = false);
+
+}  // namespace ftattn::gpu_test

@@ -1,0 +1,148 @@
+// GPU tests: every supported config of the sm80 skeleton on several shapes, against the host
+// reference in double precision. Run on the device machine: ./ftattn_gpu_tests
+#include <catch2/catch.hpp>
+
+#include "ftattn/runtime.hpp"
+#include "tests/gpu/attention_case.hpp"
+
+using namespace ftattn;
+
+namespace {
+
+Runtime& shared_runtime() {
+  static Runtime rt;
+  return rt;
+}
+
+KernelConfig config_for(int head_dim, Precision p, Mask m) {
+  KernelConfig c;
+  c.head_dim = head_dim;
+  c.precision = p;
+  c.mask = m;
+  return c;
+}
+
+void expect_pass(const gpu_test::CaseResult& r) {
+  INFO(r.config_name << ": " << r.report.summary());
+  CHECK(r.report.passed);
+  CHECK(r.report.rows_checked > 0);
+}
+
+}  // namespace
+
+TEST_CASE("every head dim, precision and mask matches the reference", "[gpu]") {
+  Runtime& rt = shared_runtime();
+  REQUIRE(rt.has_device());
+  for (int d : {32, 64, 96, 128, 192, 256})
+    for (Precision p : {Precision::f16, Precision::bf16})
+      for (Mask m : {Mask::none, Mask::causal}) {
+        // Odd lengths on purpose: neither a multiple of block_m nor of block_n.
+        const Problem pr = Problem::bhsd(2, 3, 3, 200, 200, d);
+        expect_pass(gpu_test::run_case(rt, config_for(d, p, m), pr, true, 0, 1000 + d));
+      }
+}
+
+TEST_CASE("odd and tiny sequence lengths", "[gpu]") {
+  Runtime& rt = shared_runtime();
+  for (auto [sq, sk] : std::vector<std::pair<int, int>>{{1, 1}, {1, 77}, {17, 5}, {63, 65},
+                                                        {129, 128}, {255, 513}})
+    for (Mask m : {Mask::none, Mask::causal}) {
+      INFO("seqlen_q " << sq << " seqlen_k " << sk);
+      const Problem pr = Problem::bhsd(1, 2, 2, sq, sk, 128);
+      expect_pass(gpu_test::run_case(rt, config_for(128, Precision::f16, m), pr, true, 0, sq * sk));
+    }
+}
+
+TEST_CASE("causal with seqlen_q != seqlen_k is aligned bottom-right", "[gpu]") {
+  Runtime& rt = shared_runtime();
+  // seqlen_q > seqlen_k leaves the first rows with no key at all: they must come out 0.
+  for (auto [sq, sk] : std::vector<std::pair<int, int>>{{128, 384}, {300, 100}, {96, 1000}})
+    for (Precision p : {Precision::f16, Precision::bf16}) {
+      INFO("seqlen_q " << sq << " seqlen_k " << sk);
+      const Problem pr = Problem::bhsd(2, 2, 2, sq, sk, 64);
+      expect_pass(gpu_test::run_case(rt, config_for(64, p, Mask::causal), pr, true, 0, sq + sk));
+    }
+}
+
+TEST_CASE("strided layouts, GQA and MQA", "[gpu]") {
+  Runtime& rt = shared_runtime();
+  SECTION("bshd") {
+    const Problem pr = Problem::bshd(2, 4, 4, 333, 257, 128);
+    expect_pass(gpu_test::run_case(rt, config_for(128, Precision::bf16, Mask::causal), pr, false,
+                                   0, 5));
+  }
+  SECTION("GQA 8 query heads over 2 kv heads") {
+    const Problem pr = Problem::bhsd(2, 8, 2, 190, 190, 64);
+    expect_pass(gpu_test::run_case(rt, config_for(64, Precision::f16, Mask::none), pr, true, 0, 6));
+  }
+  SECTION("MQA") {
+    const Problem pr = Problem::bhsd(1, 6, 1, 130, 260, 128);
+    expect_pass(gpu_test::run_case(rt, config_for(128, Precision::f16, Mask::causal), pr, true,
+                                   0, 7));
+  }
+  SECTION("padded rows: seq stride larger than head_dim") {
+    Problem pr = Problem::bhsd(2, 2, 2, 100, 100, 64);
+    for (Strides* s : {&pr.q, &pr.k, &pr.v, &pr.o}) {
+      s->seq = 64 + 16;
+      s->head = s->seq * 100;
+      s->batch = s->head * 2;
+    }
+    expect_pass(gpu_test::run_case(rt, config_for(64, Precision::bf16, Mask::none), pr, true, 0,
+                                   8));
+  }
+  SECTION("softmax scale") {
+    Problem pr = Problem::bhsd(1, 2, 2, 150, 150, 64);
+    pr.softmax_scale = 0.3f;
+    expect_pass(gpu_test::run_case(rt, config_for(64, Precision::f16, Mask::causal), pr, true, 0,
+                                   9));
+  }
+}
+
+TEST_CASE("non-default tiles: every block shape, warp count and stage count", "[gpu]") {
+  Runtime& rt = shared_runtime();
+  struct Tile {
+    int m, n, w, s;
+  };
+  for (Tile t : {Tile{64, 64, 4, 1}, Tile{128, 32, 8, 2}, Tile{64, 128, 4, 2}, Tile{128, 64, 4, 3},
+                 Tile{32, 64, 2, 2}, Tile{16, 16, 1, 1}, Tile{128, 128, 8, 2}})
+    for (Mask m : {Mask::none, Mask::causal}) {
+      KernelConfig c = config_for(64, Precision::f16, m);
+      c.block_m = t.m;
+      c.block_n = t.n;
+      c.num_warps = t.w;
+      c.num_stages = t.s;
+      const Problem pr = Problem::bhsd(1, 2, 2, 300, 301, 64);
+      expect_pass(gpu_test::run_case(rt, c, pr, true, 0, t.m * t.n + t.s));
+    }
+}
+
+TEST_CASE("a large problem matches on sampled rows", "[gpu][large]") {
+  Runtime& rt = shared_runtime();
+  for (Precision p : {Precision::f16, Precision::bf16})
+    for (Mask m : {Mask::none, Mask::causal}) {
+      const Problem pr = Problem::bhsd(4, 32, 32, 4096, 4096, 128);
+      expect_pass(gpu_test::run_case(rt, config_for(128, p, m), pr, true, 128, 11));
+    }
+}
+
+TEST_CASE("Runtime::attention fills an open config and launches on the caller's stream",
+          "[gpu]") {
+  Runtime& rt = shared_runtime();
+  const Problem pr = Problem::bhsd(1, 2, 2, 64, 64, 64);
+  KernelConfig open;
+  open.precision = Precision::bf16;
+  const KernelConfig full = rt.resolve(open, &pr);
+  CHECK(full.is_complete());
+  CHECK(full.head_dim == 64);
+  CHECK(full.arch == rt.device_arch());
+  expect_pass(gpu_test::run_case(rt, open, pr, true, 0, 12, /*via_attention=*/true));
+}
+
+TEST_CASE("launch rejects a problem that does not fit the kernel", "[gpu]") {
+  Runtime& rt = shared_runtime();
+  KernelConfig c = config_for(64, Precision::f16, Mask::none);
+  const Problem pr = Problem::bhsd(1, 2, 2, 64, 64, 128);  // head_dim 128 vs kernel's 64
+  auto kernel = rt.kernel(rt.resolve(c));
+  CHECK_THROWS_AS(kernel->launch(pr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr),
+                  ConfigError);
+}

@@ -1,0 +1,503 @@
+#include <stdlib.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <latch>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ftattn/errors.hpp"
+#include "runtime/disk_cache.hpp"
+#include "runtime/hash.hpp"
+
+namespace fs = std::filesystem;
+using ftattn::CacheError;
+using ftattn::runtime::CacheEntry;
+using ftattn::runtime::DiskCache;
+using ftattn::runtime::hash_hex;
+using Status = DiskCache::LoadStatus;
+
+namespace {
+
+// A fresh directory per test, removed afterwards.
+class TempDir {
+ public:
+  TempDir() {
+    std::random_device rd;
+    path_ = fs::temp_directory_path() /
+            ("ftattn_test_disk_cache_" + std::to_string(rd()) + "_" + std::to_string(rd()));
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// Sets or unsets an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value != nullptr) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+CacheEntry make_entry(const std::string& seed) {
+  CacheEntry e;
+  e.key = hash_hex(seed);
+  e.name = "ftattn_fwd_sm80_f16_d128_m128n64_w4s2_causal_none_" + seed;
+  e.source = "extern \"C\" __global__ void k() {} // " + seed + "\n";
+  e.ptx = ".version 8.0\n.target sm_80\n// " + seed + "\n";
+  e.cubin = std::string(
+                "\x7f"
+                "ELF\0\0\x01\x02\0",
+                9) +
+            seed + std::string(3, '\0') + "\xff\xfe";
+  e.log = "ptxas info    : Used 128 registers, " + seed + "\n";
+  e.meta = {{"config", seed},
+            {"compile_seconds", 1.25},
+            {"registers", 128},
+            {"options", {"--gpu-architecture=sm_80", "-O3"}}};
+  return e;
+}
+
+void require_same(const CacheEntry& a, const CacheEntry& b) {
+  CHECK(a.key == b.key);
+  CHECK(a.name == b.name);
+  CHECK(a.source == b.source);
+  CHECK(a.ptx == b.ptx);
+  CHECK(a.cubin == b.cubin);
+  CHECK(a.log == b.log);
+  CHECK(a.meta == b.meta);
+}
+
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_all(const fs::path& p, const std::string& data) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out << data;
+  REQUIRE(out.good());
+}
+
+}  // namespace
+
+TEST_CASE("DiskCache store then load round-trips every field", "[disk_cache]") {
+  TempDir tmp;
+  const fs::path root = tmp.path() / "cache";  // does not exist yet: created on store
+  DiskCache cache(root);
+  CHECK(cache.root() == root);
+  const CacheEntry e = make_entry("roundtrip");
+  REQUIRE(e.cubin.find('\0') != std::string::npos);
+
+  cache.store(e);
+  const fs::path dir = root / "v1" / e.key.substr(0, 2) / e.key;
+  CHECK(cache.entry_dir(e.key) == dir);
+  for (const char* f :
+       {"kernel.cu", "kernel.ptx", "kernel.cubin", "compile.log", "meta.json", "manifest.json"}) {
+    CHECK(fs::is_regular_file(dir / f));
+  }
+  CHECK(read_all(dir / "kernel.cubin") == e.cubin);
+
+  const DiskCache::LoadResult r = cache.load(e.key);
+  REQUIRE(r.status == Status::hit);
+  REQUIRE(r.entry.has_value());
+  require_same(*r.entry, e);
+
+  // A second cache object on the same root (another process, in effect) sees it too.
+  const DiskCache::LoadResult r2 = DiskCache(root).load(e.key);
+  REQUIRE(r2.status == Status::hit);
+  require_same(*r2.entry, e);
+}
+
+TEST_CASE("DiskCache round-trips empty fields and large binaries", "[disk_cache]") {
+  TempDir tmp;
+  DiskCache cache(tmp.path());
+  CacheEntry e;
+  e.key = hash_hex("empty");
+  cache.store(e);  // everything empty, meta null
+  auto r = cache.load(e.key);
+  REQUIRE(r.status == Status::hit);
+  require_same(*r.entry, e);
+
+  CacheEntry big = make_entry("big");
+  std::mt19937 rng(7);
+  big.cubin.resize(3 << 20);
+  for (auto& c : big.cubin) c = static_cast<char>(rng());
+  cache.store(big);
+  r = cache.load(big.key);
+  REQUIRE(r.status == Status::hit);
+  CHECK(r.entry->cubin == big.cubin);
+}
+
+TEST_CASE("DiskCache load of an unknown key is a miss", "[disk_cache]") {
+  TempDir tmp;
+  DiskCache cache(tmp.path() / "never_created");
+  const auto r = cache.load(hash_hex("unknown"));
+  CHECK(r.status == Status::miss);
+  CHECK_FALSE(r.entry.has_value());
+  CHECK_FALSE(fs::exists(tmp.path() / "never_created"));  // load creates nothing
+
+  cache.store(make_entry("other"));
+  CHECK(cache.load(hash_hex("unknown")).status == Status::miss);
+}
+
+TEST_CASE("DiskCache detects and removes damaged entries", "[disk_cache]") {
+  TempDir tmp;
+  DiskCache cache(tmp.path());
+  const CacheEntry e = make_entry("victim");
+  cache.store(e);
+  const fs::path dir = cache.entry_dir(e.key);
+  REQUIRE(cache.load(e.key).status == Status::hit);
+
+  SECTION("truncated cubin") { fs::resize_file(dir / "kernel.cubin", e.cubin.size() - 1); }
+  SECTION("one flipped byte in cubin") {
+    std::string bytes = read_all(dir / "kernel.cubin");
+    bytes[bytes.size() / 2] ^= 0x01;
+    write_all(dir / "kernel.cubin", bytes);
+  }
+  SECTION("missing cubin") { fs::remove(dir / "kernel.cubin"); }
+  SECTION("altered meta.json") {
+    std::string text = read_all(dir / "meta.json");
+    text.replace(text.find("1.25"), 4, "9.25");
+    write_all(dir / "meta.json", text);
+  }
+  SECTION("missing manifest") { fs::remove(dir / "manifest.json"); }
+  SECTION("manifest with bad JSON") {
+    std::string text = read_all(dir / "manifest.json");
+    write_all(dir / "manifest.json", text.substr(0, text.size() / 2));
+  }
+  SECTION("manifest of another key") {
+    const CacheEntry other = make_entry("other");
+    cache.store(other);
+    fs::copy_file(cache.entry_dir(other.key) / "manifest.json", dir / "manifest.json",
+                  fs::copy_options::overwrite_existing);
+  }
+  SECTION("manifest naming another key, file records intact") {
+    auto manifest = nlohmann::json::parse(read_all(dir / "manifest.json"));
+    manifest["key"] = hash_hex("someone else");
+    write_all(dir / "manifest.json", manifest.dump());
+  }
+  SECTION("entry is a file, not a directory") {
+    fs::remove_all(dir);
+    write_all(dir, "junk");
+  }
+
+  const auto r = cache.load(e.key);
+  CHECK(r.status == Status::corrupt);
+  CHECK_FALSE(r.entry.has_value());
+  CHECK_FALSE(r.reason.empty());
+  CHECK_FALSE(fs::exists(dir));
+  CHECK(cache.load(e.key).status == Status::miss);
+
+  // And it can be rebuilt.
+  cache.store(e);
+  const auto again = cache.load(e.key);
+  REQUIRE(again.status == Status::hit);
+  require_same(*again.entry, e);
+}
+
+TEST_CASE("DiskCache store replaces nothing but heals a damaged entry", "[disk_cache]") {
+  TempDir tmp;
+  DiskCache cache(tmp.path());
+  const CacheEntry e = make_entry("heal");
+  cache.store(e);
+  // Same key stored again: the existing sound entry is kept, no error.
+  cache.store(e);
+  REQUIRE(cache.load(e.key).status == Status::hit);
+  // A damaged entry in the way of store() is replaced rather than kept.
+  fs::resize_file(cache.entry_dir(e.key) / "kernel.cubin", 1);
+  cache.store(e);
+  const auto r = cache.load(e.key);
+  REQUIRE(r.status == Status::hit);
+  require_same(*r.entry, e);
+}
+
+TEST_CASE("DiskCache ignores and clears temp dirs of crashed writers", "[disk_cache]") {
+  TempDir tmp;
+  DiskCache cache(tmp.path());
+  const CacheEntry kept = make_entry("kept");
+  cache.store(kept);
+
+  // What a writer killed mid-store leaves: a temp dir with some files and no manifest, plus an
+  // entry dir that never got its manifest.
+  const std::string crashed_key = hash_hex("crashed");
+  const fs::path stray = tmp.path() / "v1" / "tmp" / (crashed_key + ".12345.deadbeefdeadbeef");
+  fs::create_directories(stray);
+  write_all(stray / "kernel.cu", "partial");
+  const fs::path half = cache.entry_dir(hash_hex("half"));
+  fs::create_directories(half);
+  write_all(half / "kernel.cu", "partial");
+
+  const auto listed = cache.list();
+  REQUIRE(listed.size() == 1);
+  CHECK(listed[0].key == kept.key);
+  CHECK(cache.load(crashed_key).status == Status::miss);
+
+  CHECK(cache.clear() == 2);  // the kept entry and the manifest-less one
+  CHECK_FALSE(fs::exists(stray));
+  CHECK_FALSE(fs::exists(half));
+  CHECK(fs::is_empty(tmp.path() / "v1" / "tmp"));
+  CHECK(cache.list().empty());
+}
+
+TEST_CASE("DiskCache list and clear", "[disk_cache]") {
+  TempDir tmp;
+  DiskCache cache(tmp.path());
+  CHECK(cache.list().empty());  // no root yet
+  CHECK(cache.clear() == 0);
+
+  const std::vector<CacheEntry> entries = {make_entry("c"), make_entry("a"), make_entry("b")};
+  for (const auto& e : entries) cache.store(e);
+
+  const auto listed = cache.list();
+  REQUIRE(listed.size() == 3);
+  CHECK(listed[0].name == entries[1].name);  // sorted by name
+  CHECK(listed[1].name == entries[2].name);
+  CHECK(listed[2].name == entries[0].name);
+  CHECK(listed[0].key == entries[1].key);
+  CHECK(listed[0].meta == entries[1].meta);
+  CHECK(listed[0].bytes > entries[1].cubin.size() + entries[1].source.size());
+  CHECK(listed[0].written.time_since_epoch().count() != 0);
+
+  CHECK(cache.clear() == 3);
+  CHECK(cache.list().empty());
+  for (const auto& e : entries) CHECK(cache.load(e.key).status == Status::miss);
+  CHECK(cache.clear() == 0);
+}
+
+TEST_CASE("DiskCache concurrent stores of the same key", "[disk_cache]") {
+  TempDir tmp;
+  const CacheEntry e = make_entry("contended");
+  constexpr int kThreads = 8;
+  for (int round = 0; round < 5; ++round) {
+    DiskCache(tmp.path()).clear();
+    std::latch start(kThreads);
+    std::atomic<int> errors{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&] {
+        DiskCache cache(tmp.path());  // one object per thread, as separate processes would
+        start.arrive_and_wait();
+        try {
+          cache.store(e);
+          if (cache.load(e.key).status != Status::hit) ++errors;
+        } catch (...) {
+          ++errors;
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    CHECK(errors == 0);
+    DiskCache cache(tmp.path());
+    const auto r = cache.load(e.key);
+    REQUIRE(r.status == Status::hit);
+    require_same(*r.entry, e);
+    CHECK(cache.list().size() == 1);
+    CHECK(fs::is_empty(tmp.path() / "v1" / "tmp"));  // losers cleaned up after themselves
+  }
+}
+
+TEST_CASE("DiskCache concurrent stores of different keys", "[disk_cache]") {
+  TempDir tmp;
+  DiskCache cache(tmp.path());
+  constexpr int kThreads = 8;
+  constexpr int kPerThread = 10;
+  std::latch start(kThreads);
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      for (int i = 0; i < kPerThread; ++i) {
+        try {
+          cache.store(make_entry(std::to_string(t) + "_" + std::to_string(i)));
+        } catch (...) {
+          ++errors;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(errors == 0);
+  for (int t = 0; t < kThreads; ++t) {
+    for (int i = 0; i < kPerThread; ++i) {
+      const CacheEntry e = make_entry(std::to_string(t) + "_" + std::to_string(i));
+      const auto r = cache.load(e.key);
+      REQUIRE(r.status == Status::hit);
+      require_same(*r.entry, e);
+    }
+  }
+  CHECK(cache.list().size() == kThreads * kPerThread);
+}
+
+TEST_CASE("DiskCache::default_root honours the environment", "[disk_cache]") {
+  TempDir tmp;
+  const fs::path custom = tmp.path() / "custom cache";
+  {
+    ScopedEnv env("FTATTN_CACHE_DIR", custom.c_str());
+    CHECK(DiskCache::default_root() == custom);
+  }
+  {
+    ScopedEnv env("FTATTN_CACHE_DIR", "");
+    ScopedEnv xdg("XDG_CACHE_HOME", tmp.path().c_str());
+    CHECK(DiskCache::default_root() == tmp.path() / "ftattn");
+  }
+  {
+    ScopedEnv env("FTATTN_CACHE_DIR", nullptr);
+    ScopedEnv xdg("XDG_CACHE_HOME", nullptr);
+    ScopedEnv home("HOME", tmp.path().c_str());
+    CHECK(DiskCache::default_root() == tmp.path() / ".cache" / "ftattn");
+  }
+  {
+    ScopedEnv env("FTATTN_CACHE_DIR", nullptr);
+    ScopedEnv xdg("XDG_CACHE_HOME", nullptr);
+    ScopedEnv home("HOME", nullptr);
+    const fs::path root = DiskCache::default_root();
+    CHECK(fs::equivalent(root.parent_path(), fs::temp_directory_path()));
+    CHECK(root.filename().string().rfind("ftattn", 0) == 0);
+  }
+}
+
+TEST_CASE("DiskCache rejects invalid keys", "[disk_cache]") {
+  TempDir tmp;
+  DiskCache cache(tmp.path() / "root");
+  CacheEntry e = make_entry("bad");
+  const std::string good = e.key;
+  for (const std::string& bad :
+       {std::string("../x"), std::string("ABC"), good.substr(0, 31), good + "0",
+        std::string(32, 'A'), "../" + good.substr(3), std::string(), good.substr(0, 30) + "/."}) {
+    INFO("key: " << bad);
+    CHECK_THROWS_AS(cache.load(bad), CacheError);
+    CHECK_THROWS_AS(cache.lock(bad), CacheError);
+    CHECK_THROWS_AS(cache.entry_dir(bad), CacheError);
+    e.key = bad;
+    CHECK_THROWS_AS(cache.store(e), CacheError);
+  }
+  // Nothing was written anywhere, inside or outside the root.
+  CHECK_FALSE(fs::exists(tmp.path() / "root"));
+  CHECK(fs::is_empty(tmp.path()));
+}
+
+TEST_CASE("DiskCache store into an unwritable root throws CacheError", "[disk_cache]") {
+  TempDir tmp;
+  // A regular file where a directory should be: fails even for root, unlike chmod.
+  write_all(tmp.path() / "file", "x");
+  DiskCache cache(tmp.path() / "file" / "cache");
+  const CacheEntry e = make_entry("nowhere");
+  try {
+    cache.store(e);
+    FAIL("store did not throw");
+  } catch (const CacheError& err) {
+    const std::string what = err.what();
+    CHECK(what.find((tmp.path() / "file").string()) != std::string::npos);
+    CHECK(what.find(std::error_code(ENOTDIR, std::generic_category()).message()) !=
+          std::string::npos);
+  }
+  CHECK_THROWS_AS(cache.lock(e.key), CacheError);
+  CHECK(cache.load(e.key).status == Status::miss);
+}
+
+TEST_CASE("DiskCache::KeyLock excludes holders of the same key only", "[disk_cache]") {
+  TempDir tmp;
+  DiskCache cache(tmp.path());
+  const std::string key_a = hash_hex("a");
+  const std::string key_b = hash_hex("b");
+
+  SECTION("same key: mutually exclusive") {
+    std::atomic<int> inside{0};
+    std::atomic<int> overlaps{0};
+    std::atomic<int> not_owned{0};
+    // Read and written as two separate steps: updates get lost unless the lock excludes.
+    std::atomic<int> unguarded{0};
+    constexpr int kThreads = 4;
+    constexpr int kIters = 100;
+    const auto worker = [&] {  // no Catch2 assertions here: Catch2 is not thread-safe
+      DiskCache own(tmp.path());
+      for (int i = 0; i < kIters; ++i) {
+        auto lock = own.lock(key_a);
+        if (!lock.owns_lock()) ++not_owned;
+        if (inside.fetch_add(1) != 0) ++overlaps;
+        const int seen = unguarded.load();
+        std::this_thread::sleep_for(std::chrono::microseconds(20));  // widen the window
+        unguarded.store(seen + 1);
+        inside.fetch_sub(1);
+      }
+    };
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) threads.emplace_back(worker);
+    for (auto& t : threads) t.join();
+    CHECK(not_owned == 0);
+    CHECK(overlaps == 0);
+    CHECK(unguarded == kThreads * kIters);
+    // Lock files stay, in their own directory.
+    CHECK(fs::exists(tmp.path() / "locks" / (key_a + ".lock")));
+  }
+
+  SECTION("same key: a second locker waits until release") {
+    auto held = cache.lock(key_a);
+    auto waiter = std::async(std::launch::async, [&] { return DiskCache(tmp.path()).lock(key_a); });
+    CHECK(waiter.wait_for(std::chrono::milliseconds(200)) == std::future_status::timeout);
+    held.unlock();
+    CHECK_FALSE(held.owns_lock());
+    REQUIRE(waiter.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+    CHECK(waiter.get().owns_lock());
+  }
+
+  SECTION("different keys do not block") {
+    auto held = cache.lock(key_a);
+    auto other = std::async(std::launch::async, [&] { return cache.lock(key_b).owns_lock(); });
+    const bool finished = other.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+    held.unlock();  // lets a wrongly blocked waiter finish so the test cannot hang
+    CHECK(finished);
+    CHECK(other.get());
+  }
+
+  SECTION("moving a lock transfers ownership") {
+    DiskCache::KeyLock moved;
+    CHECK_FALSE(moved.owns_lock());
+    {
+      auto lock = cache.lock(key_a);
+      moved = std::move(lock);
+      CHECK_FALSE(lock.owns_lock());
+    }  // the moved-from lock's destructor must not release
+    CHECK(moved.owns_lock());
+    auto waiter = std::async(std::launch::async, [&] { return DiskCache(tmp.path()).lock(key_a); });
+    CHECK(waiter.wait_for(std::chrono::milliseconds(200)) == std::future_status::timeout);
+    moved = DiskCache::KeyLock();  // releases
+    REQUIRE(waiter.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  }
+}
