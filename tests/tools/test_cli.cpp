@@ -1,0 +1,279 @@
+// The ftattn CLI as a user meets it: run the built binary, check exit codes and output. Every
+// test gets its own cache dir so none touches the user's cache or another test's entries.
+#include <sys/wait.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#ifndef FTATTN_CLI_PATH
+#error "FTATTN_CLI_PATH must name the built ftattn executable"
+#endif
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct CliResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+  std::string all() const { return out + err; }
+};
+
+// A fresh directory under the temp dir, removed at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    std::random_device rd;
+    path_ = fs::temp_directory_path() /
+            ("ftattn-cli-test-" + std::to_string(rd()) + "-" + std::to_string(rd()));
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs the CLI with `args` in `dir`'s context: env assignments ("NAME=value") go first.
+CliResult run_cli(const TempDir& dir, const std::vector<std::string>& args,
+                  const std::vector<std::string>& env = {}) {
+  const fs::path out_file = dir.path() / "stdout.txt";
+  const fs::path err_file = dir.path() / "stderr.txt";
+  std::string command = "env";
+  for (const std::string& e : env) command += " " + shell_quote(e);
+  command += " " + shell_quote(FTATTN_CLI_PATH);
+  for (const std::string& a : args) command += " " + shell_quote(a);
+  command += " >" + shell_quote(out_file.string()) + " 2>" + shell_quote(err_file.string());
+  const int status = std::system(command.c_str());
+  CliResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = read_file(out_file);
+  r.err = read_file(err_file);
+  // Shown with every later failing assertion of the test, to see what the CLI said.
+  UNSCOPED_INFO("command: " << command << "\nstdout:\n" << r.out << "\nstderr:\n" << r.err);
+  return r;
+}
+
+// Cache dir under the test's temp dir, given on every command line.
+std::vector<std::string> with_cache(const TempDir& dir, std::vector<std::string> args) {
+  args.insert(args.begin(), {"--cache-dir", (dir.path() / "cache").string()});
+  return args;
+}
+
+// The driver library is pointed at a file that does not exist, so the CLI behaves as on a
+// machine without a GPU even where one is present.
+std::string no_driver_env(const TempDir& dir) {
+  return "FTATTN_LIBCUDA=" + (dir.path() / "no-such-libcuda.so.1").string();
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+const std::string kName = "ftattn_fwd_sm90a_f16_d128_m128n64_w4s2_none_none";
+
+}  // namespace
+
+TEST_CASE("cli: unknown precision fails with the valid values", "[cli]") {
+  TempDir dir;
+  const CliResult r =
+      run_cli(dir, with_cache(dir, {"inspect", "--head-dim", "128", "--precision", "fp32"}));
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.err, "ftattn: error: "));
+  CHECK(contains(r.err, "fp32"));
+  CHECK(contains(r.err, "f16"));
+  CHECK(contains(r.err, "bf16"));
+  CHECK(r.out.empty());
+}
+
+TEST_CASE("cli: unsupported head_dim and arch are config errors", "[cli]") {
+  TempDir dir;
+  const CliResult hd =
+      run_cli(dir, with_cache(dir, {"compile", "--head-dim", "80", "--arch", "sm_90a"}));
+  CHECK(hd.exit_code == 2);
+  CHECK(contains(hd.err, "head_dim"));
+  CHECK(contains(hd.err, "80"));
+
+  const CliResult arch =
+      run_cli(dir, with_cache(dir, {"inspect", "--head-dim", "128", "--arch", "sm_81"}));
+  CHECK(arch.exit_code == 2);
+  CHECK(contains(arch.err, "sm_81"));
+
+  const CliResult missing = run_cli(dir, with_cache(dir, {"inspect", "--arch", "sm_80"}));
+  CHECK(missing.exit_code == 2);
+  CHECK(contains(missing.err, "--head-dim"));
+}
+
+TEST_CASE("cli: usage errors exit non-zero with one error line", "[cli]") {
+  TempDir dir;
+  const CliResult sub = run_cli(dir, with_cache(dir, {"frobnicate"}));
+  CHECK(sub.exit_code != 0);
+  CHECK(contains(sub.err, "ftattn: error: "));
+
+  const CliResult flag = run_cli(dir, with_cache(dir, {"inspect", "--head-dim", "128", "--bogus"}));
+  CHECK(flag.exit_code != 0);
+  CHECK(contains(flag.err, "--bogus"));
+
+  const CliResult none = run_cli(dir, with_cache(dir, {}));
+  CHECK(none.exit_code != 0);
+
+  const CliResult help = run_cli(dir, {"--help"});
+  CHECK(help.exit_code == 0);
+  CHECK(contains(help.out, "inspect"));
+
+  const CliResult version = run_cli(dir, {"--version"});
+  CHECK(version.exit_code == 0);
+  CHECK(contains(version.out, "ftattn"));
+}
+
+TEST_CASE("cli: a bad canonical name is named in the error", "[cli]") {
+  TempDir dir;
+  const std::string bad = "ftattn_fwd_sm90a_f16_d128_m128n64_w4s2_sideways_none";
+  const CliResult positional = run_cli(dir, with_cache(dir, {"inspect", bad}));
+  CHECK(positional.exit_code == 2);
+  CHECK(contains(positional.err, bad));
+
+  const CliResult flag = run_cli(dir, with_cache(dir, {"compile", "--config", "not_a_kernel"}));
+  CHECK(flag.exit_code == 2);
+  CHECK(contains(flag.err, "not_a_kernel"));
+}
+
+TEST_CASE("cli: inspect shows name, resources, source and PTX", "[cli]") {
+  TempDir dir;
+  const CliResult r = run_cli(dir, with_cache(dir, {"inspect", "--head-dim", "128", "--arch",
+                                                    "sm_90a", "--source", "--resources", "--ptx"}));
+  REQUIRE(r.exit_code == 0);
+  CHECK(contains(r.out, kName));
+  CHECK(contains(r.out, "registers"));
+  CHECK(contains(r.out, "extern \"C\""));
+  CHECK(contains(r.out, "mma.sync.aligned.m16n8k16"));
+  CHECK(contains(r.out, "compiled in"));
+
+  // The same kernel by canonical name: read from the cache this time; no flags: header and
+  // resources only.
+  const CliResult again = run_cli(dir, with_cache(dir, {"inspect", kName}));
+  REQUIRE(again.exit_code == 0);
+  CHECK(contains(again.out, kName));
+  CHECK(contains(again.out, "from cache"));
+  CHECK(contains(again.out, "registers"));
+  CHECK_FALSE(contains(again.out, "extern \"C\""));
+
+  // No --arch and no GPU: sm_90a is assumed, and the user is told.
+  const CliResult assumed =
+      run_cli(dir, with_cache(dir, {"inspect", "--head-dim", "128"}), {no_driver_env(dir)});
+  CHECK(assumed.exit_code == 0);
+  CHECK(contains(assumed.out, kName));
+  CHECK(contains(assumed.err, "sm_90a was assumed"));
+
+  // --sass works with or without the toolkit's disassemblers installed.
+  const CliResult sass = run_cli(dir, with_cache(dir, {"inspect", kName, "--sass"}));
+  CHECK(sass.exit_code == 0);
+  CHECK((contains(sass.err, "no cuobjdump or nvdisasm found") || contains(sass.out, "sass (")));
+
+  // Knob flags override the fields of a given name.
+  const CliResult bf16 =
+      run_cli(dir, with_cache(dir, {"inspect", "--config", kName, "--precision", "bf16"}));
+  CHECK(bf16.exit_code == 0);
+  CHECK(contains(bf16.out, "ftattn_fwd_sm90a_bf16_d128_m128n64_w4s2_none_none"));
+}
+
+TEST_CASE("cli: compile fills the cache; cache ls, clear and path", "[cli]") {
+  TempDir dir;
+  const std::vector<std::string> config = {"compile", "--head-dim", "64",    "--arch",
+                                           "sm_80",   "--mask",     "causal"};
+  const CliResult first = run_cli(dir, with_cache(dir, config));
+  REQUIRE(first.exit_code == 0);
+  CHECK(contains(first.out, "compiled in"));
+  const CliResult second = run_cli(dir, with_cache(dir, config));
+  REQUIRE(second.exit_code == 0);
+  CHECK(contains(second.out, "cache hit"));
+  CHECK_FALSE(contains(second.out, "compiled in"));
+  const std::string name = second.out.substr(0, second.out.find(':'));
+  CHECK(name.rfind("ftattn_fwd_sm80_f16_d64_", 0) == 0);
+
+  const CliResult ls = run_cli(dir, with_cache(dir, {"cache", "ls"}));
+  REQUIRE(ls.exit_code == 0);
+  CHECK(contains(ls.out, name));
+
+  const CliResult clear = run_cli(dir, with_cache(dir, {"cache", "clear"}));
+  REQUIRE(clear.exit_code == 0);
+  CHECK(contains(clear.out, "removed 1 "));
+
+  const CliResult empty = run_cli(dir, with_cache(dir, {"cache", "ls"}));
+  REQUIRE(empty.exit_code == 0);
+  CHECK_FALSE(contains(empty.out, name));
+  CHECK(contains(empty.out, "no cache entries"));
+
+  const std::string root = (dir.path() / "cache").string();
+  const CliResult path = run_cli(dir, with_cache(dir, {"cache", "path"}));
+  CHECK(path.exit_code == 0);
+  CHECK(path.out == root + "\n");
+
+  // The environment variable is the default root; --cache-dir also works after the subcommand.
+  const std::string env_root = (dir.path() / "from-env").string();
+  const CliResult env_path = run_cli(dir, {"cache", "path"}, {"FTATTN_CACHE_DIR=" + env_root});
+  CHECK(env_path.out == env_root + "\n");
+  const CliResult late = run_cli(dir, {"cache", "path", "--cache-dir", root});
+  CHECK(late.out == root + "\n");
+}
+
+TEST_CASE("cli: run without a GPU is an error that says so", "[cli]") {
+  TempDir dir;
+  const CliResult r = run_cli(dir,
+                              with_cache(dir, {"run", "--head-dim", "128", "--batch", "1",
+                                               "--heads", "2", "--seqlen", "128"}),
+                              {no_driver_env(dir)});
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.err, "ftattn: error: "));
+  CHECK((contains(r.err, "no CUDA driver") || contains(r.err, "no CUDA device")));
+
+  // A run without a head_dim is refused before the GPU is looked for.
+  const CliResult no_hd =
+      run_cli(dir, with_cache(dir, {"run", "--batch", "1", "--heads", "2", "--seqlen", "128"}));
+  CHECK(no_hd.exit_code == 2);
+  CHECK(contains(no_hd.err, "head_dim"));
+}
+
+TEST_CASE("cli: demo without a GPU compiles, inspects and says nothing ran", "[cli]") {
+  TempDir dir;
+  const CliResult r = run_cli(dir, with_cache(dir, {"demo"}), {no_driver_env(dir)});
+  REQUIRE(r.exit_code == 0);
+  CHECK(contains(r.out, "ftattn_fwd_sm90a_f16_d128_"));
+  CHECK(contains(r.out, "ftattn_fwd_sm80_f16_d128_"));
+  CHECK(contains(r.out, "mma.sync instructions"));
+  CHECK(contains(r.out,
+                 "No GPU found: kernels were generated, compiled and inspected, but nothing was "
+                 "launched."));
+}

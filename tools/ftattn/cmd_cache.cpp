@@ -1,0 +1,85 @@
+// ftattn cache ls | clear | path: look at and empty the disk cache.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+
+#include "runtime/disk_cache.hpp"
+#include "tools/ftattn/commands.hpp"
+#include "tools/ftattn/kernel_report.hpp"
+
+namespace ftattn::cli {
+namespace {
+
+std::filesystem::path cache_root(const GlobalOptions& global) {
+  return global.cache_dir.empty() ? runtime::DiskCache::default_root()
+                                  : std::filesystem::path(global.cache_dir);
+}
+
+std::string human_age(std::filesystem::file_time_type written) {
+  using namespace std::chrono;
+  const auto seconds =
+      duration_cast<std::chrono::seconds>(std::filesystem::file_time_type::clock::now() - written)
+          .count();
+  if (seconds < 0) return "future";  // clock skew between writers; still show the entry
+  if (seconds < 120) return fmt::format("{}s", seconds);
+  if (seconds < 2 * 3600) return fmt::format("{}m", seconds / 60);
+  if (seconds < 2 * 86400) return fmt::format("{}h", seconds / 3600);
+  return fmt::format("{}d", seconds / 86400);
+}
+
+int run_ls(const GlobalOptions& global) {
+  const runtime::DiskCache cache(cache_root(global));
+  const std::vector<runtime::CacheEntryInfo> entries = cache.list();
+  if (entries.empty()) {
+    fmt::print("no cache entries in {}\n", cache.root().string());
+    return 0;
+  }
+  std::size_t name_width = 4;
+  for (const auto& e : entries) name_width = std::max(name_width, e.name.size());
+  fmt::print("{:<{}}  {:<32}  {:>10}  {:>6}  {:>8}\n", "NAME", name_width, "KEY", "SIZE", "AGE",
+             "COMPILE");
+  double total = 0;
+  for (const auto& e : entries) {
+    const auto seconds = e.meta.is_object() ? e.meta.find("compile_seconds") : e.meta.end();
+    const std::string compile = seconds != e.meta.end() && seconds->is_number()
+                                    ? fmt::format("{:.2f} s", seconds->get<double>())
+                                    : "-";
+    fmt::print("{:<{}}  {:<32}  {:>10}  {:>6}  {:>8}\n", e.name, name_width, e.key,
+               human_bytes(static_cast<double>(e.bytes)), human_age(e.written), compile);
+    total += static_cast<double>(e.bytes);
+  }
+  fmt::print("{} entr{}, {} in {}\n", entries.size(), entries.size() == 1 ? "y" : "ies",
+             human_bytes(total), cache.root().string());
+  return 0;
+}
+
+int run_clear(const GlobalOptions& global) {
+  runtime::DiskCache cache(cache_root(global));
+  const std::size_t removed = cache.clear();
+  fmt::print("removed {} entr{} from {}\n", removed, removed == 1 ? "y" : "ies",
+             cache.root().string());
+  return 0;
+}
+
+}  // namespace
+
+Command add_cache_command(CLI::App& parent, const GlobalOptions& global) {
+  CLI::App* cmd = parent.add_subcommand("cache", "List, clear or locate the kernel disk cache");
+  CLI::App* ls = cmd->add_subcommand("ls", "List cached kernels");
+  CLI::App* clear = cmd->add_subcommand("clear", "Remove every cached kernel");
+  CLI::App* path = cmd->add_subcommand("path", "Print the cache's root directory");
+  return {cmd, [=, &global] {
+            if (ls->parsed()) return run_ls(global);
+            if (clear->parsed()) return run_clear(global);
+            if (path->parsed()) {
+              fmt::print("{}\n", cache_root(global).string());
+              return 0;
+            }
+            throw Error("cache needs a command: ls, clear or path");
+          }};
+}
+
+}  // namespace ftattn::cli

@@ -1,0 +1,48 @@
+// ftattn inspect: compile one config (no GPU needed) and show what came out.
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "tools/ftattn/commands.hpp"
+#include "tools/ftattn/config_flags.hpp"
+#include "tools/ftattn/kernel_report.hpp"
+#include "tools/ftattn/sass.hpp"
+
+namespace ftattn::cli {
+namespace {
+
+struct InspectOptions {
+  ConfigFlags config;
+  bool source = false, ptx = false, sass = false, resources = false;
+};
+
+int run_inspect(const InspectOptions& o, const GlobalOptions& global) {
+  const KernelConfig wanted = config_from_flags(o.config);
+  Runtime runtime(global.runtime_options());
+  const auto kernel = runtime.compile(resolve_for_compile(runtime, wanted));
+
+  print_kernel_header(*kernel);
+  // With no section asked for, resources are the most useful default.
+  const bool any = o.source || o.ptx || o.sass || o.resources;
+  if (o.resources || !any) print_resources(kernel->resources);
+  if (o.source) fmt::print("source\n{}", kernel->source);
+  if (o.ptx) fmt::print("ptx\n{}", kernel->ptx);
+  if (o.sass) print_sass(kernel->cubin);
+  return 0;
+}
+
+}  // namespace
+
+Command add_inspect_command(CLI::App& parent, const GlobalOptions& global) {
+  auto o = std::make_shared<InspectOptions>();
+  CLI::App* cmd = parent.add_subcommand(
+      "inspect", "Compile a kernel (no GPU needed) and show its source, PTX, SASS or resources");
+  add_config_flags(*cmd, o->config, Positional::one);
+  cmd->add_flag("--source", o->source, "print the generated CUDA unit");
+  cmd->add_flag("--ptx", o->ptx, "print the PTX");
+  cmd->add_flag("--sass", o->sass, "print the SASS (needs cuobjdump or nvdisasm)");
+  cmd->add_flag("--resources", o->resources, "print registers, spills and shared memory");
+  return {cmd, [o, &global] { return run_inspect(*o, global); }};
+}
+
+}  // namespace ftattn::cli

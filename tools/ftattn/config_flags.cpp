@@ -1,0 +1,99 @@
+#include "tools/ftattn/config_flags.hpp"
+
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "ftattn/errors.hpp"
+
+namespace ftattn::cli {
+namespace {
+
+void apply_flags(KernelConfig& c, const ConfigFlags& f) {
+  // Only what the user gave overrides: a parsed name's knobs stay otherwise.
+  if (f.head_dim_opt->count() > 0) c.head_dim = f.head_dim;
+  if (f.block_m_opt->count() > 0) c.block_m = f.block_m;
+  if (f.block_n_opt->count() > 0) c.block_n = f.block_n;
+  if (f.warps_opt->count() > 0) c.num_warps = f.warps;
+  if (f.stages_opt->count() > 0) c.num_stages = f.stages;
+  if (!f.precision.empty()) c.precision = parse_precision(f.precision);
+  if (!f.protection.empty()) c.protection = parse_protection(f.protection);
+  if (!f.mask.empty()) c.mask = parse_mask(f.mask);
+  if (!f.arch.empty()) c.arch = Arch::parse(f.arch);
+}
+
+}  // namespace
+
+void add_config_flags(CLI::App& cmd, ConfigFlags& f, Positional positional) {
+  f.head_dim_opt =
+      cmd.add_option("--head-dim", f.head_dim, "head dimension: 32, 64, 96, 128, 192, 256");
+  f.block_m_opt = cmd.add_option("--block-m", f.block_m, "query rows per CTA (0: default)");
+  f.block_n_opt =
+      cmd.add_option("--block-n", f.block_n, "key rows per main-loop step (0: default)");
+  f.warps_opt = cmd.add_option("--warps", f.warps, "warps per CTA: 1, 2, 4, 8 (0: default)");
+  f.stages_opt = cmd.add_option("--stages", f.stages, "K/V shared-memory stages: 1, 2, 3");
+  cmd.add_option("--precision", f.precision, "f16, bf16, int8, f16_pasa, fp8_e4m3 (default f16)");
+  cmd.add_option("--protection", f.protection,
+                 "none, flash_abft, efta_detect, efta_correct (default none)");
+  cmd.add_option("--mask", f.mask, "none or causal (default none)");
+  cmd.add_option("--arch", f.arch, "sm_80, sm_86, sm_89, sm_90a, ... (default: the GPU's)");
+  cmd.add_option("--config", f.config,
+                 "canonical kernel name, e.g. ftattn_fwd_sm90a_f16_d128_m128n64_w4s2_none_none; "
+                 "knob flags override its fields");
+  switch (positional) {
+    case Positional::none:
+      break;
+    case Positional::one:
+      cmd.add_option("name", f.names, "canonical kernel name (like --config)")->expected(1);
+      break;
+    case Positional::many:
+      cmd.add_option("names", f.names, "canonical kernel names (like --config)");
+      break;
+  }
+}
+
+std::vector<KernelConfig> configs_from_flags(const ConfigFlags& f) {
+  std::vector<std::string> names = f.names;
+  if (!f.config.empty()) names.push_back(f.config);
+  std::vector<KernelConfig> configs;
+  if (names.empty()) {
+    KernelConfig c;
+    apply_flags(c, f);
+    configs.push_back(c);
+  }
+  for (const std::string& name : names) {
+    KernelConfig c = KernelConfig::parse(name);
+    apply_flags(c, f);
+    configs.push_back(c);
+  }
+  return configs;
+}
+
+KernelConfig config_from_flags(const ConfigFlags& f) {
+  std::vector<KernelConfig> configs = configs_from_flags(f);
+  if (configs.size() != 1) {
+    throw ConfigError(
+        fmt::format("{} kernel names given: this command takes one (a positional name or --config)",
+                    configs.size()));
+  }
+  return configs.front();
+}
+
+KernelConfig resolve_for_compile(const Runtime& runtime, KernelConfig c) {
+  // with_defaults' own message speaks of the C++ API; say what to type instead.
+  if (c.head_dim == 0) {
+    throw ConfigError(
+        "head_dim is required: give --head-dim (32, 64, 96, 128, 192 or 256) or a kernel name");
+  }
+  if (c.arch.is_auto() && !runtime.has_device()) {
+    static bool noted = false;
+    if (!noted) {
+      std::cerr << "ftattn: note: no GPU found, so sm_90a was assumed (give --arch to choose)\n";
+      noted = true;
+    }
+    c.arch = Arch::parse("sm_90a");
+  }
+  return runtime.resolve(c);
+}
+
+}  // namespace ftattn::cli

@@ -1,0 +1,44 @@
+// One checked and timed kernel run on the GPU, shared by `run` and `demo`: random inputs, a
+// poisoned output, one launch checked against the host reference, then timed launches.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "ftattn/reference.hpp"
+#include "ftattn/runtime.hpp"
+
+namespace ftattn::cli {
+
+struct DeviceRunOptions {
+  bool lse = false;      // also write and check the log-sum-exp
+  int check_rows = 256;  // query rows compared with the reference; 0: all
+  int warmup = 5;
+  int iters = 20;  // timed launches; 0: no timing
+  uint64_t seed = 1;
+};
+
+struct DeviceRunResult {
+  KernelConfig config;  // as resolved and run
+  bool from_cache = false;
+  double compile_seconds = 0.0;
+  reference::CheckReport check;
+  bool timed = false;  // only a kernel that passed the check is timed
+  double median_ms = 0.0, min_ms = 0.0, tflops = 0.0;
+};
+
+// Throws NoDeviceError without a GPU, ConfigError for a config or problem that cannot run,
+// DriverError when the GPU reports a failure.
+DeviceRunResult run_on_device(Runtime& runtime, const KernelConfig& config, const Problem& problem,
+                              const DeviceRunOptions& options);
+
+// "batch 2, heads 8 (kv 8), seqlen 1024 (k 1024), head_dim 128"
+std::string describe_problem(const Problem& problem);
+
+// One line about the current GPU: name, arch, SMs, driver version. Throws NoDeviceError.
+std::string describe_device();
+
+// The kernel, check and timing lines of one result.
+void print_result(const DeviceRunResult& result, const DeviceRunOptions& options);
+
+}  // namespace ftattn::cli
