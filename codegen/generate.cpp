@@ -15,9 +15,12 @@ struct PrecisionPolicy {
 
 PrecisionPolicy precision_policy(Precision p) {
   switch (p) {
-    case Precision::f16: return {"ftattn/precision/f16.cuh", "ftattn::precision::F16"};
-    case Precision::bf16: return {"ftattn/precision/bf16.cuh", "ftattn::precision::BF16"};
-    default: break;
+    case Precision::f16:
+      return {"ftattn/precision/f16.cuh", "ftattn::precision::F16"};
+    case Precision::bf16:
+      return {"ftattn/precision/bf16.cuh", "ftattn::precision::BF16"};
+    default:
+      break;
   }
   // validate() rejects these first; reaching here is a bug in the two lists disagreeing.
   throw ConfigError(fmt::format("precision {} has no code generator", to_string(p)));
@@ -66,7 +69,7 @@ extern "C" __global__ void __launch_bounds__(Traits::threads)
       fmt::arg("causal", config.mask == Mask::causal ? "true" : "false"),
       fmt::arg("symbol", out.symbol));
   out.options = {"--gpu-architecture=" + nvrtc_arch(config.arch), "--std=c++17", "-lineinfo",
-                 "-Xptxas=-v"};
+                 "-Xptxas=-v", "-default-device"};
   return out;
 }
 

@@ -22,8 +22,8 @@ int main() try {
 
   std::mt19937_64 rng(42);
   auto make = [&](const ftattn::Strides& s, int heads, int seqlen) {
-    return ftattn::reference::random_tensor(rng, config.precision, s, problem.batch, heads,
-                                            seqlen, problem.head_dim);
+    return ftattn::reference::random_tensor(rng, config.precision, s, problem.batch, heads, seqlen,
+                                            problem.head_dim);
   };
   auto q = make(problem.q, problem.heads_q, problem.seqlen_q);
   auto k = make(problem.k, problem.heads_kv, problem.seqlen_k);

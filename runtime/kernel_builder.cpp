@@ -68,8 +68,8 @@ BuildOutcome build_kernel(const KernelConfig& config, DiskCache* disk) {
     }
     if (hit.status == DiskCache::LoadStatus::corrupt) {
       outcome.corrupt_entry = true;
-      std::cerr << fmt::format("ftattn: cache entry {} for {} was damaged ({}); recompiling\n",
-                               key, source.name, hit.reason);
+      std::cerr << fmt::format("ftattn: cache entry {} for {} was damaged ({}); recompiling\n", key,
+                               source.name, hit.reason);
     }
   }
 
@@ -97,10 +97,9 @@ BuildOutcome build_kernel(const KernelConfig& config, DiskCache* disk) {
                   {"compile_seconds", k->compile_seconds},
                   {"cubin_bytes", k->cubin.size()},
                   {"ptx_bytes", k->ptx.size()},
-                  {"written_unix",
-                   std::chrono::duration_cast<std::chrono::seconds>(
-                       std::chrono::system_clock::now().time_since_epoch())
-                       .count()},
+                  {"written_unix", std::chrono::duration_cast<std::chrono::seconds>(
+                                       std::chrono::system_clock::now().time_since_epoch())
+                                       .count()},
                   {"resources", resources_json(k->resources)}};
     try {
       disk->store(entry);

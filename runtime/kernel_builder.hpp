@@ -11,9 +11,9 @@ namespace ftattn::runtime {
 
 struct BuildOutcome {
   std::shared_ptr<const CompiledKernel> kernel;
-  bool compiled = false;      // NVRTC ran
-  bool disk_hit = false;      // read from the disk cache
-  bool corrupt_entry = false; // a damaged entry was found and replaced
+  bool compiled = false;       // NVRTC ran
+  bool disk_hit = false;       // read from the disk cache
+  bool corrupt_entry = false;  // a damaged entry was found and replaced
 };
 
 // `disk` may be null (no disk cache). Throws ConfigError or CompileError.

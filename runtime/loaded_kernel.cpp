@@ -13,14 +13,16 @@ namespace {
 // cp.async moves 16-byte chunks: every row must start on a 16-byte boundary.
 void require_aligned(const char* tensor, const void* ptr, const Strides& s, int element_bytes) {
   if (reinterpret_cast<std::uintptr_t>(ptr) % 16 != 0)
-    throw ConfigError(fmt::format("{} is not 16-byte aligned: pass a pointer to the start of an "
-                                  "allocation or of a 16-byte aligned view",
-                                  tensor));
+    throw ConfigError(
+        fmt::format("{} is not 16-byte aligned: pass a pointer to the start of an "
+                    "allocation or of a 16-byte aligned view",
+                    tensor));
   const int elements = 16 / element_bytes;
   if (s.batch % elements != 0 || s.head % elements != 0 || s.seq % elements != 0)
-    throw ConfigError(fmt::format("{} strides (batch {}, head {}, seq {}) must be multiples of {} "
-                                  "elements so that every row is 16-byte aligned",
-                                  tensor, s.batch, s.head, s.seq, elements));
+    throw ConfigError(
+        fmt::format("{} strides (batch {}, head {}, seq {}) must be multiples of {} "
+                    "elements so that every row is 16-byte aligned",
+                    tensor, s.batch, s.head, s.seq, elements));
 }
 
 class LoadedKernel final : public Kernel {
@@ -39,8 +41,9 @@ class LoadedKernel final : public Kernel {
     ensure_context();
     const unsigned m_blocks = (problem.seqlen_q + c.block_m - 1) / c.block_m;
     void* args[] = {&params};
-    runtime::launch(function_, Dim3{m_blocks, static_cast<unsigned>(problem.heads_q),
-                                    static_cast<unsigned>(problem.batch)},
+    runtime::launch(function_,
+                    Dim3{m_blocks, static_cast<unsigned>(problem.heads_q),
+                         static_cast<unsigned>(problem.batch)},
                     Dim3{static_cast<unsigned>(32 * c.num_warps), 1, 1},
                     static_cast<unsigned>(c.shared_memory_bytes()), stream, args);
   }
@@ -59,9 +62,10 @@ AttentionParams make_params(const Problem& problem, const KernelConfig& config, 
   if (q == nullptr || k == nullptr || v == nullptr || o == nullptr)
     throw ConfigError("q, k, v and o must be device pointers, not null");
   if (problem.heads_q > 65535 || problem.batch > 65535)
-    throw ConfigError(fmt::format("batch ({}) and heads_q ({}) must each be at most 65535 (grid "
-                                  "limits): split the call",
-                                  problem.batch, problem.heads_q));
+    throw ConfigError(
+        fmt::format("batch ({}) and heads_q ({}) must each be at most 65535 (grid "
+                    "limits): split the call",
+                    problem.batch, problem.heads_q));
   const int element_bytes = 2;
   require_aligned("q", q, problem.q, element_bytes);
   require_aligned("k", k, problem.k, element_bytes);

@@ -3,8 +3,8 @@
 
 #include <memory>
 
-#include "ftattn/runtime.hpp"
 #include "ftattn/params.cuh"
+#include "ftattn/runtime.hpp"
 
 namespace ftattn::runtime {
 

@@ -73,9 +73,9 @@ NvrtcOutput compile_with_nvrtc(const codegen::KernelSource& source) {
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out.log = program_log(program.get());
   if (result != NVRTC_SUCCESS)
-    throw CompileError(fmt::format("NVRTC could not compile {}: {}", source.name,
-                                   nvrtcGetErrorString(result)),
-                       out.log);
+    throw CompileError(
+        fmt::format("NVRTC could not compile {}: {}", source.name, nvrtcGetErrorString(result)),
+        out.log);
 
   size_t size = 0;
   Program::check(nvrtcGetPTXSize(program.get(), &size), "nvrtcGetPTXSize");
@@ -100,8 +100,8 @@ ResourceUsage parse_ptxas_log(const std::string& log, const std::string& symbol)
   const auto start = log.find("Function properties for " + symbol);
   if (start == std::string::npos) return usage;
   const auto next = log.find("Function properties for ", start + 1);
-  const std::string block = log.substr(start, next == std::string::npos ? std::string::npos
-                                                                        : next - start);
+  const std::string block =
+      log.substr(start, next == std::string::npos ? std::string::npos : next - start);
   std::smatch m;
   if (std::regex_search(block, m, std::regex(R"((\d+) bytes stack frame)")))
     usage.stack_frame = std::stoi(m[1]);

@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <thread>
 
 namespace ftattn::reference {
 namespace {
@@ -16,7 +17,7 @@ uint16_t float_to_half(float x) {
   const uint32_t abs = f & 0x7fffffffu;
   if (abs >= 0x7f800000u) return sign | (abs > 0x7f800000u ? 0x7e00u : 0x7c00u);  // NaN, Inf
   if (abs >= 0x477ff000u) return sign | 0x7c00u;  // rounds past the largest half: Inf
-  if (abs < 0x38800000u) {                         // subnormal half (or zero)
+  if (abs < 0x38800000u) {                        // subnormal half (or zero)
     // Scale into the subnormal grid and let the FPU round to nearest even.
     const float scaled = std::bit_cast<float>(abs) * 16777216.0f;  // 2^24
     return sign | static_cast<uint16_t>(std::nearbyint(scaled));
@@ -63,9 +64,29 @@ float from_bits(uint16_t bits, Precision p) {
 }
 
 size_t span_elements(const Strides& s, int batch, int heads, int seqlen, int head_dim) {
-  return static_cast<size_t>((batch - 1) * s.batch + (heads - 1) * s.head +
-                             (seqlen - 1) * s.seq + head_dim);
+  return static_cast<size_t>((batch - 1) * s.batch + (heads - 1) * s.head + (seqlen - 1) * s.seq +
+                             head_dim);
 }
+
+namespace {
+
+// Counter-based normal samples: element i depends only on (seed, i), so the fill can be split
+// across threads and stays reproducible.
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+float normal_sample(uint64_t seed, uint64_t i) {
+  const uint64_t bits = splitmix64(seed ^ splitmix64(i));
+  const double u1 = (static_cast<double>(bits >> 40) + 1.0) / 16777217.0;  // (0, 1]
+  const double u2 = static_cast<double>(bits & 0xffffffu) / 16777216.0;
+  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+}
+
+}  // namespace
 
 Tensor16 random_tensor(std::mt19937_64& rng, Precision p, const Strides& strides, int batch,
                        int heads, int seqlen, int head_dim, float stddev) {
@@ -73,13 +94,24 @@ Tensor16 random_tensor(std::mt19937_64& rng, Precision p, const Strides& strides
   t.strides = strides;
   t.data.assign(span_elements(strides, batch, heads, seqlen, head_dim),
                 to_bits(std::numeric_limits<float>::quiet_NaN(), p));
-  std::normal_distribution<float> dist(0.0f, stddev);
-  for (int b = 0; b < batch; ++b)
-    for (int h = 0; h < heads; ++h)
-      for (int s = 0; s < seqlen; ++s)
-        for (int d = 0; d < head_dim; ++d)
-          t.data[b * strides.batch + h * strides.head + s * strides.seq + d] =
-              to_bits(dist(rng), p);
+  const uint64_t seed = rng();
+  const long long rows = 1LL * batch * heads * seqlen;
+  auto fill = [&](long long begin, long long end) {
+    for (long long r = begin; r < end; ++r) {
+      const int s = static_cast<int>(r % seqlen);
+      const int h = static_cast<int>((r / seqlen) % heads);
+      const int b = static_cast<int>(r / (1LL * seqlen * heads));
+      uint16_t* row = t.data.data() + b * strides.batch + h * strides.head + s * strides.seq;
+      for (int d = 0; d < head_dim; ++d)
+        row[d] = to_bits(stddev * normal_sample(seed, static_cast<uint64_t>(r) * head_dim + d), p);
+    }
+  };
+  const unsigned workers =
+      rows * head_dim < (1 << 20) ? 1u : std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> threads;
+  for (unsigned w = 0; w < workers; ++w)
+    threads.emplace_back(fill, rows * w / workers, rows * (w + 1) / workers);
+  for (auto& th : threads) th.join();
   return t;
 }
 
@@ -117,10 +149,10 @@ std::vector<double> attention_row(const Problem& pr, Precision p, Mask mask, con
 }
 
 std::string CheckReport::summary() const {
-  return fmt::format("{}: {} rows checked, rel L2 error {:.3e}, max abs error {:.3e}{}, {} non-finite",
-                     passed ? "PASS" : "FAIL", rows_checked, rel_l2_error, max_abs_error,
-                     max_lse_error > 0 ? fmt::format(", max lse error {:.3e}", max_lse_error) : "",
-                     non_finite);
+  return fmt::format(
+      "{}: {} rows checked, rel L2 error {:.3e}, max abs error {:.3e}{}, {} non-finite",
+      passed ? "PASS" : "FAIL", rows_checked, rel_l2_error, max_abs_error,
+      max_lse_error > 0 ? fmt::format(", max lse error {:.3e}", max_lse_error) : "", non_finite);
 }
 
 CheckReport check(const Problem& pr, Precision p, Mask mask, const Tensor16& q, const Tensor16& k,
@@ -162,8 +194,8 @@ CheckReport check(const Problem& pr, Precision p, Mask mask, const Tensor16& q, 
     }
     if (lse != nullptr) {
       const double got = (*lse)[idx];
-      const double e = std::isinf(ref_lse) ? (got == ref_lse ? 0.0 : INFINITY)
-                                           : std::abs(got - ref_lse);
+      const double e =
+          std::isinf(ref_lse) ? (got == ref_lse ? 0.0 : INFINITY) : std::abs(got - ref_lse);
       r.max_lse_error = std::max(r.max_lse_error, std::isnan(e) ? INFINITY : e);
     }
     ++r.rows_checked;

@@ -116,8 +116,8 @@ std::shared_ptr<const CompiledKernel> Runtime::compile(const KernelConfig& confi
 std::shared_ptr<const Kernel> Runtime::kernel(const KernelConfig& config) {
   const KernelConfig full = config.is_complete() ? config : resolve(config);
   bool cached = false;
-  auto kernel =
-      impl_->loaded.get(full, [&] { return runtime::load_kernel(compile(full)); }, &cached);
+  auto kernel = impl_->loaded.get(
+      full, [&] { return runtime::load_kernel(compile(full)); }, &cached);
   return kernel;
 }
 

@@ -26,12 +26,12 @@ Mask parse_mask(std::string_view text);
 
 // A GPU architecture: sm_80, sm_86, sm_89, sm_90a, ... `sm == 0` means "the current device".
 struct Arch {
-  int sm = 0;                 // 80, 86, 89, 90, 100, 120
-  bool arch_specific = false; // the "a" suffix (sm_90a): Hopper-only instructions allowed
+  int sm = 0;                  // 80, 86, 89, 90, 100, 120
+  bool arch_specific = false;  // the "a" suffix (sm_90a): Hopper-only instructions allowed
 
   bool is_auto() const { return sm == 0; }
-  std::string to_string() const;            // "sm_90a"; "auto" when unset
-  static Arch parse(std::string_view text); // "sm_90a", "sm90a", "90a"; throws ConfigError
+  std::string to_string() const;             // "sm_90a"; "auto" when unset
+  static Arch parse(std::string_view text);  // "sm_90a", "sm90a", "90a"; throws ConfigError
   friend bool operator==(const Arch&, const Arch&) = default;
 };
 
@@ -42,11 +42,11 @@ int max_shared_memory_bytes(Arch arch);
 // One kernel specialisation. Integer knobs left at 0 and an auto arch are "open": the runtime
 // fills them (tuning DB or heuristic) before generating code.
 struct KernelConfig {
-  int head_dim = 0;   // 32, 64, 96, 128, 192, 256 (0: take it from the Problem)
-  int block_m = 0;    // query rows per CTA
-  int block_n = 0;    // key rows per main-loop step
-  int num_warps = 0;  // warps per CTA
-  int num_stages = 0; // K/V shared-memory buffers (1: no prefetch, 2: double buffering, ...)
+  int head_dim = 0;    // 32, 64, 96, 128, 192, 256 (0: take it from the Problem)
+  int block_m = 0;     // query rows per CTA
+  int block_n = 0;     // key rows per main-loop step
+  int num_warps = 0;   // warps per CTA
+  int num_stages = 0;  // K/V shared-memory buffers (1: no prefetch, 2: double buffering, ...)
   Precision precision = Precision::f16;
   Protection protection = Protection::none;
   Mask mask = Mask::none;
@@ -96,7 +96,7 @@ struct Problem {
   int seqlen_k = 0;
   int head_dim = 0;
   Strides q, k, v, o;
-  float softmax_scale = 0.0f; // 0: 1/sqrt(head_dim)
+  float softmax_scale = 0.0f;  // 0: 1/sqrt(head_dim)
 
   // Dense tensors laid out batch, heads, seq, head_dim.
   static Problem bhsd(int batch, int heads_q, int heads_kv, int seqlen_q, int seqlen_k,
@@ -105,7 +105,7 @@ struct Problem {
   static Problem bshd(int batch, int heads_q, int heads_kv, int seqlen_q, int seqlen_k,
                       int head_dim);
 
-  float scale() const; // the effective softmax scale
+  float scale() const;  // the effective softmax scale
   // Floating-point operations of the forward pass (causal counts only the unmasked half).
   double flops(Mask mask) const;
 };
@@ -113,7 +113,7 @@ struct Problem {
 // Checks a problem against the config that will run it. Throws ConfigError.
 void validate(const Problem& problem, const KernelConfig& config);
 
-} // namespace ftattn
+}  // namespace ftattn
 
 template <>
 struct std::hash<ftattn::KernelConfig> {

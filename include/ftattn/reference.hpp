@@ -34,16 +34,16 @@ Tensor16 random_tensor(std::mt19937_64& rng, Precision p, const Strides& strides
 
 // One output row O[b, h, row, :] and its log-sum-exp, in double. A row that sees no key gives
 // zeros and lse = -inf.
-std::vector<double> attention_row(const Problem& problem, Precision p, Mask mask,
-                                  const Tensor16& q, const Tensor16& k, const Tensor16& v, int b,
-                                  int h, int row, double* lse = nullptr);
+std::vector<double> attention_row(const Problem& problem, Precision p, Mask mask, const Tensor16& q,
+                                  const Tensor16& k, const Tensor16& v, int b, int h, int row,
+                                  double* lse = nullptr);
 
 struct CheckReport {
   int rows_checked = 0;
-  double max_abs_error = 0.0;    // over checked elements
-  double rel_l2_error = 0.0;     // ||out - ref|| / ||ref|| over checked rows
-  double max_lse_error = 0.0;    // when lse was given
-  long long non_finite = 0;      // NaN/Inf anywhere in the output (all rows are scanned)
+  double max_abs_error = 0.0;  // over checked elements
+  double rel_l2_error = 0.0;   // ||out - ref|| / ||ref|| over checked rows
+  double max_lse_error = 0.0;  // when lse was given
+  long long non_finite = 0;    // NaN/Inf anywhere in the output (all rows are scanned)
   bool passed = false;
   std::string summary() const;
 };

@@ -15,8 +15,8 @@ typedef struct CUstream_st* CUstream;
 namespace ftattn {
 
 struct RuntimeOptions {
-  std::filesystem::path cache_dir; // empty: $FTATTN_CACHE_DIR, else the user's cache dir
-  bool disk_cache = true;          // false: compile on every new config (memory cache only)
+  std::filesystem::path cache_dir;  // empty: $FTATTN_CACHE_DIR, else the user's cache dir
+  bool disk_cache = true;           // false: compile on every new config (memory cache only)
 };
 
 // A compiled kernel loaded on the current GPU, ready to launch.
@@ -28,8 +28,8 @@ class Kernel {
 
   // Launches on `stream` (nullptr: the default stream). Device pointers; `lse` may be null.
   // Checks `problem` against the config first and throws ConfigError if they do not match.
-  virtual void launch(const Problem& problem, const void* q, const void* k, const void* v,
-                      void* o, float* lse, CUstream stream) const = 0;
+  virtual void launch(const Problem& problem, const void* q, const void* k, const void* v, void* o,
+                      float* lse, CUstream stream) const = 0;
 };
 
 class Runtime {
@@ -56,15 +56,15 @@ class Runtime {
 
   // True when a GPU and its driver are usable; device_arch() is then its arch.
   bool has_device() const;
-  Arch device_arch() const; // throws NoDeviceError without a GPU
+  Arch device_arch() const;  // throws NoDeviceError without a GPU
 
   const std::filesystem::path& cache_dir() const;
 
   struct Stats {
-    int compiles = 0;          // NVRTC invocations by this runtime
-    int disk_hits = 0;         // kernels read from the disk cache
-    int memory_hits = 0;       // kernels served from memory
-    int corrupt_entries = 0;   // disk entries found damaged and rebuilt
+    int compiles = 0;         // NVRTC invocations by this runtime
+    int disk_hits = 0;        // kernels read from the disk cache
+    int memory_hits = 0;      // kernels served from memory
+    int corrupt_entries = 0;  // disk entries found damaged and rebuilt
   };
   Stats stats() const;
 
@@ -73,4 +73,4 @@ class Runtime {
   std::unique_ptr<Impl> impl_;
 };
 
-} // namespace ftattn
+}  // namespace ftattn

@@ -1,7 +1,6 @@
 // Codegen: determinism, readable output, and that NVRTC compiles every supported config for
 // sm_80 and sm_90a into PTX with the tensor-core MMAs we wrote.
 #include <catch2/catch.hpp>
-
 #include <regex>
 
 #include "ftattn/codegen.hpp"
@@ -80,7 +79,9 @@ TEST_CASE("NVRTC compiles every config of the first kernel for sm_80 and sm_90a"
           CHECK(out.ptx.find("cp.async.cg.shared.global") != std::string::npos);
           CHECK(out.ptx.find(".target sm_" + std::to_string(arch.sm)) != std::string::npos);
           CHECK(out.cubin.size() > 1000);
-          CHECK(out.cubin.compare(0, 4, "\x7f" "ELF") == 0);
+          CHECK(out.cubin.compare(0, 4,
+                                  "\x7f"
+                                  "ELF") == 0);
           const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
           CHECK(r.registers > 0);
           CHECK(r.registers <= 255);

@@ -4,8 +4,8 @@
 
 namespace ftattn::gpu_test {
 
-CaseResult run_case(Runtime& rt, const KernelConfig& config, const Problem& problem,
-                    bool with_lse, int rows, uint64_t seed, bool via_attention) {
+CaseResult run_case(Runtime& rt, const KernelConfig& config, const Problem& problem, bool with_lse,
+                    int rows, uint64_t seed, bool via_attention) {
   const KernelConfig full = rt.resolve(config, &problem);
   const Precision p = full.precision;
   std::mt19937_64 rng(seed);
@@ -18,8 +18,8 @@ CaseResult run_case(Runtime& rt, const KernelConfig& config, const Problem& prob
                                     problem.seqlen_k, d);
   reference::Tensor16 o;
   o.strides = problem.o;
-  o.data.resize(reference::span_elements(problem.o, problem.batch, problem.heads_q,
-                                         problem.seqlen_q, d));
+  o.data.resize(
+      reference::span_elements(problem.o, problem.batch, problem.heads_q, problem.seqlen_q, d));
 
   runtime::DeviceBuffer dq(q.data.size() * 2), dk(k.data.size() * 2), dv(v.data.size() * 2),
       dout(o.data.size() * 2);

@@ -14,7 +14,7 @@ struct CaseResult {
 
 // `rows` as in reference::check (<= 0: every row). `with_lse` also checks the log-sum-exp.
 // `via_attention` launches through Runtime::attention with `config` as given (maybe open).
-CaseResult run_case(Runtime& rt, const KernelConfig& config, const Problem& problem,
-                    bool with_lse, int rows, uint64_t seed, bool via_attention = false);
+CaseResult run_case(Runtime& rt, const KernelConfig& config, const Problem& problem, bool with_lse,
+                    int rows, uint64_t seed, bool via_attention = false);
 
 }  // namespace ftattn::gpu_test

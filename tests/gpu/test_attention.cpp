@@ -44,8 +44,8 @@ TEST_CASE("every head dim, precision and mask matches the reference", "[gpu]") {
 
 TEST_CASE("odd and tiny sequence lengths", "[gpu]") {
   Runtime& rt = shared_runtime();
-  for (auto [sq, sk] : std::vector<std::pair<int, int>>{{1, 1}, {1, 77}, {17, 5}, {63, 65},
-                                                        {129, 128}, {255, 513}})
+  for (auto [sq, sk] :
+       std::vector<std::pair<int, int>>{{1, 1}, {1, 77}, {17, 5}, {63, 65}, {129, 128}, {255, 513}})
     for (Mask m : {Mask::none, Mask::causal}) {
       INFO("seqlen_q " << sq << " seqlen_k " << sk);
       const Problem pr = Problem::bhsd(1, 2, 2, sq, sk, 128);
@@ -68,8 +68,8 @@ TEST_CASE("strided layouts, GQA and MQA", "[gpu]") {
   Runtime& rt = shared_runtime();
   SECTION("bshd") {
     const Problem pr = Problem::bshd(2, 4, 4, 333, 257, 128);
-    expect_pass(gpu_test::run_case(rt, config_for(128, Precision::bf16, Mask::causal), pr, false,
-                                   0, 5));
+    expect_pass(
+        gpu_test::run_case(rt, config_for(128, Precision::bf16, Mask::causal), pr, false, 0, 5));
   }
   SECTION("GQA 8 query heads over 2 kv heads") {
     const Problem pr = Problem::bhsd(2, 8, 2, 190, 190, 64);
@@ -77,8 +77,8 @@ TEST_CASE("strided layouts, GQA and MQA", "[gpu]") {
   }
   SECTION("MQA") {
     const Problem pr = Problem::bhsd(1, 6, 1, 130, 260, 128);
-    expect_pass(gpu_test::run_case(rt, config_for(128, Precision::f16, Mask::causal), pr, true,
-                                   0, 7));
+    expect_pass(
+        gpu_test::run_case(rt, config_for(128, Precision::f16, Mask::causal), pr, true, 0, 7));
   }
   SECTION("padded rows: seq stride larger than head_dim") {
     Problem pr = Problem::bhsd(2, 2, 2, 100, 100, 64);
@@ -87,14 +87,14 @@ TEST_CASE("strided layouts, GQA and MQA", "[gpu]") {
       s->head = s->seq * 100;
       s->batch = s->head * 2;
     }
-    expect_pass(gpu_test::run_case(rt, config_for(64, Precision::bf16, Mask::none), pr, true, 0,
-                                   8));
+    expect_pass(
+        gpu_test::run_case(rt, config_for(64, Precision::bf16, Mask::none), pr, true, 0, 8));
   }
   SECTION("softmax scale") {
     Problem pr = Problem::bhsd(1, 2, 2, 150, 150, 64);
     pr.softmax_scale = 0.3f;
-    expect_pass(gpu_test::run_case(rt, config_for(64, Precision::f16, Mask::causal), pr, true, 0,
-                                   9));
+    expect_pass(
+        gpu_test::run_case(rt, config_for(64, Precision::f16, Mask::causal), pr, true, 0, 9));
   }
 }
 
@@ -125,8 +125,7 @@ TEST_CASE("a large problem matches on sampled rows", "[gpu][large]") {
     }
 }
 
-TEST_CASE("Runtime::attention fills an open config and launches on the caller's stream",
-          "[gpu]") {
+TEST_CASE("Runtime::attention fills an open config and launches on the caller's stream", "[gpu]") {
   Runtime& rt = shared_runtime();
   const Problem pr = Problem::bhsd(1, 2, 2, 64, 64, 64);
   KernelConfig open;

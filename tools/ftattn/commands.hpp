@@ -27,5 +27,6 @@ Command add_compile_command(CLI::App& parent, const GlobalOptions& global);
 Command add_run_command(CLI::App& parent, const GlobalOptions& global);
 Command add_cache_command(CLI::App& parent, const GlobalOptions& global);
 Command add_demo_command(CLI::App& parent, const GlobalOptions& global);
+Command add_bench_command(CLI::App& parent, const GlobalOptions& global);
 
 }  // namespace ftattn::cli

@@ -21,52 +21,73 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-DeviceRunResult run_on_device(Runtime& rt, const KernelConfig& wanted, const Problem& problem,
-                              const DeviceRunOptions& opt) {
+std::unique_ptr<DeviceInputs> make_inputs(const Problem& problem, Precision precision,
+                                          uint64_t seed) {
   runtime::ensure_context();  // NoDeviceError before any host work
-  DeviceRunResult result;
-  result.config = rt.resolve(wanted, &problem);
-  validate(problem, result.config);  // before allocating anything
-  const KernelConfig& c = result.config;
-  const auto kernel = rt.kernel(c);
-  result.from_cache = kernel->compiled().from_disk_cache;
-  result.compile_seconds = kernel->compiled().compile_seconds;
-
-  std::mt19937_64 rng(opt.seed);
-  const reference::Tensor16 q = reference::random_tensor(
-      rng, c.precision, problem.q, problem.batch, problem.heads_q, problem.seqlen_q, c.head_dim);
-  const reference::Tensor16 k = reference::random_tensor(
-      rng, c.precision, problem.k, problem.batch, problem.heads_kv, problem.seqlen_k, c.head_dim);
-  const reference::Tensor16 v = reference::random_tensor(
-      rng, c.precision, problem.v, problem.batch, problem.heads_kv, problem.seqlen_k, c.head_dim);
-  reference::Tensor16 o;
-  o.strides = problem.o;
-  o.data.resize(reference::span_elements(problem.o, problem.batch, problem.heads_q,
-                                         problem.seqlen_q, c.head_dim));
-  std::vector<float> lse(
-      opt.lse ? static_cast<std::size_t>(problem.batch) * problem.heads_q * problem.seqlen_q : 0);
-
+  auto in = std::make_unique<DeviceInputs>();
+  in->precision = precision;
+  std::mt19937_64 rng(seed);
+  const int d = problem.head_dim;
+  in->q = reference::random_tensor(rng, precision, problem.q, problem.batch, problem.heads_q,
+                                   problem.seqlen_q, d);
+  in->k = reference::random_tensor(rng, precision, problem.k, problem.batch, problem.heads_kv,
+                                   problem.seqlen_k, d);
+  in->v = reference::random_tensor(rng, precision, problem.v, problem.batch, problem.heads_kv,
+                                   problem.seqlen_k, d);
   auto upload = [](const reference::Tensor16& t) {
     runtime::DeviceBuffer buffer(t.data.size() * kElementBytes);
     buffer.upload(t.data.data(), buffer.bytes());
     return buffer;
   };
-  runtime::DeviceBuffer dq = upload(q), dk = upload(k), dv = upload(v);
-  runtime::DeviceBuffer d_o(o.data.size() * kElementBytes);
-  runtime::DeviceBuffer d_lse;
-  if (opt.lse) d_lse = runtime::DeviceBuffer(lse.size() * sizeof(float));
+  in->dq = upload(in->q);
+  in->dk = upload(in->k);
+  in->dv = upload(in->v);
+  in->d_o = runtime::DeviceBuffer(
+      reference::span_elements(problem.o, problem.batch, problem.heads_q, problem.seqlen_q, d) *
+      kElementBytes);
+  in->d_lse = runtime::DeviceBuffer(static_cast<std::size_t>(problem.batch) * problem.heads_q *
+                                    problem.seqlen_q * sizeof(float));
+  return in;
+}
+
+DeviceRunResult run_on_device(Runtime& rt, const KernelConfig& wanted, const Problem& problem,
+                              const DeviceRunOptions& opt) {
+  runtime::ensure_context();  // NoDeviceError before any host work
+  const KernelConfig c = rt.resolve(wanted, &problem);
+  validate(problem, c);  // before allocating anything
+  auto inputs = make_inputs(problem, c.precision, opt.seed);
+  return run_on_device(rt, c, problem, *inputs, opt);
+}
+
+DeviceRunResult run_on_device(Runtime& rt, const KernelConfig& wanted, const Problem& problem,
+                              DeviceInputs& in, const DeviceRunOptions& opt) {
+  DeviceRunResult result;
+  result.config = rt.resolve(wanted, &problem);
+  const KernelConfig& c = result.config;
+  if (c.precision != in.precision)
+    throw ConfigError("the inputs were made for another precision than the config's");
+  validate(problem, c);
+  const auto kernel = rt.kernel(c);
+  result.from_cache = kernel->compiled().from_disk_cache;
+  result.compile_seconds = kernel->compiled().compile_seconds;
+
+  reference::Tensor16 o;
+  o.strides = problem.o;
+  o.data.resize(in.d_o.bytes() / kElementBytes);
+  std::vector<float> lse(opt.lse ? in.d_lse.bytes() / sizeof(float) : 0);
   // 0xFF bytes are NaNs in f16, bf16 and float: any element the kernel fails to write shows.
-  d_o.fill_bytes(0xFF);
-  float* lse_ptr = opt.lse ? static_cast<float*>(d_lse.data()) : nullptr;
-  if (opt.lse) d_lse.fill_bytes(0xFF);
+  in.d_o.fill_bytes(0xFF);
+  float* lse_ptr = opt.lse ? static_cast<float*>(in.d_lse.data()) : nullptr;
+  if (opt.lse) in.d_lse.fill_bytes(0xFF);
 
   auto launch = [&] {
-    kernel->launch(problem, dq.data(), dk.data(), dv.data(), d_o.data(), lse_ptr, nullptr);
+    kernel->launch(problem, in.dq.data(), in.dk.data(), in.dv.data(), in.d_o.data(), lse_ptr,
+                   nullptr);
   };
   launch();
-  d_o.download(o.data.data(), d_o.bytes());  // synchronous: waits for the launch
-  if (opt.lse) d_lse.download(lse.data(), d_lse.bytes());
-  result.check = reference::check(problem, c.precision, c.mask, q, k, v, o,
+  in.d_o.download(o.data.data(), in.d_o.bytes());  // synchronous: waits for the launch
+  if (opt.lse) in.d_lse.download(lse.data(), in.d_lse.bytes());
+  result.check = reference::check(problem, c.precision, c.mask, in.q, in.k, in.v, o,
                                   opt.lse ? &lse : nullptr, opt.check_rows, opt.seed);
   if (!result.check.passed || opt.iters <= 0) return result;
 

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "ftattn/reference.hpp"
 #include "ftattn/runtime.hpp"
+#include "runtime/driver.hpp"
 
 namespace ftattn::cli {
 
@@ -27,10 +29,23 @@ struct DeviceRunResult {
   double median_ms = 0.0, min_ms = 0.0, tflops = 0.0;
 };
 
+// Random inputs for one problem, on the host (for the reference) and on the GPU, with an output
+// buffer. Made once and shared by every config run on the problem.
+struct DeviceInputs {
+  Precision precision;
+  reference::Tensor16 q, k, v;
+  runtime::DeviceBuffer dq, dk, dv, d_o, d_lse;
+};
+std::unique_ptr<DeviceInputs> make_inputs(const Problem& problem, Precision precision,
+                                          uint64_t seed);
+
 // Throws NoDeviceError without a GPU, ConfigError for a config or problem that cannot run,
 // DriverError when the GPU reports a failure.
 DeviceRunResult run_on_device(Runtime& runtime, const KernelConfig& config, const Problem& problem,
                               const DeviceRunOptions& options);
+// The same on inputs made by make_inputs (their precision must be the config's).
+DeviceRunResult run_on_device(Runtime& runtime, const KernelConfig& config, const Problem& problem,
+                              DeviceInputs& inputs, const DeviceRunOptions& options);
 
 // "batch 2, heads 8 (kv 8), seqlen 1024 (k 1024), head_dim 128"
 std::string describe_problem(const Problem& problem);

@@ -44,18 +44,45 @@ struct FwdTraits {
 
 namespace detail {
 
-// Copies `rows` rows (head_dim elements each) from global memory into a padded shared tile;
-// rows at or past `valid_rows` are zero-filled.
-template <class T>
-__device__ __forceinline__ void load_tile(u32 smem, const u16* gmem, i64 row_stride_g, int rows,
+template <bool B>
+struct Bool {
+  static constexpr bool value = B;
+};
+
+// Copies `Rows` rows (head_dim elements each) from global memory into a padded shared tile;
+// rows at or past `valid_rows` are zero-filled. Fully unrolled: when the CTA's threads cover
+// whole rows, each thread keeps one column and steps down by a constant number of rows.
+template <class T, int Rows>
+__device__ __forceinline__ void load_tile(u32 smem, const u16* gmem, i64 row_stride_g,
                                           int valid_rows) {
   constexpr int cpr = T::chunks_per_row;
-  for (int c = threadIdx.x; c < rows * cpr; c += T::threads) {
-    const int r = c / cpr;
-    const int col = (c % cpr) * 8;
-    const bool valid = r < valid_rows;
-    const u16* src = valid ? gmem + r * row_stride_g + col : gmem;
-    sm80::cp_async_16(smem + (r * T::row_stride + col) * 2, src, valid);
+  constexpr int chunks = Rows * cpr;
+  if constexpr (T::threads % cpr == 0) {
+    constexpr int rows_per_pass = T::threads / cpr;
+    const int r0 = threadIdx.x / cpr;
+    const int col = (threadIdx.x % cpr) * 8;
+    const u16* src = gmem + r0 * row_stride_g + col;
+    const u32 dst = smem + (r0 * T::row_stride + col) * 2;
+#pragma unroll
+    for (int i = 0; i < (chunks + T::threads - 1) / T::threads; ++i) {
+      const int r = r0 + i * rows_per_pass;
+      if (chunks % T::threads == 0 || r < Rows)
+        sm80::cp_async_16(dst + i * rows_per_pass * T::row_stride * 2,
+                          r < valid_rows ? src + i * rows_per_pass * row_stride_g : gmem,
+                          r < valid_rows);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < (chunks + T::threads - 1) / T::threads; ++i) {
+      const int c = threadIdx.x + i * T::threads;
+      if (chunks % T::threads == 0 || c < chunks) {
+        const int r = c / cpr;
+        const int col = (c % cpr) * 8;
+        const bool valid = r < valid_rows;
+        sm80::cp_async_16(smem + (r * T::row_stride + col) * 2,
+                          valid ? gmem + r * row_stride_g + col : gmem, valid);
+      }
+    }
   }
 }
 
@@ -105,11 +132,11 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
     const int stage = n_block % kStages;
     const int key0 = n_block * T::block_n;
     const int valid = p.seqlen_k - key0;
-    detail::load_tile<T>(sK + stage * kv_stage_bytes, k + key0 * p.k_seq_stride, p.k_seq_stride,
-                         T::block_n, valid);
+    detail::load_tile<T, T::block_n>(sK + stage * kv_stage_bytes, k + key0 * p.k_seq_stride,
+                                     p.k_seq_stride, valid);
     sm80::cp_async_commit();
-    detail::load_tile<T>(sV + stage * kv_stage_bytes, v + key0 * p.v_seq_stride, p.v_seq_stride,
-                         T::block_n, valid);
+    detail::load_tile<T, T::block_n>(sV + stage * kv_stage_bytes, v + key0 * p.v_seq_stride,
+                                     p.v_seq_stride, valid);
     sm80::cp_async_commit();
   };
   auto skip_kv = [] {  // empty groups keep the wait counts uniform near the end
@@ -118,7 +145,7 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
   };
 
   // Prologue: Q, then the first num_stages - 1 key blocks.
-  detail::load_tile<T>(sQ, q, p.q_seq_stride, T::block_m, p.seqlen_q - row0);
+  detail::load_tile<T, T::block_m>(sQ, q, p.q_seq_stride, p.seqlen_q - row0);
   sm80::cp_async_commit();
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -148,13 +175,26 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
   const int k_row = (lane / 16) * 8 + lane % 8, k_col = ((lane / 8) % 2) * 8;  // K (B, no trans)
   const int v_row = ((lane / 8) % 2) * 8 + lane % 8, v_col = (lane / 16) * 8;  // V (B, trans)
 
-  for (int n_block = 0; n_block < n_blocks; ++n_block) {
+  // One key block. Masked == false is the hot path: no index arithmetic, fewer registers.
+  auto step = [&](const int n_block, auto masked) {
+    constexpr bool kMasked = decltype(masked)::value;
     const int stage = n_block % kStages;
-    if (n_block + kStages - 1 < n_blocks) load_kv(n_block + kStages - 1); else skip_kv();
-
-    // Wait for K of this block (V of this block and the prefetched blocks may still fly).
-    sm80::cp_async_wait<2 * kStages - 1>();
-    __syncthreads();
+    auto prefetch = [&] {
+      if (n_block + kStages - 1 < n_blocks) load_kv(n_block + kStages - 1); else skip_kv();
+    };
+    if constexpr (kStages == 1) {
+      // One buffer: this block's loads start here, after the previous block's final barrier.
+      prefetch();
+      sm80::cp_async_wait<1>();  // K landed; V may still fly
+      __syncthreads();
+    } else {
+      // Wait for K of this block; V and the blocks after it may still fly.
+      sm80::cp_async_wait<2 * kStages - 3>();
+      // Past this barrier every warp has finished the previous block, so its stage is free
+      // for the block num_stages - 1 ahead: no barrier is needed at the end of the step.
+      __syncthreads();
+      prefetch();
+    }
 
     // GEMM I: S = Q K^T for this warp's rows and the block's keys.
     float s[kMT][kST][4];
@@ -188,10 +228,8 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
 
     // Mask keys past the sequence end and, for causal, past each row's diagonal. Only blocks
     // that straddle a boundary pay for it.
-    const int key0 = n_block * T::block_n;
-    const bool tail = key0 + T::block_n > p.seqlen_k;
-    const bool straddles = T::causal && key0 + T::block_n - 1 > row0 + diag;
-    if (tail || straddles) {
+    if (kMasked) {
+      const int key0 = n_block * T::block_n;
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -266,8 +304,16 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
       }
     }
     Protect::after_pv(protect_state, o, n_block);
-    __syncthreads();  // every warp is done with this stage before it is refilled
-  }
+    if constexpr (kStages == 1) __syncthreads();  // the single stage is refilled next step
+  };
+
+  // Blocks that need no mask come first (keys below every row's diagonal and inside the
+  // sequence); only the last few, at the diagonal or the sequence end, pay for masking.
+  int n_unmasked = p.seqlen_k / T::block_n;
+  if (T::causal) n_unmasked = min(n_unmasked, max(0, (row0 + diag + 1) / T::block_n));
+  n_unmasked = min(n_unmasked, n_blocks);
+  for (int n_block = 0; n_block < n_unmasked; ++n_block) step(n_block, detail::Bool<false>{});
+  for (int n_block = n_unmasked; n_block < n_blocks; ++n_block) step(n_block, detail::Bool<true>{});
   sm80::cp_async_wait<0>();
 
   Protect::finish(protect_state, o, row_sum);

@@ -1,0 +1,179 @@
+// ftattn bench: time kernels over a grid of shapes with CUDA events (warm-up, median of timed
+// launches), each run checked against the reference first; CSV and JSON out.
+#include <fmt/format.h>
+
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tools/ftattn/commands.hpp"
+#include "tools/ftattn/config_flags.hpp"
+#include "tools/ftattn/device_run.hpp"
+
+namespace ftattn::cli {
+namespace {
+
+struct Shape {
+  int head_dim, heads, seqlen, batch;
+};
+
+// 16k tokens in total: head dim 64 x 16 heads, 128 x 32, 256 x 16; seqlen 512 ... 16k.
+std::vector<Shape> standard_grid() {
+  std::vector<Shape> grid;
+  for (auto [d, h] : {std::pair{64, 16}, std::pair{128, 32}, std::pair{256, 16}})
+    for (int s : {512, 1024, 2048, 4096, 8192, 16384}) grid.push_back({d, h, s, 16384 / s});
+  return grid;
+}
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, sep);)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+// "d,h,s,b;d,h,s,b"
+std::vector<Shape> parse_shapes(const std::string& text) {
+  std::vector<Shape> shapes;
+  for (const std::string& item : split(text, ';')) {
+    Shape s{};
+    char extra = 0;
+    if (std::sscanf(item.c_str(), "%d,%d,%d,%d%c", &s.head_dim, &s.heads, &s.seqlen, &s.batch,
+                    &extra) != 4 ||
+        s.head_dim <= 0 || s.heads <= 0 || s.seqlen <= 0 || s.batch <= 0)
+      throw ConfigError(fmt::format(
+          "bad shape '{}': write head_dim,heads,seqlen,batch with positive numbers, shapes "
+          "separated by ';'",
+          item));
+    shapes.push_back(s);
+  }
+  return shapes;
+}
+
+// "128x64w4s2": block_m x block_n, warps, stages.
+KernelConfig apply_tile(KernelConfig c, const std::string& tile) {
+  char extra = 0;
+  if (std::sscanf(tile.c_str(), "%dx%dw%ds%d%c", &c.block_m, &c.block_n, &c.num_warps,
+                  &c.num_stages, &extra) != 4)
+    throw ConfigError(
+        fmt::format("bad tile '{}': write <block_m>x<block_n>w<warps>s<stages>, "
+                    "e.g. 128x64w4s2",
+                    tile));
+  return c;
+}
+
+struct BenchOptions {
+  ConfigFlags config;
+  std::string shapes, precisions = "f16,bf16", masks = "none,causal", tiles, csv, json;
+  DeviceRunOptions device{.lse = false, .check_rows = 32, .warmup = 5, .iters = 20, .seed = 1};
+};
+
+int run_bench(const BenchOptions& o, const GlobalOptions& global) {
+  if (o.device.iters < 20)
+    throw ConfigError("bench reports a median of at least 20 timed launches: raise --iters");
+  const std::vector<Shape> shapes = o.shapes.empty() ? standard_grid() : parse_shapes(o.shapes);
+  std::vector<Precision> precisions;
+  for (const auto& p : split(o.precisions, ',')) precisions.push_back(parse_precision(p));
+  std::vector<Mask> masks;
+  for (const auto& m : split(o.masks, ',')) masks.push_back(parse_mask(m));
+  const std::vector<std::string> tiles = split(o.tiles, ',');
+  const KernelConfig base = config_from_flags(o.config);
+
+  const std::string device = describe_device();
+  Runtime runtime(global.runtime_options());
+  std::ostream& log = o.csv == "-" ? std::cerr : std::cout;
+  log << "device " << device << "\n";
+
+  nlohmann::json rows = nlohmann::json::array();
+  int failures = 0;
+  for (const Shape& s : shapes)
+    for (Precision p : precisions) {
+      const Problem problem =
+          Problem::bhsd(s.batch, s.heads, s.heads, s.seqlen, s.seqlen, s.head_dim);
+      auto inputs = make_inputs(problem, p, o.device.seed);
+      for (Mask m : masks)
+        for (size_t t = 0; t < std::max<size_t>(1, tiles.size()); ++t) {
+          KernelConfig c = base;
+          c.head_dim = s.head_dim;
+          c.precision = p;
+          c.mask = m;
+          if (!tiles.empty()) c = apply_tile(c, tiles[t]);
+          DeviceRunResult r;
+          try {
+            r = run_on_device(runtime, c, problem, *inputs, o.device);
+          } catch (const ConfigError& e) {  // a tile that does not fit this shape: skip it
+            log << fmt::format("skip  d{} s{} {}: {}\n", s.head_dim, s.seqlen, tiles[t], e.what());
+            continue;
+          }
+          failures += !r.check.passed;
+          log << fmt::format(
+              "d{:<3} h{:<2} s{:<5} b{:<2} {:<4} {:<6} {:>8.4f} ms {:>6.1f} TFLOP/s  {}{}\n",
+              s.head_dim, s.heads, s.seqlen, s.batch, to_string(p), to_string(m), r.median_ms,
+              r.tflops, r.config.name(),
+              r.check.passed ? "" : "  CHECK FAILED: " + r.check.summary());
+          rows.push_back({{"head_dim", s.head_dim},
+                          {"seqlen", s.seqlen},
+                          {"batch", s.batch},
+                          {"heads", s.heads},
+                          {"causal", m == Mask::causal ? 1 : 0},
+                          {"dtype", std::string(to_string(p))},
+                          {"config", r.config.name()},
+                          {"ms", r.median_ms},
+                          {"min_ms", r.min_ms},
+                          {"tflops", r.tflops},
+                          {"rel_l2_error", r.check.rel_l2_error},
+                          {"passed", r.check.passed}});
+        }
+    }
+
+  if (!o.csv.empty()) {
+    std::ofstream file;
+    if (o.csv != "-") file.open(o.csv);
+    std::ostream& out = o.csv == "-" ? std::cout : file;
+    out << "head_dim,seqlen,batch,heads,causal,dtype,config,ms,min_ms,tflops,rel_l2_error,passed\n";
+    for (const auto& r : rows)
+      out << fmt::format("{},{},{},{},{},{},{},{:.5f},{:.5f},{:.2f},{:.3e},{}\n",
+                         int(r["head_dim"]), int(r["seqlen"]), int(r["batch"]), int(r["heads"]),
+                         int(r["causal"]), std::string(r["dtype"]), std::string(r["config"]),
+                         double(r["ms"]), double(r["min_ms"]), double(r["tflops"]),
+                         double(r["rel_l2_error"]), bool(r["passed"]) ? 1 : 0);
+  }
+  if (!o.json.empty())
+    std::ofstream(o.json) << nlohmann::json{{"device", device}, {"runs", rows}}.dump(2);
+  if (failures > 0) {
+    std::cerr << fmt::format("ftattn: {} run(s) failed the reference check\n", failures);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_bench_command(CLI::App& parent, const GlobalOptions& global) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = parent.add_subcommand(
+      "bench", "Time kernels over a grid of shapes (checked first), CSV/JSON out");
+  add_config_flags(*cmd, o->config, Positional::none);
+  cmd->add_option(
+      "--shapes", o->shapes,
+      "shapes as head_dim,heads,seqlen,batch;... (default: the standard 16k-token grid)");
+  cmd->add_option("--precisions", o->precisions, "comma-separated precisions")
+      ->capture_default_str();
+  cmd->add_option("--masks", o->masks, "comma-separated masks")->capture_default_str();
+  cmd->add_option("--tiles", o->tiles,
+                  "comma-separated tiles to compare, e.g. 128x64w4s2,128x32w4s2 (default: the "
+                  "config's knobs or the defaults)");
+  cmd->add_option("--csv", o->csv, "write CSV to this file ('-': standard output)");
+  cmd->add_option("--json", o->json, "write JSON to this file");
+  cmd->add_option("--warmup", o->device.warmup, "untimed launches first")->capture_default_str();
+  cmd->add_option("--iters", o->device.iters, "timed launches (median; at least 20)")
+      ->capture_default_str();
+  cmd->add_option("--check-rows", o->device.check_rows, "rows checked per run")
+      ->capture_default_str();
+  return {cmd, [o, &global] { return run_bench(*o, global); }};
+}
+
+}  // namespace ftattn::cli
