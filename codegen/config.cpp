@@ -35,7 +35,8 @@ constexpr std::array kPrecisions = {Precision::f16, Precision::bf16, Precision::
                                     Precision::f16_pasa, Precision::fp8_e4m3};
 constexpr std::array kProtections = {Protection::none, Protection::flash_abft,
                                      Protection::efta_detect, Protection::efta_correct};
-constexpr std::array kMasks = {Mask::none, Mask::causal};
+constexpr std::array kMasks = {Mask::none, Mask::causal, Mask::block_sparse,
+                               Mask::block_sparse_causal};
 
 // Every sm the project targets; 'a' is allowed on the ones in kArchSpecificSms.
 constexpr std::array kSupportedSms = {80, 86, 87, 89, 90, 100, 120};
@@ -216,6 +217,10 @@ std::string_view to_string(Mask m) {
       return "none";
     case Mask::causal:
       return "causal";
+    case Mask::block_sparse:
+      return "block_sparse";
+    case Mask::block_sparse_causal:
+      return "block_sparse_causal";
   }
   throw ConfigError(fmt::format("invalid Mask value {}", static_cast<int>(m)));
 }
@@ -285,7 +290,7 @@ std::string KernelConfig::name() const {
   detail::require_complete(*this, "name");
   return fmt::format("{}sm{}{}_{}_d{}_m{}n{}_w{}s{}_{}_{}", kNamePrefix, arch.sm,
                      arch.arch_specific ? "a" : "", dashed(to_string(precision)), head_dim, block_m,
-                     block_n, num_warps, num_stages, to_string(mask),
+                     block_n, num_warps, num_stages, dashed(to_string(mask)),
                      dashed(to_string(protection)));
 }
 
@@ -472,11 +477,30 @@ float Problem::scale() const {
   return 1.0f / std::sqrt(static_cast<float>(head_dim));
 }
 
+int Problem::block_mask_q_blocks() const {
+  return sparse_block_m > 0 ? (seqlen_q + sparse_block_m - 1) / sparse_block_m : 0;
+}
+
+int Problem::block_mask_k_blocks() const {
+  return sparse_block_n > 0 ? (seqlen_k + sparse_block_n - 1) / sparse_block_n : 0;
+}
+
+int64_t Problem::block_mask_head_bytes() const {
+  return block_mask_head_stride >= 0
+             ? block_mask_head_stride
+             : int64_t{block_mask_q_blocks()} * int64_t{block_mask_k_blocks()};
+}
+
+size_t Problem::block_mask_bytes() const {
+  return static_cast<size_t>(block_mask_head_bytes() * (heads_q - 1) +
+                             int64_t{block_mask_q_blocks()} * block_mask_k_blocks());
+}
+
 double Problem::flops(Mask mask) const {
   if (seqlen_q <= 0 || seqlen_k <= 0) return 0.0;
   // Two matmuls (QK^T and PV) of 2 flops per multiply-add each.
   const double per_pair = 4.0 * batch * heads_q * head_dim;
-  if (mask == Mask::none) return per_pair * double(seqlen_q) * double(seqlen_k);
+  if (!is_causal(mask)) return per_pair * double(seqlen_q) * double(seqlen_k);
 
   // Causal, bottom-right aligned (FlashAttention-2): query i sees keys j <= i + (sk - sq), so
   // row i has clamp(i + 1 + sk - sq, 0, sk) keys. Sum that in closed form.

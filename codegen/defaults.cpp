@@ -41,7 +41,7 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch) {
   if (open_n) c.block_n = 64;
   if (open_s) {
     if (c.head_dim <= 64)
-      c.num_stages = c.mask == Mask::causal ? 3 : 2;
+      c.num_stages = is_causal(c.mask) ? 3 : 2;
     else
       c.num_stages = wide ? 2 : 1;
   }

@@ -54,7 +54,7 @@ KernelSource generate(const KernelConfig& config) {
 using Traits = ftattn::FwdTraits<
     /*head_dim=*/{head_dim}, /*block_m=*/{block_m}, /*block_n=*/{block_n},
     /*num_warps=*/{num_warps}, /*num_stages=*/{num_stages},
-    {precision_type}, {protect_type}, /*causal=*/{causal}>;
+    {precision_type}, {protect_type}, /*causal=*/{causal}, /*block_sparse=*/{block_sparse}>;
 
 extern "C" __global__ void __launch_bounds__(Traits::threads)
 {symbol}(const ftattn::AttentionParams params) {{
@@ -66,7 +66,8 @@ extern "C" __global__ void __launch_bounds__(Traits::threads)
       fmt::arg("block_m", config.block_m), fmt::arg("block_n", config.block_n),
       fmt::arg("num_warps", config.num_warps), fmt::arg("num_stages", config.num_stages),
       fmt::arg("precision_type", precision.type), fmt::arg("protect_type", protect.type),
-      fmt::arg("causal", config.mask == Mask::causal ? "true" : "false"),
+      fmt::arg("causal", is_causal(config.mask) ? "true" : "false"),
+      fmt::arg("block_sparse", is_block_sparse(config.mask) ? "true" : "false"),
       fmt::arg("symbol", out.symbol));
   out.options = {"--gpu-architecture=" + nvrtc_arch(config.arch), "--std=c++17", "-lineinfo",
                  "-Xptxas=-v", "-default-device"};

@@ -189,6 +189,32 @@ void validate(const Problem& p, const KernelConfig& c) {
         "indexed with int32): split the batch",
         p.batch, p.heads_q, p.seqlen_q));
   }
+
+  if (is_block_sparse(c.mask)) {
+    if (p.sparse_block_m <= 0 || p.sparse_block_n <= 0) {
+      throw ConfigError(fmt::format(
+          "mask {} needs the mask's block sizes: set Problem::sparse_block_m and sparse_block_n",
+          to_string(c.mask)));
+    }
+    if (p.sparse_block_m % c.block_m != 0 || p.sparse_block_n % c.block_n != 0) {
+      throw ConfigError(fmt::format(
+          "the block mask's blocks ({} x {}) must be multiples of the kernel's tiles (block_m {} "
+          "x block_n {}): use a config whose block_m divides {} and block_n divides {}",
+          p.sparse_block_m, p.sparse_block_n, c.block_m, c.block_n, p.sparse_block_m,
+          p.sparse_block_n));
+    }
+    if (p.block_mask_head_stride < -1) {
+      throw ConfigError(fmt::format(
+          "block_mask_head_stride {} is invalid: give bytes between heads, 0 for one shared "
+          "mask, or -1 for dense",
+          p.block_mask_head_stride));
+    }
+  } else if (p.sparse_block_m != 0 || p.sparse_block_n != 0) {
+    throw ConfigError(fmt::format(
+        "the problem sets block-mask sizes but the mask is {}: use mask block_sparse or "
+        "block_sparse_causal, or leave sparse_block_m and sparse_block_n at 0",
+        to_string(c.mask)));
+  }
 }
 
 }  // namespace ftattn

@@ -35,9 +35,9 @@ class LoadedKernel final : public Kernel {
   const CompiledKernel& compiled() const override { return *compiled_; }
 
   void launch(const Problem& problem, const void* q, const void* k, const void* v, void* o,
-              float* lse, CUstream stream) const override {
+              float* lse, CUstream stream, const unsigned char* block_mask) const override {
     const KernelConfig& c = compiled_->config;
-    AttentionParams params = make_params(problem, c, q, k, v, o, lse);
+    AttentionParams params = make_params(problem, c, q, k, v, o, lse, block_mask);
     ensure_context();
     const unsigned m_blocks = (problem.seqlen_q + c.block_m - 1) / c.block_m;
     void* args[] = {&params};
@@ -57,7 +57,8 @@ class LoadedKernel final : public Kernel {
 }  // namespace
 
 AttentionParams make_params(const Problem& problem, const KernelConfig& config, const void* q,
-                            const void* k, const void* v, void* o, float* lse) {
+                            const void* k, const void* v, void* o, float* lse,
+                            const unsigned char* block_mask) {
   validate(problem, config);
   if (q == nullptr || k == nullptr || v == nullptr || o == nullptr)
     throw ConfigError("q, k, v and o must be device pointers, not null");
@@ -100,6 +101,18 @@ AttentionParams make_params(const Problem& problem, const KernelConfig& config, 
   p.group_size = problem.heads_q / problem.heads_kv;
   p.scale = problem.scale();
   p.scale_log2 = p.scale * static_cast<float>(M_LOG2E);
+  if (is_block_sparse(config.mask)) {
+    if (block_mask == nullptr)
+      throw ConfigError(
+          fmt::format("mask {} needs a block mask: pass block_mask (device bytes, "
+                      "one per head, query block and key block)",
+                      to_string(config.mask)));
+    p.block_mask = block_mask;
+    p.block_mask_head_stride = problem.block_mask_head_bytes();
+    p.block_mask_k_blocks = problem.block_mask_k_blocks();
+    p.sparse_block_m = problem.sparse_block_m;
+    p.sparse_block_n = problem.sparse_block_n;
+  }
   return p;
 }
 

@@ -14,6 +14,7 @@ std::shared_ptr<const Kernel> load_kernel(std::shared_ptr<const CompiledKernel> 
 // The kernel parameters for `problem`; throws ConfigError for a problem the kernel cannot run
 // (shape mismatch, misaligned pointers or strides).
 AttentionParams make_params(const Problem& problem, const KernelConfig& config, const void* q,
-                            const void* k, const void* v, void* o, float* lse);
+                            const void* k, const void* v, void* o, float* lse,
+                            const unsigned char* block_mask = nullptr);
 
 }  // namespace ftattn::runtime

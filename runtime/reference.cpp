@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <thread>
 
 namespace ftattn::reference {
@@ -117,28 +118,39 @@ Tensor16 random_tensor(std::mt19937_64& rng, Precision p, const Strides& strides
 
 std::vector<double> attention_row(const Problem& pr, Precision p, Mask mask, const Tensor16& q,
                                   const Tensor16& k, const Tensor16& v, int b, int h, int row,
-                                  double* lse) {
+                                  double* lse, const uint8_t* block_mask) {
   const int d = pr.head_dim;
   const int hk = h / (pr.heads_q / pr.heads_kv);
   // Bottom-right causal alignment: row i sees keys j <= i + seqlen_k - seqlen_q.
-  const int last = mask == Mask::causal ? std::min(pr.seqlen_k - 1, row + pr.seqlen_k - pr.seqlen_q)
-                                        : pr.seqlen_k - 1;
+  const int last = is_causal(mask) ? std::min(pr.seqlen_k - 1, row + pr.seqlen_k - pr.seqlen_q)
+                                   : pr.seqlen_k - 1;
+  if (is_block_sparse(mask) && block_mask == nullptr)
+    throw std::invalid_argument("reference: a block-sparse mask needs its block_mask");
+  // Key j is kept when its (query block, key block) byte is nonzero.
+  auto kept = [&](int j) {
+    if (!is_block_sparse(mask)) return true;
+    return block_mask[h * pr.block_mask_head_bytes() +
+                      int64_t{row / pr.sparse_block_m} * pr.block_mask_k_blocks() +
+                      j / pr.sparse_block_n] != 0;
+  };
   std::vector<double> out(d, 0.0);
-  if (last < 0) {
-    if (lse) *lse = -std::numeric_limits<double>::infinity();
-    return out;
-  }
-  std::vector<double> qrow(d), scores(last + 1);
+  std::vector<double> qrow(d), scores(std::max(last + 1, 0));
   for (int x = 0; x < d; ++x) qrow[x] = q.at(p, b, h, row, x);
   double mx = -std::numeric_limits<double>::infinity();
   for (int j = 0; j <= last; ++j) {
+    if (!kept(j)) continue;
     double s = 0.0;
     for (int x = 0; x < d; ++x) s += qrow[x] * k.at(p, b, hk, j, x);
     scores[j] = s * pr.scale();
     mx = std::max(mx, scores[j]);
   }
+  if (mx == -std::numeric_limits<double>::infinity()) {  // the row sees no key at all
+    if (lse) *lse = mx;
+    return out;
+  }
   double sum = 0.0;
   for (int j = 0; j <= last; ++j) {
+    if (!kept(j)) continue;
     const double e = std::exp(scores[j] - mx);
     sum += e;
     for (int x = 0; x < d; ++x) out[x] += e * v.at(p, b, hk, j, x);
@@ -157,7 +169,7 @@ std::string CheckReport::summary() const {
 
 CheckReport check(const Problem& pr, Precision p, Mask mask, const Tensor16& q, const Tensor16& k,
                   const Tensor16& v, const Tensor16& o, const std::vector<float>* lse, int rows,
-                  uint64_t seed) {
+                  uint64_t seed, const uint8_t* block_mask) {
   CheckReport r;
   if (!is_16bit(p)) throw std::invalid_argument("reference::check handles f16 and bf16 only");
   for (int b = 0; b < pr.batch; ++b)
@@ -184,7 +196,8 @@ CheckReport check(const Problem& pr, Precision p, Mask mask, const Tensor16& q, 
     const int h = static_cast<int>((idx / pr.seqlen_q) % pr.heads_q);
     const int b = static_cast<int>(idx / (1LL * pr.seqlen_q * pr.heads_q));
     double ref_lse = 0.0;
-    const std::vector<double> ref = attention_row(pr, p, mask, q, k, v, b, h, s, &ref_lse);
+    const std::vector<double> ref =
+        attention_row(pr, p, mask, q, k, v, b, h, s, &ref_lse, block_mask);
     for (int x = 0; x < pr.head_dim; ++x) {
       const double got = o.at(p, b, h, s, x);
       const double e = std::abs(got - ref[x]);

@@ -122,9 +122,10 @@ std::shared_ptr<const Kernel> Runtime::kernel(const KernelConfig& config) {
 }
 
 void Runtime::attention(const Problem& problem, const void* q, const void* k, const void* v,
-                        void* o, CUstream stream, KernelConfig config, float* lse) {
+                        void* o, CUstream stream, KernelConfig config, float* lse,
+                        const unsigned char* block_mask) {
   const KernelConfig full = resolve(config, &problem);
-  kernel(full)->launch(problem, q, k, v, o, lse, stream);
+  kernel(full)->launch(problem, q, k, v, o, lse, stream, block_mask);
 }
 
 }  // namespace ftattn

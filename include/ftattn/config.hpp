@@ -12,7 +12,13 @@ namespace ftattn {
 
 enum class Precision { f16, bf16, int8, f16_pasa, fp8_e4m3 };
 enum class Protection { none, flash_abft, efta_detect, efta_correct };
-enum class Mask { none, causal };
+// block_sparse: the launch passes a per-head mask over (query block, key block); skipped blocks
+// cost neither loads nor MMAs. block_sparse_causal: both at once.
+enum class Mask { none, causal, block_sparse, block_sparse_causal };
+inline bool is_causal(Mask m) { return m == Mask::causal || m == Mask::block_sparse_causal; }
+inline bool is_block_sparse(Mask m) {
+  return m == Mask::block_sparse || m == Mask::block_sparse_causal;
+}
 
 // Enum <-> text. Text is the user's spelling ("f16_pasa", "efta_correct"); parse accepts it and
 // the canonical-name token ("f16-pasa", "efta-correct"); anything else throws ConfigError that
@@ -108,6 +114,17 @@ struct Problem {
   float scale() const;  // the effective softmax scale
   // Floating-point operations of the forward pass (causal counts only the unmasked half).
   double flops(Mask mask) const;
+
+  // Block-sparse masks (Mask::block_sparse*): the mask passed at launch holds one byte per
+  // (head, query block, key block) of sparse_block_m x sparse_block_n elements, nonzero meaning
+  // "compute this block". Each must be a multiple of the kernel's block_m / block_n.
+  int sparse_block_m = 0;
+  int sparse_block_n = 0;
+  int64_t block_mask_head_stride = -1;    // bytes between heads; -1: dense; 0: one shared mask
+  int block_mask_q_blocks() const;        // ceil(seqlen_q / sparse_block_m)
+  int block_mask_k_blocks() const;        // ceil(seqlen_k / sparse_block_n)
+  int64_t block_mask_head_bytes() const;  // the head stride in effect
+  size_t block_mask_bytes() const;        // bytes the mask spans
 };
 
 // Checks a problem against the config that will run it. Throws ConfigError.

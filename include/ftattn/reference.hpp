@@ -34,9 +34,10 @@ Tensor16 random_tensor(std::mt19937_64& rng, Precision p, const Strides& strides
 
 // One output row O[b, h, row, :] and its log-sum-exp, in double. A row that sees no key gives
 // zeros and lse = -inf.
+// `block_mask` (host bytes laid out as Problem describes) is read for Mask::block_sparse*.
 std::vector<double> attention_row(const Problem& problem, Precision p, Mask mask, const Tensor16& q,
                                   const Tensor16& k, const Tensor16& v, int b, int h, int row,
-                                  double* lse = nullptr);
+                                  double* lse = nullptr, const uint8_t* block_mask = nullptr);
 
 struct CheckReport {
   int rows_checked = 0;
@@ -54,6 +55,7 @@ struct CheckReport {
 // precision: rel L2 below 1e-2 (bf16) or 2e-3 (f16).
 CheckReport check(const Problem& problem, Precision p, Mask mask, const Tensor16& q,
                   const Tensor16& k, const Tensor16& v, const Tensor16& o,
-                  const std::vector<float>* lse, int rows, uint64_t seed = 1);
+                  const std::vector<float>* lse, int rows, uint64_t seed = 1,
+                  const uint8_t* block_mask = nullptr);
 
 }  // namespace ftattn::reference

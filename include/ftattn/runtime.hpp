@@ -26,10 +26,13 @@ class Kernel {
   virtual const CompiledKernel& compiled() const = 0;
   const KernelConfig& config() const { return compiled().config; }
 
-  // Launches on `stream` (nullptr: the default stream). Device pointers; `lse` may be null.
-  // Checks `problem` against the config first and throws ConfigError if they do not match.
+  // Launches on `stream` (nullptr: the default stream). Device pointers; `lse` may be null;
+  // `block_mask` (device bytes laid out as Problem describes) is required by block-sparse
+  // kernels and ignored by the others. Checks `problem` against the config first and throws
+  // ConfigError if they do not match.
   virtual void launch(const Problem& problem, const void* q, const void* k, const void* v, void* o,
-                      float* lse, CUstream stream) const = 0;
+                      float* lse, CUstream stream,
+                      const unsigned char* block_mask = nullptr) const = 0;
 };
 
 class Runtime {
@@ -51,8 +54,10 @@ class Runtime {
   std::shared_ptr<const Kernel> kernel(const KernelConfig& config);
 
   // O = attention(Q, K, V) on `stream`. `config` may be partly open; open fields get defaults.
+  // `block_mask` as in Kernel::launch, for Mask::block_sparse*.
   void attention(const Problem& problem, const void* q, const void* k, const void* v, void* o,
-                 CUstream stream, KernelConfig config = {}, float* lse = nullptr);
+                 CUstream stream, KernelConfig config = {}, float* lse = nullptr,
+                 const unsigned char* block_mask = nullptr);
 
   // True when a GPU and its driver are usable; device_arch() is then its arch.
   bool has_device() const;

@@ -24,6 +24,14 @@ struct AttentionParams {
   int group_size;    // heads_q / heads_kv: query heads sharing one K/V head
   float scale;       // softmax scale
   float scale_log2;  // scale * log2(e): the kernel works in base 2
+
+  // Block-sparse masks: one byte per (head, query block, key block) of sparse_block_m x
+  // sparse_block_n; nonzero means compute. Unused by dense kernels.
+  const unsigned char* block_mask;
+  long long block_mask_head_stride;  // bytes; 0: one mask for every head
+  int block_mask_k_blocks;           // bytes per mask row: ceil(seqlen_k / sparse_block_n)
+  int sparse_block_m;
+  int sparse_block_n;
 };
 
 }  // namespace ftattn

@@ -59,7 +59,7 @@ std::vector<KernelConfig> all_configs(bool valid_only) {
   std::vector<KernelConfig> out;
   for (int d : {32, 64, 96, 128, 192, 256}) {
     for (Precision p : {Precision::f16, Precision::bf16}) {
-      for (Mask mask : {Mask::none, Mask::causal}) {
+      for (Mask mask : {Mask::none, Mask::causal, Mask::block_sparse, Mask::block_sparse_causal}) {
         for (Arch arch : {kSm80, kSm90a}) {
           for (const Block& b : blocks) {
             KernelConfig c = make(d, b.m, b.n, b.w, b.s, p, mask, arch);
@@ -100,7 +100,8 @@ TEST_CASE("config: enum to_string and parse round trip", "[config]") {
                        Protection::efta_correct}) {
     CHECK(parse_protection(std::string(to_string(p))) == p);
   }
-  for (Mask m : {Mask::none, Mask::causal}) CHECK(parse_mask(to_string(m)) == m);
+  for (Mask m : {Mask::none, Mask::causal, Mask::block_sparse, Mask::block_sparse_causal})
+    CHECK(parse_mask(to_string(m)) == m);
 
   CHECK(to_string(Precision::f16_pasa) == "f16_pasa");
   CHECK(to_string(Precision::fp8_e4m3) == "fp8_e4m3");

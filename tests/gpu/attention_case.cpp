@@ -5,7 +5,8 @@
 namespace ftattn::gpu_test {
 
 CaseResult run_case(Runtime& rt, const KernelConfig& config, const Problem& problem, bool with_lse,
-                    int rows, uint64_t seed, bool via_attention) {
+                    int rows, uint64_t seed, bool via_attention,
+                    const std::vector<uint8_t>* block_mask) {
   const KernelConfig full = rt.resolve(config, &problem);
   const Precision p = full.precision;
   std::mt19937_64 rng(seed);
@@ -31,12 +32,17 @@ CaseResult run_case(Runtime& rt, const KernelConfig& config, const Problem& prob
   runtime::DeviceBuffer dlse(with_lse ? lse_count * sizeof(float) : 0);
   if (with_lse) dlse.fill_bytes(0xFF);
 
+  runtime::DeviceBuffer dmask(block_mask ? block_mask->size() : 0);
+  if (block_mask) dmask.upload(block_mask->data(), dmask.bytes());
+  const auto* mask_ptr = block_mask ? static_cast<const unsigned char*>(dmask.data()) : nullptr;
+
   float* lse_ptr = with_lse ? static_cast<float*>(dlse.data()) : nullptr;
   if (via_attention)
-    rt.attention(problem, dq.data(), dk.data(), dv.data(), dout.data(), nullptr, config, lse_ptr);
+    rt.attention(problem, dq.data(), dk.data(), dv.data(), dout.data(), nullptr, config, lse_ptr,
+                 mask_ptr);
   else
-    rt.kernel(full)->launch(problem, dq.data(), dk.data(), dv.data(), dout.data(), lse_ptr,
-                            nullptr);
+    rt.kernel(full)->launch(problem, dq.data(), dk.data(), dv.data(), dout.data(), lse_ptr, nullptr,
+                            mask_ptr);
   runtime::check(runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
   dout.download(o.data.data(), dout.bytes());
   std::vector<float> lse(with_lse ? lse_count : 0);
@@ -45,7 +51,7 @@ CaseResult run_case(Runtime& rt, const KernelConfig& config, const Problem& prob
   CaseResult r;
   r.config_name = full.name();
   r.report = reference::check(problem, p, full.mask, q, k, v, o, with_lse ? &lse : nullptr, rows,
-                              seed + 17);
+                              seed + 17, block_mask ? block_mask->data() : nullptr);
   return r;
 }
 

@@ -1,8 +1,10 @@
 // GPU tests: every supported config of the sm80 skeleton on several shapes, against the host
 // reference in double precision. Run on the device machine: ./ftattn_gpu_tests
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include "ftattn/runtime.hpp"
+#include "runtime/driver.hpp"
 #include "tests/gpu/attention_case.hpp"
 
 using namespace ftattn;
@@ -144,4 +146,82 @@ TEST_CASE("launch rejects a problem that does not fit the kernel", "[gpu]") {
   auto kernel = rt.kernel(rt.resolve(c));
   CHECK_THROWS_AS(kernel->launch(pr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr),
                   ConfigError);
+}
+
+namespace {
+
+// A random block mask of the given density for `pr` (its sparse block sizes set).
+std::vector<uint8_t> random_block_mask(const Problem& pr, double density, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::bernoulli_distribution keep(density);
+  std::vector<uint8_t> mask(pr.block_mask_bytes());
+  for (auto& m : mask) m = keep(rng) ? 1 : 0;
+  return mask;
+}
+
+}  // namespace
+
+TEST_CASE("block-sparse masks skip blocks and match the reference", "[gpu][sparse]") {
+  Runtime& rt = shared_runtime();
+  for (Mask m : {Mask::block_sparse, Mask::block_sparse_causal})
+    for (Precision p : {Precision::f16, Precision::bf16})
+      for (auto [sq, sk] : std::vector<std::pair<int, int>>{{1000, 1000}, {300, 777}, {513, 200}}) {
+        INFO(to_string(m) << " seqlen_q " << sq << " seqlen_k " << sk);
+        Problem pr = Problem::bhsd(2, 4, 2, sq, sk, 128);
+        pr.sparse_block_m = 128;
+        pr.sparse_block_n = 128;
+        const auto mask = random_block_mask(pr, 0.5, sq + sk);
+        expect_pass(gpu_test::run_case(rt, config_for(128, p, m), pr, true, 0, sq, false, &mask));
+      }
+}
+
+TEST_CASE("block-sparse: a mask shared by all heads, coarse blocks, empty rows", "[gpu][sparse]") {
+  Runtime& rt = shared_runtime();
+  Problem pr = Problem::bhsd(1, 4, 4, 700, 900, 64);
+  pr.sparse_block_m = 256;  // a multiple of the kernel's block_m
+  pr.sparse_block_n = 192;  // a multiple of the kernel's block_n
+  pr.block_mask_head_stride = 0;
+  auto mask = random_block_mask(pr, 0.4, 3);
+  for (int kb = 0; kb < pr.block_mask_k_blocks(); ++kb) mask[kb] = 0;  // first rows see nothing
+  expect_pass(gpu_test::run_case(rt, config_for(64, Precision::f16, Mask::block_sparse), pr, true,
+                                 0, 4, /*via_attention=*/true, &mask));
+}
+
+TEST_CASE("block-sparse: skipped blocks cost no time", "[gpu][sparse]") {
+  Runtime& rt = shared_runtime();
+  Problem pr = Problem::bhsd(4, 16, 16, 4096, 4096, 128);
+  pr.sparse_block_m = 128;
+  pr.sparse_block_n = 128;
+  // The same kernel on a full mask and on a quarter of the blocks: time should follow the work.
+  std::vector<uint8_t> full(pr.block_mask_bytes(), 1);
+  std::vector<uint8_t> quarter = full;
+  for (size_t i = 0; i < quarter.size(); ++i) quarter[i] = i % 4 == 0;
+  const KernelConfig c = rt.resolve(config_for(128, Precision::f16, Mask::block_sparse), &pr);
+  auto kernel = rt.kernel(c);
+  std::mt19937_64 rng(1);
+  auto q = reference::random_tensor(rng, c.precision, pr.q, pr.batch, pr.heads_q, pr.seqlen_q, 128);
+  runtime::DeviceBuffer dq(q.data.size() * 2), dout(q.data.size() * 2), dmask(full.size());
+  dq.upload(q.data.data(), dq.bytes());
+  auto time_with = [&](const std::vector<uint8_t>& mask) {
+    dmask.upload(mask.data(), mask.size());
+    auto launch = [&] {
+      kernel->launch(pr, dq.data(), dq.data(), dq.data(), dout.data(), nullptr, nullptr,
+                     static_cast<const unsigned char*>(dmask.data()));
+    };
+    for (int i = 0; i < 3; ++i) launch();
+    runtime::EventTimer timer;
+    std::vector<float> ms;
+    for (int i = 0; i < 10; ++i) {
+      timer.start(nullptr);
+      launch();
+      timer.stop(nullptr);
+      ms.push_back(timer.elapsed_ms());
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  };
+  const float t_full = time_with(full), t_quarter = time_with(quarter);
+  INFO("full mask " << t_full << " ms, a quarter of the blocks " << t_quarter << " ms");
+  CHECK(t_quarter < 0.45f * t_full);
+  CHECK(t_quarter > 0.10f * t_full);
 }

@@ -118,7 +118,7 @@ int run_bench(const BenchOptions& o, const GlobalOptions& global) {
                           {"seqlen", s.seqlen},
                           {"batch", s.batch},
                           {"heads", s.heads},
-                          {"causal", m == Mask::causal ? 1 : 0},
+                          {"causal", is_causal(m) ? 1 : 0},
                           {"dtype", std::string(to_string(p))},
                           {"config", r.config.name()},
                           {"ms", r.median_ms},

@@ -16,6 +16,7 @@ struct RunOptions {
   ConfigFlags config;
   int batch = 1, heads = 1, heads_kv = 0, seqlen = 0, seqlen_k = 0;
   std::string layout = "bhsd";
+  std::string sparse_block;  // "128x128" for block-sparse masks
   DeviceRunOptions device;
 };
 
@@ -29,10 +30,19 @@ int run_run(const RunOptions& o, const GlobalOptions& global) {
 
   const int heads_kv = o.heads_kv > 0 ? o.heads_kv : o.heads;
   const int seqlen_k = o.seqlen_k > 0 ? o.seqlen_k : o.seqlen;
-  const Problem problem =
+  Problem problem =
       o.layout == "bshd"
           ? Problem::bshd(o.batch, o.heads, heads_kv, o.seqlen, seqlen_k, config.head_dim)
           : Problem::bhsd(o.batch, o.heads, heads_kv, o.seqlen, seqlen_k, config.head_dim);
+
+  if (!o.sparse_block.empty()) {
+    char extra = 0;
+    if (std::sscanf(o.sparse_block.c_str(), "%dx%d%c", &problem.sparse_block_m,
+                    &problem.sparse_block_n, &extra) != 2)
+      throw ConfigError(fmt::format(
+          "bad --sparse-block '{}': write <rows>x<cols> of one mask block, e.g. 128x128",
+          o.sparse_block));
+  }
 
   Runtime runtime(global.runtime_options());
   fmt::print("device    {}\n", device);
@@ -78,6 +88,12 @@ Command add_run_command(CLI::App& parent, const GlobalOptions& global) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--seed", o->device.seed, "random seed of the inputs")->capture_default_str();
+  cmd->add_option("--sparse-block", o->sparse_block,
+                  "block-sparse masks: one mask block as <rows>x<cols>, e.g. 128x128");
+  cmd->add_option("--density", o->device.density,
+                  "block-sparse masks: share of blocks kept by the random mask")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   return {cmd, [o, &global] { return run_run(*o, global); }};
 }
 

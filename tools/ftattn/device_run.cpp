@@ -71,6 +71,20 @@ DeviceRunResult run_on_device(Runtime& rt, const KernelConfig& wanted, const Pro
   result.from_cache = kernel->compiled().from_disk_cache;
   result.compile_seconds = kernel->compiled().compile_seconds;
 
+  // Block-sparse kernels get a random mask of the asked density over the problem's blocks.
+  std::vector<uint8_t> block_mask;
+  runtime::DeviceBuffer d_mask;
+  if (is_block_sparse(c.mask)) {
+    std::mt19937_64 rng(opt.seed + 1);
+    std::bernoulli_distribution keep(opt.density);
+    block_mask.resize(problem.block_mask_bytes());
+    for (auto& b : block_mask) b = keep(rng) ? 1 : 0;
+    d_mask = runtime::DeviceBuffer(block_mask.size());
+    d_mask.upload(block_mask.data(), block_mask.size());
+  }
+  const auto* mask_ptr =
+      is_block_sparse(c.mask) ? static_cast<const unsigned char*>(d_mask.data()) : nullptr;
+
   reference::Tensor16 o;
   o.strides = problem.o;
   o.data.resize(in.d_o.bytes() / kElementBytes);
@@ -82,13 +96,14 @@ DeviceRunResult run_on_device(Runtime& rt, const KernelConfig& wanted, const Pro
 
   auto launch = [&] {
     kernel->launch(problem, in.dq.data(), in.dk.data(), in.dv.data(), in.d_o.data(), lse_ptr,
-                   nullptr);
+                   nullptr, mask_ptr);
   };
   launch();
   in.d_o.download(o.data.data(), in.d_o.bytes());  // synchronous: waits for the launch
   if (opt.lse) in.d_lse.download(lse.data(), in.d_lse.bytes());
-  result.check = reference::check(problem, c.precision, c.mask, in.q, in.k, in.v, o,
-                                  opt.lse ? &lse : nullptr, opt.check_rows, opt.seed);
+  result.check =
+      reference::check(problem, c.precision, c.mask, in.q, in.k, in.v, o, opt.lse ? &lse : nullptr,
+                       opt.check_rows, opt.seed, block_mask.empty() ? nullptr : block_mask.data());
   if (!result.check.passed || opt.iters <= 0) return result;
 
   for (int i = 0; i < opt.warmup; ++i) launch();

@@ -18,6 +18,7 @@ struct DeviceRunOptions {
   int warmup = 5;
   int iters = 20;  // timed launches; 0: no timing
   uint64_t seed = 1;
+  double density = 0.5;  // block-sparse masks: share of (query block, key block) pairs kept
 };
 
 struct DeviceRunResult {

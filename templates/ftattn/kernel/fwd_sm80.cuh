@@ -16,7 +16,7 @@
 namespace ftattn {
 
 template <int HeadDim, int BlockM, int BlockN, int NumWarps, int NumStages, class PrecisionT,
-          class ProtectT, bool Causal>
+          class ProtectT, bool Causal, bool BlockSparse = false>
 struct FwdTraits {
   static constexpr int head_dim = HeadDim;
   static constexpr int block_m = BlockM;
@@ -24,6 +24,7 @@ struct FwdTraits {
   static constexpr int num_warps = NumWarps;
   static constexpr int num_stages = NumStages;
   static constexpr bool causal = Causal;
+  static constexpr bool block_sparse = BlockSparse;  // skip key blocks the launch's mask drops
   using Precision = PrecisionT;
   using Protect = ProtectT;
 
@@ -128,8 +129,21 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
   const u16* v = static_cast<const u16*>(p.v) + batch * p.v_batch_stride +
                  head_kv * p.v_head_stride;
 
-  auto load_kv = [&](int n_block) {
-    const int stage = n_block % kStages;
+  // Block-sparse: this CTA's row of the per-head block mask. Skipped blocks are never loaded.
+  const unsigned char* mask_row =
+      T::block_sparse ? p.block_mask + head * p.block_mask_head_stride +
+                            static_cast<i64>(row0 / p.sparse_block_m) * p.block_mask_k_blocks
+                      : nullptr;
+  auto active = [&](int n_block) {
+    return !T::block_sparse || mask_row[n_block * T::block_n / p.sparse_block_n] != 0;
+  };
+  // The first active key block at or after n_block (n_blocks when none is left).
+  auto next_active = [&](int n_block) {
+    while (n_block < n_blocks && !active(n_block)) ++n_block;
+    return n_block;
+  };
+
+  auto load_kv = [&](int stage, int n_block) {
     const int key0 = n_block * T::block_n;
     const int valid = p.seqlen_k - key0;
     detail::load_tile<T, T::block_n>(sK + stage * kv_stage_bytes, k + key0 * p.k_seq_stride,
@@ -144,12 +158,19 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
     sm80::cp_async_commit();
   };
 
-  // Prologue: Q, then the first num_stages - 1 key blocks.
+  // Prologue: Q, then the first num_stages - 1 active key blocks. `ahead` is the next block to
+  // prefetch; the main loop runs num_stages - 1 active blocks behind it.
   detail::load_tile<T, T::block_m>(sQ, q, p.q_seq_stride, p.seqlen_q - row0);
   sm80::cp_async_commit();
+  int ahead = next_active(0);
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < n_blocks) load_kv(s); else skip_kv();
+    if (ahead < n_blocks) {
+      load_kv(s, ahead);
+      ahead = next_active(ahead + 1);
+    } else {
+      skip_kv();
+    }
   }
 
   float o[kMT][kOT][4];
@@ -175,12 +196,18 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
   const int k_row = (lane / 16) * 8 + lane % 8, k_col = ((lane / 8) % 2) * 8;  // K (B, no trans)
   const int v_row = ((lane / 8) % 2) * 8 + lane % 8, v_col = (lane / 16) * 8;  // V (B, trans)
 
-  // One key block. Masked == false is the hot path: no index arithmetic, fewer registers.
-  auto step = [&](const int n_block, auto masked) {
+  // One key block, the it-th one computed. Masked == false is the hot path: no index
+  // arithmetic, fewer registers.
+  auto step = [&](const int it, const int n_block, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
-    const int stage = n_block % kStages;
+    const int stage = it % kStages;
     auto prefetch = [&] {
-      if (n_block + kStages - 1 < n_blocks) load_kv(n_block + kStages - 1); else skip_kv();
+      if (ahead < n_blocks) {
+        load_kv((it + kStages - 1) % kStages, ahead);
+        ahead = next_active(ahead + 1);
+      } else {
+        skip_kv();
+      }
     };
     if constexpr (kStages == 1) {
       // One buffer: this block's loads start here, after the previous block's final barrier.
@@ -312,8 +339,20 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
   int n_unmasked = p.seqlen_k / T::block_n;
   if (T::causal) n_unmasked = min(n_unmasked, max(0, (row0 + diag + 1) / T::block_n));
   n_unmasked = min(n_unmasked, n_blocks);
-  for (int n_block = 0; n_block < n_unmasked; ++n_block) step(n_block, detail::Bool<false>{});
-  for (int n_block = n_unmasked; n_block < n_blocks; ++n_block) step(n_block, detail::Bool<true>{});
+  if constexpr (!T::block_sparse) {
+    for (int n_block = 0; n_block < n_unmasked; ++n_block)
+      step(n_block, n_block, detail::Bool<false>{});
+    for (int n_block = n_unmasked; n_block < n_blocks; ++n_block)
+      step(n_block, n_block, detail::Bool<true>{});
+  } else {
+    int it = 0;
+    for (int n_block = next_active(0); n_block < n_blocks; n_block = next_active(n_block + 1)) {
+      if (n_block < n_unmasked)
+        step(it++, n_block, detail::Bool<false>{});
+      else
+        step(it++, n_block, detail::Bool<true>{});
+    }
+  }
   sm80::cp_async_wait<0>();
 
   Protect::finish(protect_state, o, row_sum);
