@@ -34,17 +34,12 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch) {
   // Measured on an H200 over the standard grid (bench/results): a 128x64 tile everywhere;
   // 4 warps (two 16-row MMA tiles each, so every K/V fragment feeds two MMAs) up to head dim
   // 128, 8 warps above, where two tiles per warp would blow the accumulator budget. Stages:
-  // head dim 64 likes deep prefetch (3 when causal), 96-128 do best with one buffer, 192-256
-  // with two.
+  // head dim 64 likes a 3-deep prefetch, 96-128 FlashAttention-2's single-buffer schedule,
+  // 192-256 double buffering.
   const bool wide = c.head_dim > 128;
   if (open_w) c.num_warps = wide ? 8 : 4;
   if (open_n) c.block_n = 64;
-  if (open_s) {
-    if (c.head_dim <= 64)
-      c.num_stages = is_causal(c.mask) ? 3 : 2;
-    else
-      c.num_stages = wide ? 2 : 1;
-  }
+  if (open_s) c.num_stages = c.head_dim <= 64 ? 3 : (wide ? 2 : 1);
   if (open_m) c.block_m = 128;
 
   // Only adjust once every knob is positive; a negative user knob is left for validate() to

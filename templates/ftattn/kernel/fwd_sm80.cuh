@@ -60,17 +60,25 @@ __device__ __forceinline__ void load_tile(u32 smem, const u16* gmem, i64 row_str
   constexpr int chunks = Rows * cpr;
   if constexpr (T::threads % cpr == 0) {
     constexpr int rows_per_pass = T::threads / cpr;
+    constexpr int passes = (chunks + T::threads - 1) / T::threads;
     const int r0 = threadIdx.x / cpr;
     const int col = (threadIdx.x % cpr) * 8;
     const u16* src = gmem + r0 * row_stride_g + col;
+    const i64 src_step = rows_per_pass * row_stride_g;  // one running pointer, not one per pass
     const u32 dst = smem + (r0 * T::row_stride + col) * 2;
+    constexpr u32 dst_step = rows_per_pass * T::row_stride * 2;
+    if (valid_rows >= Rows) {  // a whole tile: no bounds to check
 #pragma unroll
-    for (int i = 0; i < (chunks + T::threads - 1) / T::threads; ++i) {
-      const int r = r0 + i * rows_per_pass;
-      if (chunks % T::threads == 0 || r < Rows)
-        sm80::cp_async_16(dst + i * rows_per_pass * T::row_stride * 2,
-                          r < valid_rows ? src + i * rows_per_pass * row_stride_g : gmem,
-                          r < valid_rows);
+      for (int i = 0; i < passes; ++i, src += src_step)
+        if (chunks % T::threads == 0 || r0 + i * rows_per_pass < Rows)
+          sm80::cp_async_16(dst + i * dst_step, src, true);
+    } else {
+#pragma unroll
+      for (int i = 0; i < passes; ++i, src += src_step) {
+        const int r = r0 + i * rows_per_pass;
+        if (chunks % T::threads == 0 || r < Rows)
+          sm80::cp_async_16(dst + i * dst_step, r < valid_rows ? src : gmem, r < valid_rows);
+      }
     }
   } else {
 #pragma unroll
@@ -143,26 +151,39 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
     return n_block;
   };
 
-  auto load_kv = [&](int stage, int n_block) {
+  // Each load is one cp.async group.
+  auto load_k = [&](int stage, int n_block) {
     const int key0 = n_block * T::block_n;
-    const int valid = p.seqlen_k - key0;
     detail::load_tile<T, T::block_n>(sK + stage * kv_stage_bytes, k + key0 * p.k_seq_stride,
-                                     p.k_seq_stride, valid);
+                                     p.k_seq_stride, p.seqlen_k - key0);
     sm80::cp_async_commit();
+  };
+  auto load_v = [&](int stage, int n_block) {
+    const int key0 = n_block * T::block_n;
     detail::load_tile<T, T::block_n>(sV + stage * kv_stage_bytes, v + key0 * p.v_seq_stride,
-                                     p.v_seq_stride, valid);
+                                     p.v_seq_stride, p.seqlen_k - key0);
     sm80::cp_async_commit();
+  };
+  auto load_kv = [&](int stage, int n_block) {
+    load_k(stage, n_block);
+    load_v(stage, n_block);
   };
   auto skip_kv = [] {  // empty groups keep the wait counts uniform near the end
     sm80::cp_async_commit();
     sm80::cp_async_commit();
   };
 
-  // Prologue: Q, then the first num_stages - 1 active key blocks. `ahead` is the next block to
-  // prefetch; the main loop runs num_stages - 1 active blocks behind it.
+  // Prologue: Q, then the first num_stages - 1 active key blocks (one buffer: the first K).
+  // `ahead` is the next block to prefetch.
   detail::load_tile<T, T::block_m>(sQ, q, p.q_seq_stride, p.seqlen_q - row0);
   sm80::cp_async_commit();
   int ahead = next_active(0);
+  if constexpr (kStages == 1) {
+    if (ahead < n_blocks) {
+      load_k(0, ahead);
+      ahead = next_active(ahead + 1);
+    }
+  }
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (ahead < n_blocks) {
@@ -201,26 +222,24 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
   auto step = [&](const int it, const int n_block, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
     const int stage = it % kStages;
-    auto prefetch = [&] {
-      if (ahead < n_blocks) {
-        load_kv((it + kStages - 1) % kStages, ahead);
-        ahead = next_active(ahead + 1);
-      } else {
-        skip_kv();
-      }
-    };
     if constexpr (kStages == 1) {
-      // One buffer: this block's loads start here, after the previous block's final barrier.
-      prefetch();
-      sm80::cp_async_wait<1>();  // K landed; V may still fly
-      __syncthreads();
+      // One buffer each for K and V (FlashAttention-2's schedule): K of this block was loaded
+      // during the previous block's softmax and GEMM II; V loads during GEMM I.
+      sm80::cp_async_wait<0>();
+      __syncthreads();  // K landed, and every warp is done with the previous V
+      load_v(0, n_block);
     } else {
       // Wait for K of this block; V and the blocks after it may still fly.
       sm80::cp_async_wait<2 * kStages - 3>();
       // Past this barrier every warp has finished the previous block, so its stage is free
       // for the block num_stages - 1 ahead: no barrier is needed at the end of the step.
       __syncthreads();
-      prefetch();
+      if (ahead < n_blocks) {
+        load_kv((it + kStages - 1) % kStages, ahead);
+        ahead = next_active(ahead + 1);
+      } else {
+        skip_kv();
+      }
     }
 
     // GEMM I: S = Q K^T for this warp's rows and the block's keys.
@@ -252,6 +271,14 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
       }
     }
     Protect::after_scores(protect_state, s, n_block);
+    if constexpr (kStages == 1) {
+      sm80::cp_async_wait<0>();
+      __syncthreads();  // V landed, and every warp is done with K: load the next block's K
+      if (ahead < n_blocks) {
+        load_k(0, ahead);
+        ahead = next_active(ahead + 1);
+      }
+    }
 
     // Mask keys past the sequence end and, for causal, past each row's diagonal. Only blocks
     // that straddle a boundary pay for it.
@@ -302,9 +329,10 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
       }
     Protect::after_probs(protect_state, s, rescale);
 
-    // Wait for V of this block.
-    sm80::cp_async_wait<2 * kStages - 2>();
-    __syncthreads();
+    if constexpr (kStages > 1) {  // wait for V of this block
+      sm80::cp_async_wait<2 * kStages - 2>();
+      __syncthreads();
+    }
 
     // GEMM II: O += P V, P taken straight from the S accumulators (C layout == A layout).
     const u32 sVs = sV + stage * kv_stage_bytes;
@@ -331,7 +359,6 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
       }
     }
     Protect::after_pv(protect_state, o, n_block);
-    if constexpr (kStages == 1) __syncthreads();  // the single stage is refilled next step
   };
 
   // Blocks that need no mask come first (keys below every row's diagonal and inside the
