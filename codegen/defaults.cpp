@@ -16,7 +16,7 @@ int accumulators(const KernelConfig& c) {
 
 }  // namespace
 
-KernelConfig with_defaults(KernelConfig c, Arch device_arch) {
+KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* problem) {
   if (c.arch.is_auto()) {
     if (device_arch.is_auto()) {
       throw ConfigError("no GPU to take the arch from: give --arch / KernelConfig::arch");
@@ -31,16 +31,18 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch) {
 
   const bool open_m = c.block_m == 0, open_n = c.block_n == 0;
   const bool open_w = c.num_warps == 0, open_s = c.num_stages == 0;
-  // Measured on an H200 over the standard grid (bench/results): a 128x64 tile everywhere;
-  // 4 warps (two 16-row MMA tiles each, so every K/V fragment feeds two MMAs) up to head dim
-  // 128, 8 warps above, where two tiles per warp would blow the accumulator budget. Stages:
-  // head dim 64 likes a 3-deep prefetch, 96-128 FlashAttention-2's single-buffer schedule,
-  // 192-256 double buffering.
+  // Measured on an H200 over the standard grid (bench/results). Up to head dim 128: a 128x64
+  // tile, 4 warps (two 16-row MMA tiles each, so every K/V fragment feeds two MMAs); head dim
+  // 64 likes a 3-deep prefetch, 96-128 FlashAttention-2's single-buffer schedule. Head dims
+  // 192-256: a 64x64 tile with one buffer, except long non-causal sequences, which run best on
+  // 128x64 with 8 warps and double buffering.
   const bool wide = c.head_dim > 128;
-  if (open_w) c.num_warps = wide ? 8 : 4;
+  const bool long_full = problem != nullptr && !is_causal(c.mask) && problem->seqlen_k >= 4096;
+  const bool big_wide = wide && long_full;
+  if (open_w) c.num_warps = big_wide ? 8 : 4;
   if (open_n) c.block_n = 64;
-  if (open_s) c.num_stages = c.head_dim <= 64 ? 3 : (wide ? 2 : 1);
-  if (open_m) c.block_m = 128;
+  if (open_s) c.num_stages = c.head_dim <= 64 ? 3 : (big_wide ? 2 : 1);
+  if (open_m) c.block_m = wide && !big_wide ? 64 : 128;
 
   // Only adjust once every knob is positive; a negative user knob is left for validate() to
   // report.

@@ -89,7 +89,7 @@ KernelConfig Runtime::resolve(KernelConfig config, const Problem* problem) const
     if (config.head_dim == 0) config.head_dim = problem->head_dim;
   }
   const Arch device = config.arch.is_auto() && has_device() ? device_arch() : Arch{};
-  return with_defaults(config, device);
+  return with_defaults(config, device, problem);
 }
 
 std::shared_ptr<const CompiledKernel> Runtime::compile(const KernelConfig& config) {

@@ -79,9 +79,12 @@ struct KernelConfig {
 // field and what to change.
 void validate(const KernelConfig& config);
 
+struct Problem;
+
 // Fills the open knobs of `config` with the heuristic defaults for `device_arch` (used when the
-// config's arch is auto). The result is complete and valid, or ConfigError is thrown.
-KernelConfig with_defaults(KernelConfig config, Arch device_arch);
+// config's arch is auto), and for `problem` when given (tile choices that depend on the sequence
+// length). The result is complete and valid, or ConfigError is thrown.
+KernelConfig with_defaults(KernelConfig config, Arch device_arch, const Problem* problem = nullptr);
 
 // Strides of one tensor in elements. The head_dim axis is contiguous (stride 1).
 struct Strides {

@@ -158,7 +158,12 @@ TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
   CHECK(c == make(64, 128, 64, 4, 3, kSm80));
 
   c = with_defaults(partial(192), kSm90a);
-  CHECK(c == make(192, 128, 64, 8, 2, kSm90a));
+  CHECK(c == make(192, 64, 64, 4, 1, kSm90a));
+  // Long non-causal sequences at wide heads take the 8-warp double-buffered tile.
+  const Problem long_seq = Problem::bhsd(1, 1, 1, 8192, 8192, 256);
+  CHECK(with_defaults(partial(256), kSm90a, &long_seq) == make(256, 128, 64, 8, 2, kSm90a));
+  const Problem short_seq = Problem::bhsd(1, 1, 1, 1024, 1024, 256);
+  CHECK(with_defaults(partial(256), kSm90a, &short_seq) == make(256, 64, 64, 4, 1, kSm90a));
 
   // The config's own arch wins over the device's.
   c = with_defaults(partial(64, kSm86), kSm90a);
@@ -190,14 +195,15 @@ TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
 }
 
 TEST_CASE("with_defaults: shrinks to fit the arch's shared memory", "[validate]") {
-  // d256 at 128x64 with 2 stages needs 202752 bytes: over sm_86's 99 KiB and sm_80's 163 KiB.
-  // sm_86 drops to one stage, then halves block_n.
-  KernelConfig c = with_defaults(partial(256), kSm86);
+  // d256 on long non-causal sequences wants 128x64 with 2 stages: 202752 bytes, over sm_86's
+  // 99 KiB and sm_80's 163 KiB. sm_86 drops to one stage, then halves block_n.
+  const Problem long_seq = Problem::bhsd(1, 1, 1, 8192, 8192, 256);
+  KernelConfig c = with_defaults(partial(256), kSm86, &long_seq);
   CHECK(c == make(256, 128, 32, 8, 1, kSm86));
   CHECK(c.shared_memory_bytes() <= max_shared_memory_bytes(kSm86));
-  c = with_defaults(partial(256), kSm80);
+  c = with_defaults(partial(256), kSm80, &long_seq);
   CHECK(c.num_stages == 1);
-  c = with_defaults(partial(256), kSm90a);
+  c = with_defaults(partial(256), kSm90a, &long_seq);
   CHECK(c.num_stages == 2);
 
   // d128 on sm_86: 104448 bytes with 2 stages, so 1.

@@ -8,4 +8,9 @@ using u32 = unsigned int;
 using u64 = unsigned long long;
 using i64 = long long;
 
+// 16 bytes, aligned for vector loads and stores (CUDA's uint4 without its header).
+struct __align__(16) uint4_ {
+  u32 x, y, z, w;
+};
+
 }  // namespace ftattn

@@ -9,6 +9,7 @@
 
 #include "ftattn/arch/sm80/cp_async.cuh"
 #include "ftattn/arch/sm80/ldmatrix.cuh"
+#include "ftattn/arch/sm80/shared.cuh"
 #include "ftattn/common/math.cuh"
 #include "ftattn/common/types.cuh"
 #include "ftattn/params.cuh"
@@ -130,12 +131,12 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
     n_blocks = last_key < 0 ? 0 : min(n_blocks, last_key / T::block_n + 1);
   }
 
-  const u16* q = static_cast<const u16*>(p.q) + batch * p.q_batch_stride +
-                 head * p.q_head_stride + row0 * p.q_seq_stride;
-  const u16* k = static_cast<const u16*>(p.k) + batch * p.k_batch_stride +
-                 head_kv * p.k_head_stride;
-  const u16* v = static_cast<const u16*>(p.v) + batch * p.v_batch_stride +
-                 head_kv * p.v_head_stride;
+  const u16* q = static_cast<const u16*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride +
+                 row0 * p.q_seq_stride;
+  const u16* k =
+      static_cast<const u16*>(p.k) + batch * p.k_batch_stride + head_kv * p.k_head_stride;
+  const u16* v =
+      static_cast<const u16*>(p.v) + batch * p.v_batch_stride + head_kv * p.v_head_stride;
 
   // Block-sparse: this CTA's row of the per-head block mask. Skipped blocks are never loaded.
   const unsigned char* mask_row =
@@ -213,7 +214,7 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
 
   const int warp_row = warp * kMT * 16;  // first row of this warp within the CTA
   // ldmatrix lane addressing (see the fragment layouts of mma.m16n8k16).
-  const int a_row = lane % 16, a_col = (lane / 16) * 8;                      // Q (A operand)
+  const int a_row = lane % 16, a_col = (lane / 16) * 8;                        // Q (A operand)
   const int k_row = (lane / 16) * 8 + lane % 8, k_col = ((lane / 8) % 2) * 8;  // K (B, no trans)
   const int v_row = ((lane / 8) % 2) * 8 + lane % 8, v_col = (lane / 16) * 8;  // V (B, trans)
 
@@ -305,7 +306,8 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
       for (int r = 0; r < 2; ++r) {
         float mx = row_max[mt][r];
 #pragma unroll
-        for (int nt = 0; nt < kST; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
+        for (int nt = 0; nt < kST; ++nt)
+          mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
         mx = quad_max(mx);
         // A fully masked row keeps max -inf; shifting by 0 then keeps its P at exactly 0.
         const float shift = mx == neg_inf() ? 0.f : mx * p.scale_log2;
@@ -349,8 +351,7 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
 #pragma unroll
       for (int dp = 0; dp < kOT / 2; ++dp) {
         u32 b[4];
-        sm80::ldmatrix_x4_trans(b,
-                                sVs + ((kp * 16 + v_row) * T::row_stride + dp * 16 + v_col) * 2);
+        sm80::ldmatrix_x4_trans(b, sVs + ((kp * 16 + v_row) * T::row_stride + dp * 16 + v_col) * 2);
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
           P::mma(o[mt][2 * dp], a[mt], b[0], b[1]);
@@ -384,28 +385,41 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
 
   Protect::finish(protect_state, o, row_sum);
 
-  // Epilogue: O / l, converted and stored; LSE = (max * scale) + ln(l).
-  u16* out = static_cast<u16*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
+  // Epilogue: O / l, converted, staged in this warp's own rows of the Q tile (no other warp
+  // reads them), then written out in coalesced 16-byte rows. LSE = (max * scale) + ln(l).
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const float l = quad_sum(row_sum[mt][r]);
       const float inv = l > 0.f ? 1.f / l : 0.f;  // rows that see no key give 0
-      const int row = row0 + warp_row + mt * 16 + lane / 4 + r * 8;
-      if (row < p.seqlen_q) {
-        u16* dst = out + row * p.o_seq_stride + (lane % 4) * 2;
+      const int tile_row = warp_row + mt * 16 + lane / 4 + r * 8;
+      const u32 dst = sQ + (tile_row * T::row_stride + (lane % 4) * 2) * 2;
 #pragma unroll
-        for (int nt = 0; nt < kOT; ++nt)
-          *reinterpret_cast<u32*>(dst + nt * 8) =
-              P::pack(o[mt][nt][2 * r] * inv, o[mt][nt][2 * r + 1] * inv);
-        if (p.lse != nullptr && lane % 4 == 0) {
-          const float lse = l > 0.f ? (row_max[mt][r] * p.scale_log2 + fast_log2(l)) * 0.6931471805599453f
-                                    : neg_inf();
-          p.lse[(static_cast<i64>(batch) * p.heads_q + head) * p.seqlen_q + row] = lse;
-        }
+      for (int nt = 0; nt < kOT; ++nt)
+        sm80::st_shared_u32(dst + nt * 16,
+                            P::pack(o[mt][nt][2 * r] * inv, o[mt][nt][2 * r + 1] * inv));
+      const int row = row0 + tile_row;
+      if (p.lse != nullptr && lane % 4 == 0 && row < p.seqlen_q) {
+        const float lse = l > 0.f
+                              ? (row_max[mt][r] * p.scale_log2 + fast_log2(l)) * 0.6931471805599453f
+                              : neg_inf();
+        p.lse[(static_cast<i64>(batch) * p.heads_q + head) * p.seqlen_q + row] = lse;
       }
     }
+  __syncwarp();
+  u16* out = static_cast<u16*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
+  constexpr int warp_chunks = kMT * 16 * T::chunks_per_row;
+#pragma unroll
+  for (int c = lane; c < warp_chunks; c += 32) {
+    const int tile_row = warp_row + c / T::chunks_per_row;
+    const int col = (c % T::chunks_per_row) * 8;
+    const int row = row0 + tile_row;
+    if (row < p.seqlen_q) {
+      const uint4_ v = sm80::ld_shared_u128(sQ + (tile_row * T::row_stride + col) * 2);
+      *reinterpret_cast<uint4_*>(out + row * p.o_seq_stride + col) = v;
+    }
+  }
 }
 
 }  // namespace ftattn

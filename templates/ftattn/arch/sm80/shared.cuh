@@ -1,0 +1,20 @@
+// Plain shared-memory stores and loads by 32-bit shared address.
+#pragma once
+
+#include "ftattn/common/types.cuh"
+
+namespace ftattn::sm80 {
+
+__device__ __forceinline__ void st_shared_u32(u32 addr, u32 v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v));
+}
+
+__device__ __forceinline__ uint4_ ld_shared_u128(u32 addr) {
+  uint4_ v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr));
+  return v;
+}
+
+}  // namespace ftattn::sm80
