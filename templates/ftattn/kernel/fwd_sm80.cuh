@@ -381,7 +381,11 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
         step(it++, n_block, detail::Bool<true>{});
     }
   }
+  // Every thread's copies have landed before the epilogue reuses the Q tile: a CTA whose key
+  // blocks were all skipped (causal rows past the keys, an empty block-sparse row) has had no
+  // barrier since issuing its share of the Q load.
   sm80::cp_async_wait<0>();
+  __syncthreads();
 
   Protect::finish(protect_state, o, row_sum);
 
