@@ -3,6 +3,8 @@
 #include <sys/wait.h>
 
 #include <catch2/catch.hpp>
+
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -213,12 +215,21 @@ TEST_CASE("cli: compile fills the cache; cache ls, clear and path", "[cli]") {
   TempDir dir;
   const std::vector<std::string> config = {"compile", "--head-dim", "64",    "--arch",
                                            "sm_80",   "--mask",     "causal"};
+  const auto t0 = std::chrono::steady_clock::now();
   const CliResult first = run_cli(dir, with_cache(dir, config));
+  const auto t1 = std::chrono::steady_clock::now();
   REQUIRE(first.exit_code == 0);
   CHECK(contains(first.out, "compiled in"));
   const CliResult second = run_cli(dir, with_cache(dir, config));
+  const auto t2 = std::chrono::steady_clock::now();
   REQUIRE(second.exit_code == 0);
   CHECK(contains(second.out, "cache hit"));
+  // Whole processes: a hit skips NVRTC, so it is far faster (about 60x here; the bound is loose
+  // so a loaded CI machine does not trip it).
+  const double miss_s = std::chrono::duration<double>(t1 - t0).count();
+  const double hit_s = std::chrono::duration<double>(t2 - t1).count();
+  INFO("first compile " << miss_s << " s, cache hit " << hit_s << " s");
+  CHECK(hit_s * 5 < miss_s);
   CHECK_FALSE(contains(second.out, "compiled in"));
   const std::string name = second.out.substr(0, second.out.find(':'));
   CHECK(name.rfind("ftattn_fwd_sm80_f16_d64_", 0) == 0);
