@@ -1,0 +1,132 @@
+// The autotuner: a search space per kernel family, pruning with reasons, measurement of the
+// survivors, and a JSON tuning database keyed by GPU and problem bucket.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ftattn/config.hpp"
+
+namespace ftattn::tuner {
+
+// A kernel family: everything but the tile knobs.
+struct Family {
+  Arch arch;
+  Precision precision = Precision::f16;
+  Protection protection = Protection::none;
+  int head_dim = 0;
+  Mask mask = Mask::none;
+  friend bool operator==(const Family&, const Family&) = default;
+};
+
+// --- Search space (tuner/search_space.cpp) ---------------------------------------------------
+
+// The knob values the skeleton exposes; every combination is a candidate.
+struct Knobs {
+  std::vector<int> block_m{64, 128};
+  std::vector<int> block_n{32, 64, 128};
+  std::vector<int> num_warps{4, 8};
+  std::vector<int> num_stages{1, 2, 3};
+};
+
+struct Rejected {
+  KernelConfig config;
+  std::string reason;  // why it was dropped, for the log
+};
+
+struct Pruned {
+  std::vector<KernelConfig> kept;
+  std::vector<Rejected> rejected;
+};
+
+// Every complete config of `family` over `knobs`, in a stable order, with the rules of
+// validate() (tiling, accumulator budget, shared memory of the arch) applied before compiling.
+Pruned enumerate(const Family& family, const Knobs& knobs = {});
+
+// What the compiler reported for one candidate.
+struct CompiledFacts {
+  int registers = 0;
+  int spill_bytes = 0;  // stores + loads
+  int threads = 0;
+  int shared_bytes = 0;
+};
+
+// Limits of the device a candidate must fit (per SM).
+struct SmLimits {
+  int registers = 65536;
+  int shared_bytes = 228 * 1024;
+  int max_threads = 2048;
+};
+
+// CTAs of one candidate that fit on one SM at once (0: it cannot run).
+int ctas_per_sm(const CompiledFacts& facts, const SmLimits& limits);
+
+// After compiling: drops candidates that spill more than `max_spill_bytes` or cannot keep
+// `min_ctas` CTAs resident per SM, with the reason.
+Pruned prune_compiled(const std::vector<std::pair<KernelConfig, CompiledFacts>>& compiled,
+                      const SmLimits& limits, int max_spill_bytes = 512, int min_ctas = 1);
+
+// --- Problem buckets and the tuning DB (tuner/db.cpp) -----------------------------------------
+
+// Problems that share a tuned choice: seqlen_k rounded up to a power of two (at least 512),
+// batch * heads_q rounded up to a power of two, causal or not.
+struct Bucket {
+  int seqlen = 0;
+  int batch_heads = 0;
+  bool causal = false;
+  static Bucket of(const Problem& problem, Mask mask);
+  std::string to_string() const;  // "s4096_bh128_causal"
+  friend bool operator==(const Bucket&, const Bucket&) = default;
+};
+
+// The device a DB entry was tuned on.
+struct DeviceKey {
+  std::string gpu_name;     // "NVIDIA H200"
+  int sm = 0;               // compute capability, 90
+  int driver_version = 0;   // CUDA driver API version, 13000
+  std::string ftattn_version = FTATTN_VERSION;
+  friend bool operator==(const DeviceKey&, const DeviceKey&) = default;
+};
+
+struct Entry {
+  DeviceKey device;
+  Family family;
+  Bucket bucket;
+  KernelConfig best;          // complete
+  double best_tflops = 0;     // measured
+  double default_tflops = 0;  // the heuristic default, measured in the same run
+};
+
+// JSON file of entries. Lookups ignore entries of another GPU, arch or ftattn version and say so
+// once through `note`; a newer driver than the one tuned on is accepted.
+class Database {
+ public:
+  Database() = default;
+  static Database load(const std::filesystem::path& path);  // missing file: empty; bad JSON: CacheError
+  static Database parse(std::string_view json, const std::string& origin);
+  void save(const std::filesystem::path& path) const;        // temp file then rename
+  std::string dump() const;
+
+  // Replaces the entry with the same device, family and bucket, or adds it.
+  void put(const Entry& entry);
+  // The best config for this device, family and bucket, if tuned.
+  std::optional<KernelConfig> find(const DeviceKey& device, const Family& family,
+                                   const Bucket& bucket,
+                                   const std::function<void(const std::string&)>& note = {}) const;
+  const std::vector<Entry>& entries() const { return entries_; }
+  void merge(const Database& other);  // `other` wins on equal keys
+
+ private:
+  std::vector<Entry> entries_;
+};
+
+// The databases shipped with ftattn (tuner/db/*.json, embedded at build time), merged.
+const Database& shipped();
+
+// The user's database beside the kernel cache: <cache dir>/tuning.json.
+std::filesystem::path user_database_path(const std::filesystem::path& cache_dir);
+
+}  // namespace ftattn::tuner
