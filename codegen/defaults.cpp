@@ -31,18 +31,25 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
 
   const bool open_m = c.block_m == 0, open_n = c.block_n == 0;
   const bool open_w = c.num_warps == 0, open_s = c.num_stages == 0;
-  // Measured on an H200 over the standard grid (bench/results). Up to head dim 128: a 128x64
-  // tile, 4 warps (two 16-row MMA tiles each, so every K/V fragment feeds two MMAs); head dim
-  // 64 likes a 3-deep prefetch, 96-128 FlashAttention-2's single-buffer schedule. Head dims
-  // 192-256: a 64x64 tile with one buffer, except long non-causal sequences, which run best on
-  // 128x64 with 8 warps and double buffering.
-  const bool wide = c.head_dim > 128;
-  const bool long_full = problem != nullptr && !is_causal(c.mask) && problem->seqlen_k >= 4096;
-  const bool big_wide = wide && long_full;
-  if (open_w) c.num_warps = big_wide ? 8 : 4;
-  if (open_n) c.block_n = 64;
-  if (open_s) c.num_stages = c.head_dim <= 64 ? 3 : (big_wide ? 2 : 1);
-  if (open_m) c.block_m = wide && !big_wide ? 64 : 128;
+  // Fitted to `ftattn tune` on an H200 over the standard grid (bench/results/nvidia-h200/
+  // tune_f16.csv): 4 warps with two 16-row MMA tiles each (every K/V fragment feeds two MMAs)
+  // and one K/V buffer in FlashAttention-2's schedule. Head dims up to 64 take 128-key blocks,
+  // 96-128 take 64 (their accumulators leave no room for more), 192-256 need 8 warps for a
+  // 128x128 tile. Short causal problems prefer smaller tiles: more CTAs to balance the
+  // triangle.
+  const bool wide = c.head_dim > 128, narrow = c.head_dim <= 64;
+  const bool short_causal = problem != nullptr && is_causal(c.mask) && problem->seqlen_k <= 1024;
+  if (short_causal && (narrow || wide)) {
+    if (open_m) c.block_m = 64;
+    if (open_n) c.block_n = 64;
+    if (open_w) c.num_warps = 4;
+    if (open_s) c.num_stages = narrow ? 2 : 1;
+  } else {
+    if (open_m) c.block_m = 128;
+    if (open_n) c.block_n = narrow || wide ? 128 : 64;
+    if (open_w) c.num_warps = wide ? 8 : 4;
+    if (open_s) c.num_stages = 1;
+  }
 
   // Only adjust once every knob is positive; a negative user knob is left for validate() to
   // report.

@@ -2,10 +2,12 @@
 // matter how many threads ask at once.
 #include "ftattn/runtime.hpp"
 
+#include <cstdio>
 #include <future>
 #include <mutex>
 #include <unordered_map>
 
+#include "ftattn/tuner.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/kernel_builder.hpp"
 #include "runtime/loaded_kernel.hpp"
@@ -61,6 +63,23 @@ struct Runtime::Impl {
   OnceMap<std::shared_ptr<const Kernel>> loaded;
   mutable std::mutex stats_mu;
   Stats stats;
+
+  // The tuning DBs and this GPU's key, read once on first use.
+  std::once_flag tuning_once;
+  tuner::Database tuning;
+  tuner::DeviceKey device_key;
+  void load_tuning() {
+    std::call_once(tuning_once, [&] {
+      const runtime::DeviceInfo info = runtime::device_info(0);
+      device_key = tuner::DeviceKey{info.name, info.sm, info.driver_version};
+      tuning = tuner::shipped();
+      try {
+        tuning.merge(tuner::Database::load(tuner::user_database_path(cache_dir)));
+      } catch (const CacheError& e) {  // a broken user DB must not stop attention from running
+        std::fprintf(stderr, "ftattn: warning: %s\n", e.what());
+      }
+    });
+  }
 };
 
 Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
@@ -89,6 +108,22 @@ KernelConfig Runtime::resolve(KernelConfig config, const Problem* problem) const
     if (config.head_dim == 0) config.head_dim = problem->head_dim;
   }
   const Arch device = config.arch.is_auto() && has_device() ? device_arch() : Arch{};
+  const bool tiles_open =
+      config.block_m == 0 && config.block_n == 0 && config.num_warps == 0 && config.num_stages == 0;
+  if (impl_->options.tuning_db && problem != nullptr && tiles_open && config.head_dim > 0 &&
+      !is_block_sparse(config.mask) && has_device()) {
+    impl_->load_tuning();
+    const Arch arch = config.arch.is_auto() ? device : config.arch;
+    const tuner::Family family{arch, config.precision, config.protection, config.head_dim,
+                               config.mask};
+    static std::once_flag noted;
+    auto note = [](const std::string& text) {
+      std::call_once(noted, [&] { std::fprintf(stderr, "ftattn: note: %s\n", text.c_str()); });
+    };
+    if (auto tuned = impl_->tuning.find(impl_->device_key, family,
+                                        tuner::Bucket::of(*problem, config.mask), note))
+      return *tuned;
+  }
   return with_defaults(config, device, problem);
 }
 

@@ -17,6 +17,7 @@ namespace ftattn {
 struct RuntimeOptions {
   std::filesystem::path cache_dir;  // empty: $FTATTN_CACHE_DIR, else the user's cache dir
   bool disk_cache = true;           // false: compile on every new config (memory cache only)
+  bool tuning_db = true;  // fill open tile knobs from the tuning DBs (the user's, then shipped)
 };
 
 // A compiled kernel loaded on the current GPU, ready to launch.
@@ -42,7 +43,7 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  // Fills what `config` leaves open (tuning data or heuristic) for `problem` on this runtime's
+  // Fills what `config` leaves open (tuning DB, else heuristic) for `problem` on this runtime's
   // device; with no GPU the config must name its arch. The result is complete and valid.
   KernelConfig resolve(KernelConfig config, const Problem* problem = nullptr) const;
 

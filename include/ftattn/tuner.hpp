@@ -84,9 +84,9 @@ struct Bucket {
 
 // The device a DB entry was tuned on.
 struct DeviceKey {
-  std::string gpu_name;     // "NVIDIA H200"
-  int sm = 0;               // compute capability, 90
-  int driver_version = 0;   // CUDA driver API version, 13000
+  std::string gpu_name;    // "NVIDIA H200"
+  int sm = 0;              // compute capability, 90
+  int driver_version = 0;  // CUDA driver API version, 13000
   std::string ftattn_version = FTATTN_VERSION;
   friend bool operator==(const DeviceKey&, const DeviceKey&) = default;
 };
@@ -105,9 +105,10 @@ struct Entry {
 class Database {
  public:
   Database() = default;
-  static Database load(const std::filesystem::path& path);  // missing file: empty; bad JSON: CacheError
+  static Database load(
+      const std::filesystem::path& path);  // missing file: empty; bad JSON: CacheError
   static Database parse(std::string_view json, const std::string& origin);
-  void save(const std::filesystem::path& path) const;        // temp file then rename
+  void save(const std::filesystem::path& path) const;  // temp file then rename
   std::string dump() const;
 
   // Replaces the entry with the same device, family and bucket, or adds it.

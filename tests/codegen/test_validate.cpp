@@ -155,15 +155,25 @@ TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
   CHECK(c.name() == "ftattn_fwd_sm90a_f16_d128_m128n64_w4s1_none_none");
 
   c = with_defaults(partial(64), kSm80);
-  CHECK(c == make(64, 128, 64, 4, 3, kSm80));
+  CHECK(c == make(64, 128, 128, 4, 1, kSm80));
 
   c = with_defaults(partial(192), kSm90a);
-  CHECK(c == make(192, 64, 64, 4, 1, kSm90a));
-  // Long non-causal sequences at wide heads take the 8-warp double-buffered tile.
-  const Problem long_seq = Problem::bhsd(1, 1, 1, 8192, 8192, 256);
-  CHECK(with_defaults(partial(256), kSm90a, &long_seq) == make(256, 128, 64, 8, 2, kSm90a));
+  CHECK(c == make(192, 128, 128, 8, 1, kSm90a));
+  // Short causal problems take smaller tiles at narrow and wide heads, not at 128.
   const Problem short_seq = Problem::bhsd(1, 1, 1, 1024, 1024, 256);
-  CHECK(with_defaults(partial(256), kSm90a, &short_seq) == make(256, 64, 64, 4, 1, kSm90a));
+  KernelConfig causal = partial(256);
+  causal.mask = Mask::causal;
+  CHECK(with_defaults(causal, kSm90a, &short_seq) == [&] {
+    auto e = make(256, 64, 64, 4, 1, kSm90a);
+    e.mask = Mask::causal;
+    return e;
+  }());
+  const Problem long_seq = Problem::bhsd(1, 1, 1, 8192, 8192, 256);
+  CHECK(with_defaults(causal, kSm90a, &long_seq).block_m == 128);
+  causal.head_dim = 64;
+  CHECK(with_defaults(causal, kSm90a, &short_seq).num_stages == 2);
+  causal.head_dim = 128;
+  CHECK(with_defaults(causal, kSm90a, &short_seq).block_n == 64);
 
   // The config's own arch wins over the device's.
   c = with_defaults(partial(64, kSm86), kSm90a);
@@ -195,16 +205,15 @@ TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
 }
 
 TEST_CASE("with_defaults: shrinks to fit the arch's shared memory", "[validate]") {
-  // d256 on long non-causal sequences wants 128x64 with 2 stages: 202752 bytes, over sm_86's
-  // 99 KiB and sm_80's 163 KiB. sm_86 drops to one stage, then halves block_n.
-  const Problem long_seq = Problem::bhsd(1, 1, 1, 8192, 8192, 256);
-  KernelConfig c = with_defaults(partial(256), kSm86, &long_seq);
+  // d256 wants 128x128 with 8 warps: 202752 bytes, over sm_80's 163 KiB and sm_86's 99 KiB.
+  // Stages are already 1, so block_n halves: to 64 on sm_80, to 32 on sm_86.
+  KernelConfig c = with_defaults(partial(256), kSm86);
   CHECK(c == make(256, 128, 32, 8, 1, kSm86));
   CHECK(c.shared_memory_bytes() <= max_shared_memory_bytes(kSm86));
-  c = with_defaults(partial(256), kSm80, &long_seq);
-  CHECK(c.num_stages == 1);
-  c = with_defaults(partial(256), kSm90a, &long_seq);
-  CHECK(c.num_stages == 2);
+  c = with_defaults(partial(256), kSm80);
+  CHECK(c == make(256, 128, 64, 8, 1, kSm80));
+  c = with_defaults(partial(256), kSm90a);
+  CHECK(c.block_n == 128);
 
   // d128 on sm_86: 104448 bytes with 2 stages, so 1.
   CHECK(with_defaults(partial(128), kSm86) == make(128, 128, 64, 4, 1, kSm86));

@@ -1,0 +1,212 @@
+// ftattn tune: tune this GPU for a grid of shapes. For each kernel family (head dim x mask) the
+// search space is enumerated and pruned, the survivors compiled in parallel and pruned again,
+// then every survivor is checked and timed on every shape of the family; the winners go to the
+// tuning DB that Runtime::attention reads.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <thread>
+
+#include "runtime/driver.hpp"
+#include "tools/ftattn/commands.hpp"
+#include "tools/ftattn/device_run.hpp"
+#include "tools/ftattn/gpu_timer.hpp"
+#include "tools/ftattn/shapes.hpp"
+#include "tuner/tune.hpp"
+
+namespace ftattn::cli {
+namespace {
+
+struct TuneOptions {
+  std::string shapes, precision = "f16", protection = "none", masks = "none,causal", db, csv;
+  int warmup = 3, iters = 10, jobs = 0, check_rows = 16;
+  bool verify = false, dry_run = false;
+};
+
+std::string duration(double seconds) {
+  const int s = static_cast<int>(seconds + 0.5);
+  return s >= 60 ? fmt::format("{}m{:02d}s", s / 60, s % 60) : fmt::format("{}s", s);
+}
+
+// One line on stderr, redrawn in place: bar, count, ETA from the average so far.
+class ProgressBar {
+ public:
+  explicit ProgressBar(int total) : total_(total), start_(std::chrono::steady_clock::now()) {}
+  void tick(const std::string& what) {
+    ++done_;
+    const double spent =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    const double eta = done_ > 0 ? spent / done_ * (total_ - done_) : 0.0;
+    const int width = 30, filled = total_ > 0 ? width * done_ / total_ : width;
+    std::fprintf(stderr, "\r[%s%s] %d/%d  %s elapsed, ETA %s  %-40.40s",
+                 std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(), done_,
+                 total_, duration(spent).c_str(), duration(eta).c_str(), what.c_str());
+    if (done_ == total_) std::fputc('\n', stderr);
+  }
+
+ private:
+  int total_, done_ = 0;
+  std::chrono::steady_clock::time_point start_;
+};
+
+int run_tune(const TuneOptions& o, const GlobalOptions& global) {
+  const auto started = std::chrono::steady_clock::now();
+  const std::vector<Shape> shapes = o.shapes.empty() ? standard_grid() : parse_shapes(o.shapes);
+  const Precision precision = parse_precision(o.precision);
+  const Protection protection = parse_protection(o.protection);
+  std::vector<Mask> masks;
+  for (const auto& m : split(o.masks, ',')) masks.push_back(parse_mask(m));
+
+  const std::string device_line = describe_device();
+  const runtime::DeviceInfo info = runtime::device_info(0);
+  Runtime runtime(global.runtime_options());
+  const Arch arch = runtime.device_arch();
+  const tuner::DeviceKey device{info.name, info.sm, info.driver_version};
+  const std::filesystem::path db_path =
+      o.db.empty() ? tuner::user_database_path(runtime.cache_dir()) : std::filesystem::path(o.db);
+  tuner::Database db = tuner::Database::load(db_path);
+  const tuner::SmLimits limits{65536, info.max_shared_per_block_optin + 1024, 2048};
+  const int jobs = o.jobs > 0 ? o.jobs : std::max(1u, std::thread::hardware_concurrency());
+  std::printf("device    %s\ntuning    %zu shapes x %zu masks, %s, protection %s -> %s\n",
+              device_line.c_str(), shapes.size(), masks.size(), o.precision.c_str(),
+              o.protection.c_str(), db_path.string().c_str());
+
+  // Families and their candidates, compiled and pruned up front so the bar knows its total.
+  struct Plan {
+    tuner::Family family;
+    std::vector<Shape> shapes;
+    std::vector<KernelConfig> candidates;
+  };
+  std::vector<Plan> plans;
+  std::map<std::pair<int, int>, size_t> plan_of;  // (head_dim, mask) -> index
+  for (const Shape& s : shapes)
+    for (Mask m : masks) {
+      const auto key = std::make_pair(s.head_dim, static_cast<int>(m));
+      if (!plan_of.count(key)) {
+        plan_of[key] = plans.size();
+        plans.push_back({tuner::Family{arch, precision, protection, s.head_dim, m}, {}, {}});
+      }
+      plans[plan_of[key]].shapes.push_back(s);
+    }
+  int total = 0;
+  for (Plan& plan : plans) {
+    const tuner::Pruned space = tuner::enumerate(plan.family);
+    const tuner::Pruned built = tuner::compile_and_prune(runtime, space.kept, limits, jobs);
+    plan.candidates = built.kept;
+    std::fprintf(stderr, "family d%d %s: %zu candidates, %zu pruned before compiling, %zu after\n",
+                 plan.family.head_dim, std::string(to_string(plan.family.mask)).c_str(),
+                 built.kept.size(), space.rejected.size(), built.rejected.size());
+    for (const auto& r : built.rejected)
+      std::fprintf(stderr, "  pruned %s: %s\n", r.config.name().c_str(), r.reason.c_str());
+    total += static_cast<int>(plan.candidates.size() * plan.shapes.size());
+  }
+  const double compile_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::fprintf(stderr, "compiled and pruned in %s on %d threads\n", duration(compile_s).c_str(),
+               jobs);
+  if (o.dry_run) return 0;
+
+  GpuTimer timer(runtime, o.warmup, o.iters, o.check_rows);
+  ProgressBar bar(total);
+  std::vector<tuner::ShapeResult> results;
+  for (const Plan& plan : plans)
+    for (const Shape& s : plan.shapes) {
+      const Problem problem =
+          Problem::bhsd(s.batch, s.heads, s.heads, s.seqlen, s.seqlen, s.head_dim);
+      KernelConfig open;
+      open.head_dim = s.head_dim;
+      open.precision = precision;
+      open.protection = protection;
+      open.mask = plan.family.mask;
+      // The heuristic alone, not the DB: the baseline the tuner must beat.
+      const KernelConfig heuristic = with_defaults(open, arch, &problem);
+      const std::string label =
+          fmt::format("d{} s{} {}", s.head_dim, s.seqlen, to_string(plan.family.mask));
+      results.push_back(tuner::tune_shape(plan.family, problem, plan.candidates, heuristic, timer,
+                                          [&] { bar.tick(label); }));
+      const tuner::ShapeResult& r = results.back();
+      if (r.found) db.put(tuner::to_entry(r, device));
+    }
+  db.save(db_path);
+  const double tune_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+
+  std::printf("\n%-34s %-52s %9s %9s %7s\n", "shape", "best config", "TFLOP/s", "default", "gain");
+  std::ofstream csv;
+  if (!o.csv.empty()) {
+    csv.open(o.csv);
+    csv << "head_dim,seqlen,batch,heads,causal,dtype,best,best_tflops,default,default_tflops,"
+           "gain,verified_best,verified_best_tflops,tuned_over_verified\n";
+  }
+  double worst_verified = 1e9;
+  for (const tuner::ShapeResult& r : results) {
+    const Problem& p = r.problem;
+    const double best = r.tflops(r.best.ms), dflt = r.tflops(r.heuristic.ms);
+    std::printf("d%-3d h%-2d s%-5d b%-2d %-6s %-7s %-52s %9.1f %9.1f %6.1f%%\n", p.head_dim,
+                p.heads_q, p.seqlen_q, p.batch, std::string(to_string(r.family.mask)).c_str(),
+                r.found ? "" : "(none)", r.found ? r.best.config.name().c_str() : "-", best, dflt,
+                dflt > 0 ? (best / dflt - 1) * 100 : 0.0);
+    std::string verified_name;
+    double verified = 0, ratio = 0;
+    if (o.verify && r.found) {
+      // Same run, second pass: every valid config of the family (pruned ones included) timed
+      // once, the tuned choice among them; its share of the fastest in this pass.
+      double tuned_ms = 0, best_ms = 0;
+      for (const KernelConfig& c : tuner::enumerate(r.family).kept) {
+        const tuner::Measurement m = timer.measure(c, p);
+        if (!m.passed) continue;
+        if (c == r.best.config) tuned_ms = m.ms;
+        if (best_ms == 0 || m.ms < best_ms) {
+          best_ms = m.ms;
+          verified_name = c.name();
+        }
+      }
+      if (tuned_ms == 0) tuned_ms = timer.measure(r.best.config, p).ms;  // the default, pruned
+      verified = r.tflops(best_ms);
+      ratio = tuned_ms > 0 ? best_ms / tuned_ms : 0.0;
+      worst_verified = std::min(worst_verified, ratio);
+      std::printf("   exhaustive best %s %.1f TFLOP/s: tuned choice at %.1f%% of it\n",
+                  verified_name.c_str(), verified, ratio * 100);
+    }
+    if (csv)
+      csv << fmt::format("{},{},{},{},{},{},{},{:.2f},{},{:.2f},{:.4f},{},{:.2f},{:.4f}\n",
+                         p.head_dim, p.seqlen_q, p.batch, p.heads_q,
+                         is_causal(r.family.mask) ? 1 : 0, to_string(precision),
+                         r.best.config.name(), best, r.heuristic.config.name(), dflt,
+                         dflt > 0 ? best / dflt : 0.0, verified_name, verified, ratio);
+  }
+  std::printf("tuning took %s (compile %s); DB written to %s\n", duration(tune_s).c_str(),
+              duration(compile_s).c_str(), db_path.string().c_str());
+  if (o.verify) std::printf("worst tuned / exhaustive-best ratio: %.3f\n", worst_verified);
+  return 0;
+}
+
+}  // namespace
+
+Command add_tune_command(CLI::App& parent, const GlobalOptions& global) {
+  auto o = std::make_shared<TuneOptions>();
+  CLI::App* cmd = parent.add_subcommand("tune", "Tune this GPU: fastest checked config per shape");
+  cmd->add_option("--shapes", o->shapes,
+                  "head_dim,heads,seqlen,batch;... (default: the standard 16k-token grid)");
+  cmd->add_option("--precision", o->precision, "precision to tune")->capture_default_str();
+  cmd->add_option("--protection", o->protection, "protection to tune")->capture_default_str();
+  cmd->add_option("--masks", o->masks, "comma-separated masks")->capture_default_str();
+  cmd->add_option("--db", o->db, "tuning DB to update (default: tuning.json in the cache dir)");
+  cmd->add_option("--csv", o->csv, "write the results table as CSV");
+  cmd->add_option("--warmup", o->warmup, "untimed launches per candidate")->capture_default_str();
+  cmd->add_option("--iters", o->iters, "timed launches per candidate (median)")
+      ->capture_default_str();
+  cmd->add_option("--jobs", o->jobs, "compile threads (0: one per core)")->capture_default_str();
+  cmd->add_option("--check-rows", o->check_rows, "reference rows checked per candidate")
+      ->capture_default_str();
+  cmd->add_flag("--verify", o->verify,
+                "after tuning, time every valid config again and compare with the tuned choice");
+  cmd->add_flag("--dry-run", o->dry_run, "enumerate, compile and prune only");
+  return {cmd, [o, &global] { return run_tune(*o, global); }};
+}
+
+}  // namespace ftattn::cli

@@ -1,0 +1,70 @@
+// The candidates of a kernel family and the rules that drop some before and after compiling.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "ftattn/errors.hpp"
+#include "ftattn/tuner.hpp"
+
+namespace ftattn::tuner {
+
+Pruned enumerate(const Family& family, const Knobs& knobs) {
+  Pruned out;
+  for (int m : knobs.block_m)
+    for (int n : knobs.block_n)
+      for (int w : knobs.num_warps)
+        for (int s : knobs.num_stages) {
+          KernelConfig c;
+          c.head_dim = family.head_dim;
+          c.block_m = m;
+          c.block_n = n;
+          c.num_warps = w;
+          c.num_stages = s;
+          c.precision = family.precision;
+          c.protection = family.protection;
+          c.mask = family.mask;
+          c.arch = family.arch;
+          // validate() holds every rule a kernel must obey (tiling, accumulator budget, the
+          // arch's shared memory); its message is the reason.
+          try {
+            validate(c);
+            out.kept.push_back(c);
+          } catch (const ConfigError& e) {
+            out.rejected.push_back({c, e.what()});
+          }
+        }
+  return out;
+}
+
+int ctas_per_sm(const CompiledFacts& f, const SmLimits& limits) {
+  if (f.threads <= 0) return 0;
+  // Registers are allocated per warp in units of 256 (8 per thread, rounded up).
+  const int regs_per_thread = (std::max(f.registers, 1) + 7) / 8 * 8;
+  const int by_regs = limits.registers / (regs_per_thread * f.threads);
+  const int by_threads = limits.max_threads / f.threads;
+  const int by_smem = f.shared_bytes > 0 ? limits.shared_bytes / f.shared_bytes : by_threads;
+  return std::max(0, std::min({by_regs, by_threads, by_smem}));
+}
+
+Pruned prune_compiled(const std::vector<std::pair<KernelConfig, CompiledFacts>>& compiled,
+                      const SmLimits& limits, int max_spill_bytes, int min_ctas) {
+  Pruned out;
+  for (const auto& [config, facts] : compiled) {
+    const int ctas = ctas_per_sm(facts, limits);
+    if (facts.spill_bytes > max_spill_bytes) {
+      out.rejected.push_back(
+          {config, fmt::format("spills {} bytes (limit {})", facts.spill_bytes, max_spill_bytes)});
+    } else if (ctas < min_ctas) {
+      out.rejected.push_back(
+          {config,
+           fmt::format("{} CTAs per SM ({} registers x {} threads, {} bytes shared): "
+                       "needs {}",
+                       ctas, facts.registers, facts.threads, facts.shared_bytes, min_ctas)});
+    } else {
+      out.kept.push_back(config);
+    }
+  }
+  return out;
+}
+
+}  // namespace ftattn::tuner
