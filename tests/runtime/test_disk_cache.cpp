@@ -16,6 +16,7 @@
 #include "ftattn/errors.hpp"
 #include "runtime/disk_cache.hpp"
 #include "runtime/hash.hpp"
+#include "tests/support/temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using ftattn::CacheError;
@@ -26,26 +27,7 @@ using Status = DiskCache::LoadStatus;
 
 namespace {
 
-// A fresh directory per test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    std::random_device rd;
-    path_ = fs::temp_directory_path() /
-            ("ftattn_test_disk_cache_" + std::to_string(rd()) + "_" + std::to_string(rd()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using ftattn::test::TempDir;
 
 // Sets or unsets an environment variable for one scope.
 class ScopedEnv {

@@ -10,25 +10,14 @@
 #include "ftattn/codegen.hpp"
 #include "ftattn/runtime.hpp"
 #include "runtime/cache_key.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using namespace ftattn;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::random_device rd;
-    path =
-        fs::temp_directory_path() / ("ftattn-test-" + std::to_string(rd()) + std::to_string(rd()));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using ftattn::test::TempDir;
 
 KernelConfig small_config() {
   KernelConfig c;
@@ -49,7 +38,7 @@ TEST_CASE("a second runtime on the same cache dir loads from disk without NVRTC"
   TempDir dir;
   std::shared_ptr<const CompiledKernel> first, second;
   {
-    Runtime rt(RuntimeOptions{dir.path, true});
+    Runtime rt(RuntimeOptions{dir.path(), true});
     first = rt.compile(small_config());
     CHECK(rt.stats().compiles == 1);
     CHECK(rt.stats().disk_hits == 0);
@@ -59,7 +48,7 @@ TEST_CASE("a second runtime on the same cache dir loads from disk without NVRTC"
     CHECK(rt.stats().memory_hits == 1);
   }
   {
-    Runtime rt(RuntimeOptions{dir.path, true});
+    Runtime rt(RuntimeOptions{dir.path(), true});
     second = rt.compile(small_config());
     CHECK(rt.stats().compiles == 0);
     CHECK(rt.stats().disk_hits == 1);
@@ -71,19 +60,19 @@ TEST_CASE("a second runtime on the same cache dir loads from disk without NVRTC"
   CHECK(second->cache_key == first->cache_key);
   CHECK(second->resources.registers == first->resources.registers);
   CHECK(second->resources.registers > 0);
-  CHECK(fs::exists(entry_dir(dir.path, first->cache_key) / "manifest.json"));
+  CHECK(fs::exists(entry_dir(dir.path(), first->cache_key) / "manifest.json"));
 }
 
 TEST_CASE("a truncated or altered cubin is detected and rebuilt, never loaded", "[cache]") {
   TempDir dir;
   std::string key, good_cubin;
   {
-    Runtime rt(RuntimeOptions{dir.path, true});
+    Runtime rt(RuntimeOptions{dir.path(), true});
     auto k = rt.compile(small_config());
     key = k->cache_key;
     good_cubin = k->cubin;
   }
-  const fs::path cubin = entry_dir(dir.path, key) / "kernel.cubin";
+  const fs::path cubin = entry_dir(dir.path(), key) / "kernel.cubin";
   REQUIRE(fs::exists(cubin));
 
   SECTION("truncated") { fs::resize_file(cubin, fs::file_size(cubin) / 2); }
@@ -95,10 +84,10 @@ TEST_CASE("a truncated or altered cubin is detected and rebuilt, never loaded", 
     f.seekp(100);
     f.put(static_cast<char>(c ^ 0x20));
   }
-  SECTION("manifest missing") { fs::remove(entry_dir(dir.path, key) / "manifest.json"); }
+  SECTION("manifest missing") { fs::remove(entry_dir(dir.path(), key) / "manifest.json"); }
 
   {
-    Runtime rt(RuntimeOptions{dir.path, true});
+    Runtime rt(RuntimeOptions{dir.path(), true});
     auto k = rt.compile(small_config());
     CHECK(rt.stats().corrupt_entries + rt.stats().compiles >= 1);
     CHECK(rt.stats().compiles == 1);
@@ -106,7 +95,7 @@ TEST_CASE("a truncated or altered cubin is detected and rebuilt, never loaded", 
     CHECK(k->cubin == good_cubin);
   }
   {
-    Runtime rt(RuntimeOptions{dir.path, true});
+    Runtime rt(RuntimeOptions{dir.path(), true});
     auto k = rt.compile(small_config());
     CHECK(rt.stats().disk_hits == 1);  // the rebuilt entry is whole again
     CHECK(k->cubin == good_cubin);
@@ -115,7 +104,7 @@ TEST_CASE("a truncated or altered cubin is detected and rebuilt, never loaded", 
 
 TEST_CASE("many threads asking for one new config compile it once", "[cache][threads]") {
   TempDir dir;
-  Runtime rt(RuntimeOptions{dir.path, true});
+  Runtime rt(RuntimeOptions{dir.path(), true});
   constexpr int kThreads = 8;
   std::vector<std::shared_ptr<const CompiledKernel>> got(kThreads);
   std::atomic<int> ready{0};
@@ -135,7 +124,7 @@ TEST_CASE("many threads asking for one new config compile it once", "[cache][thr
 TEST_CASE("two runtimes compiling the same config concurrently leave one whole entry",
           "[cache][threads]") {
   TempDir dir;
-  Runtime a(RuntimeOptions{dir.path, true}), b(RuntimeOptions{dir.path, true});
+  Runtime a(RuntimeOptions{dir.path(), true}), b(RuntimeOptions{dir.path(), true});
   std::shared_ptr<const CompiledKernel> ka, kb;
   std::thread ta([&] { ka = a.compile(small_config()); });
   std::thread tb([&] { kb = b.compile(small_config()); });
@@ -144,7 +133,7 @@ TEST_CASE("two runtimes compiling the same config concurrently leave one whole e
   // The per-key lock makes the second wait and then read what the first wrote.
   CHECK(a.stats().compiles + b.stats().compiles == 1);
   CHECK(ka->cubin == kb->cubin);
-  Runtime c(RuntimeOptions{dir.path, true});
+  Runtime c(RuntimeOptions{dir.path(), true});
   c.compile(small_config());
   CHECK(c.stats().disk_hits == 1);
 }
@@ -169,16 +158,16 @@ TEST_CASE("the cache key follows content: source, options and arch", "[cache]") 
 
 TEST_CASE("a runtime without disk cache compiles and keeps nothing on disk", "[cache]") {
   TempDir dir;
-  Runtime rt(RuntimeOptions{dir.path, false});
+  Runtime rt(RuntimeOptions{dir.path(), false});
   auto k = rt.compile(small_config());
   CHECK(k->cubin.size() > 0);
   CHECK(rt.stats().compiles == 1);
-  CHECK(fs::is_empty(dir.path));
+  CHECK(fs::is_empty(dir.path()));
 }
 
 TEST_CASE("compile without a GPU needs an arch and says so", "[cache]") {
   TempDir dir;
-  Runtime rt(RuntimeOptions{dir.path, true});
+  Runtime rt(RuntimeOptions{dir.path(), true});
   if (rt.has_device()) return;  // the rule only applies on machines without a GPU
   KernelConfig c;
   c.head_dim = 128;

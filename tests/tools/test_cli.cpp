@@ -3,7 +3,6 @@
 #include <sys/wait.h>
 
 #include <catch2/catch.hpp>
-
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -13,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/temp_dir.hpp"
+
 #ifndef FTATTN_CLI_PATH
 #error "FTATTN_CLI_PATH must name the built ftattn executable"
 #endif
@@ -21,32 +22,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using ftattn::test::TempDir;
+
 struct CliResult {
   int exit_code = -1;
   std::string out;
   std::string err;
   std::string all() const { return out + err; }
-};
-
-// A fresh directory under the temp dir, removed at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    std::random_device rd;
-    path_ = fs::temp_directory_path() /
-            ("ftattn-cli-test-" + std::to_string(rd()) + "-" + std::to_string(rd()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
 };
 
 std::string shell_quote(const std::string& s) {

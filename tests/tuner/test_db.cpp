@@ -12,6 +12,7 @@
 #include "ftattn/config.hpp"
 #include "ftattn/errors.hpp"
 #include "ftattn/tuner.hpp"
+#include "tests/support/temp_dir.hpp"
 #include "tuner/embedded_dbs.hpp"
 
 namespace fs = std::filesystem;
@@ -20,25 +21,7 @@ using namespace ftattn::tuner;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::random_device rd;
-    path_ = fs::temp_directory_path() /
-            ("ftattn_test_db_" + std::to_string(rd()) + "_" + std::to_string(rd()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using ftattn::test::TempDir;
 
 const Arch kSm90a{90, true};
 

@@ -5,6 +5,7 @@
 #include <random>
 #include <set>
 
+#include "tests/support/temp_dir.hpp"
 #include "tuner/tune.hpp"
 
 using namespace ftattn;
@@ -87,10 +88,9 @@ TEST_CASE("nothing passing means nothing found", "[tuner]") {
 }
 
 TEST_CASE("candidates compile in parallel and are pruned by spills", "[tuner][nvrtc]") {
-  std::random_device rd;
-  const auto dir = std::filesystem::temp_directory_path() / ("ftattn-tune-" + std::to_string(rd()));
+  ftattn::test::TempDir dir("ftattn-tune");
   {
-    Runtime rt(RuntimeOptions{dir, true});
+    Runtime rt(RuntimeOptions{dir.path(), true});
     Family f = kFamily;
     f.head_dim = 64;
     Knobs small;
@@ -110,5 +110,4 @@ TEST_CASE("candidates compile in parallel and are pruned by spills", "[tuner][nv
     for (const auto& r : strict.rejected) CHECK(r.reason.find("spills") != std::string::npos);
     CHECK(strict.kept.size() + strict.rejected.size() == 4);
   }
-  std::filesystem::remove_all(dir);
 }
