@@ -64,6 +64,9 @@ struct Runtime::Impl {
   mutable std::mutex stats_mu;
   Stats stats;
 
+  std::once_flag arch_once;
+  Arch arch;
+
   // The tuning DBs and this GPU's key, read once on first use.
   std::once_flag tuning_once;
   tuner::Database tuning;
@@ -94,7 +97,12 @@ Runtime::~Runtime() = default;
 
 bool Runtime::has_device() const { return runtime::driver_available(); }
 
-Arch Runtime::device_arch() const { return runtime::native_arch(runtime::device_info(0)); }
+Arch Runtime::device_arch() const {
+  // Asked on every attention() call: read the device once.
+  std::call_once(impl_->arch_once,
+                 [&] { impl_->arch = runtime::native_arch(runtime::device_info(0)); });
+  return impl_->arch;
+}
 
 const std::filesystem::path& Runtime::cache_dir() const { return impl_->cache_dir; }
 
