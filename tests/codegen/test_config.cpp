@@ -9,31 +9,15 @@
 
 #include "ftattn/config.hpp"
 #include "ftattn/errors.hpp"
+#include "tests/support/configs.hpp"
 
 using namespace ftattn;
-
-// Type and message both: a wrong exception type must not pass on its text alone.
-#define REQUIRE_CONFIG_ERROR(expr, text)              \
-  do {                                                \
-    REQUIRE_THROWS_AS(expr, ftattn::ConfigError);     \
-    REQUIRE_THROWS_WITH(expr, Catch::Contains(text)); \
-  } while (0)
 
 namespace {
 
 KernelConfig make(int d, int m, int n, int w, int s, Precision p, Mask mask, Arch arch,
                   Protection prot = Protection::none) {
-  KernelConfig c;
-  c.head_dim = d;
-  c.block_m = m;
-  c.block_n = n;
-  c.num_warps = w;
-  c.num_stages = s;
-  c.precision = p;
-  c.mask = mask;
-  c.arch = arch;
-  c.protection = prot;
-  return c;
+  return test::tile_config(d, m, n, w, s, arch, p, mask, prot);
 }
 
 const Arch kSm80{80, false};

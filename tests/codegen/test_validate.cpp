@@ -6,15 +6,9 @@
 
 #include "ftattn/config.hpp"
 #include "ftattn/errors.hpp"
+#include "tests/support/configs.hpp"
 
 using namespace ftattn;
-
-// Type and message both: a wrong exception type must not pass on its text alone.
-#define REQUIRE_CONFIG_ERROR(expr, text)              \
-  do {                                                \
-    REQUIRE_THROWS_AS(expr, ftattn::ConfigError);     \
-    REQUIRE_THROWS_WITH(expr, Catch::Contains(text)); \
-  } while (0)
 
 namespace {
 
@@ -25,15 +19,7 @@ const Arch kSm90a{90, true};
 
 KernelConfig make(int d, int m, int n, int w, int s, Arch arch = kSm80,
                   Precision p = Precision::f16) {
-  KernelConfig c;
-  c.head_dim = d;
-  c.block_m = m;
-  c.block_n = n;
-  c.num_warps = w;
-  c.num_stages = s;
-  c.precision = p;
-  c.arch = arch;
-  return c;
+  return test::tile_config(d, m, n, w, s, arch, p);
 }
 
 KernelConfig partial(int d, Arch arch = Arch{}) {

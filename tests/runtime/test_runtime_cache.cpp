@@ -10,6 +10,7 @@
 #include "ftattn/codegen.hpp"
 #include "ftattn/runtime.hpp"
 #include "runtime/cache_key.hpp"
+#include "runtime/disk_cache.hpp"
 #include "tests/support/temp_dir.hpp"
 
 using namespace ftattn;
@@ -28,8 +29,9 @@ KernelConfig small_config() {
   return with_defaults(c, c.arch);
 }
 
+// Where the cache keeps an entry: the cache's own answer, not a copy of its layout.
 fs::path entry_dir(const fs::path& root, const std::string& key) {
-  return root / "v1" / key.substr(0, 2) / key;
+  return runtime::DiskCache(root).entry_dir(key);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <random>
 #include <set>
 
+#include "tests/support/configs.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tuner/tune.hpp"
 
@@ -34,14 +35,7 @@ class FakeTimer : public Timer {
 const Family kFamily{Arch{90, true}, Precision::f16, Protection::none, 128, Mask::none};
 
 KernelConfig tile(int m, int n, int w, int s) {
-  KernelConfig c;
-  c.head_dim = 128;
-  c.block_m = m;
-  c.block_n = n;
-  c.num_warps = w;
-  c.num_stages = s;
-  c.arch = kFamily.arch;
-  return c;
+  return test::tile_config(128, m, n, w, s, kFamily.arch);
 }
 
 }  // namespace
