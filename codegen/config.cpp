@@ -34,7 +34,8 @@ namespace {
 constexpr std::array kPrecisions = {Precision::f16, Precision::bf16, Precision::int8,
                                     Precision::f16_pasa, Precision::fp8_e4m3};
 constexpr std::array kProtections = {Protection::none, Protection::flash_abft,
-                                     Protection::efta_detect, Protection::efta_correct};
+                                     Protection::efta_detect, Protection::efta_correct,
+                                     Protection::decoupled};
 constexpr std::array kMasks = {Mask::none, Mask::causal, Mask::block_sparse,
                                Mask::block_sparse_causal};
 
@@ -207,6 +208,8 @@ std::string_view to_string(Protection p) {
       return "efta_detect";
     case Protection::efta_correct:
       return "efta_correct";
+    case Protection::decoupled:
+      return "decoupled";
   }
   throw ConfigError(fmt::format("invalid Protection value {}", static_cast<int>(p)));
 }
@@ -288,10 +291,10 @@ bool KernelConfig::is_complete() const {
 
 std::string KernelConfig::name() const {
   detail::require_complete(*this, "name");
-  return fmt::format("{}sm{}{}_{}_d{}_m{}n{}_w{}s{}_{}_{}", kNamePrefix, arch.sm,
+  return fmt::format("{}sm{}{}_{}_d{}_m{}n{}_w{}s{}_{}_{}{}", kNamePrefix, arch.sm,
                      arch.arch_specific ? "a" : "", dashed(to_string(precision)), head_dim, block_m,
                      block_n, num_warps, num_stages, dashed(to_string(mask)),
-                     dashed(to_string(protection)));
+                     dashed(to_string(protection)), fault_injection ? "_inj" : "");
 }
 
 std::string KernelConfig::symbol() const {
@@ -407,13 +410,20 @@ KernelConfig KernelConfig::parse(std::string_view name) {
   const std::string_view protection = token(6);
   c.protection = wrapped([&] { return parse_protection(protection); });
 
-  if (tokens.size() > 7) {
+  // Optional trailing flags, in this order.
+  size_t next = 7;
+  if (next < tokens.size() && tokens[next] == "inj") {
+    c.fault_injection = true;
+    ++next;
+  }
+  if (tokens.size() > next) {
     std::string junk;
-    for (size_t i = 7; i < tokens.size(); ++i) {
+    for (size_t i = next; i < tokens.size(); ++i) {
       junk += '_';
       junk += tokens[i];
     }
-    throw fail(fmt::format("trailing junk '{}' after the protection field", junk));
+    throw fail(fmt::format(
+        "trailing junk '{}' after the protection field (only _inj may follow it)", junk));
   }
   return c;
 }
@@ -528,7 +538,7 @@ size_t std::hash<ftattn::KernelConfig>::operator()(const ftattn::KernelConfig& c
   for (int64_t field :
        {int64_t{c.head_dim}, int64_t{c.block_m}, int64_t{c.block_n}, int64_t{c.num_warps},
         int64_t{c.num_stages}, int64_t(c.precision), int64_t(c.protection), int64_t(c.mask),
-        int64_t{c.arch.sm}, int64_t{c.arch.arch_specific}}) {
+        int64_t{c.arch.sm}, int64_t{c.arch.arch_specific}, int64_t{c.fault_injection}}) {
     h = ftattn::splitmix64(h ^ static_cast<uint64_t>(field));
   }
   return static_cast<size_t>(h);

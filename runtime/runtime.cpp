@@ -164,11 +164,12 @@ std::shared_ptr<const Kernel> Runtime::kernel(const KernelConfig& config) {
   return kernel;
 }
 
-void Runtime::attention(const Problem& problem, const void* q, const void* k, const void* v,
-                        void* o, CUstream stream, KernelConfig config, float* lse,
-                        const unsigned char* block_mask) {
+FaultReport Runtime::attention(const Problem& problem, const void* q, const void* k, const void* v,
+                               void* o, CUstream stream, KernelConfig config, float* lse,
+                               const unsigned char* block_mask, const ProtectOptions& /*protect*/) {
   const KernelConfig full = resolve(config, &problem);
   kernel(full)->launch(problem, q, k, v, o, lse, stream, block_mask);
+  return {};
 }
 
 }  // namespace ftattn

@@ -11,7 +11,8 @@
 namespace ftattn {
 
 enum class Precision { f16, bf16, int8, f16_pasa, fp8_e4m3 };
-enum class Protection { none, flash_abft, efta_detect, efta_correct };
+// decoupled: EFTA's baseline, separate kernels (checked GEMM, softmax with DMR, checked GEMM).
+enum class Protection { none, flash_abft, efta_detect, efta_correct, decoupled };
 // block_sparse: the launch passes a per-head mask over (query block, key block); skipped blocks
 // cost neither loads nor MMAs. block_sparse_causal: both at once.
 enum class Mask { none, causal, block_sparse, block_sparse_causal };
@@ -57,6 +58,9 @@ struct KernelConfig {
   Protection protection = Protection::none;
   Mask mask = Mask::none;
   Arch arch;
+  // Compile in the source-level fault-injection points (a launch-time FaultPlan picks one).
+  // Canonical names end in "_inj"; kernels without it carry no injection code at all.
+  bool fault_injection = false;
 
   // True when nothing is left open.
   bool is_complete() const;

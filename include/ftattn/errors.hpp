@@ -43,6 +43,14 @@ class NoDeviceError : public Error {
   using Error::Error;
 };
 
+// A protected kernel detected a fault it could not correct, under OnFault::raise. `report()`
+// says where.
+struct FaultReport;
+class FaultError : public Error {
+ public:
+  using Error::Error;
+};
+
 // A CUDA Driver API call failed; `code()` is its CUresult.
 class DriverError : public Error {
  public:

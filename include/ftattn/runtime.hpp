@@ -7,6 +7,7 @@
 
 #include "ftattn/config.hpp"
 #include "ftattn/errors.hpp"
+#include "ftattn/fault.hpp"
 #include "ftattn/kernel.hpp"
 
 // The Driver API's stream type, declared as cuda.h does so users need not include it.
@@ -56,9 +57,12 @@ class Runtime {
 
   // O = attention(Q, K, V) on `stream`. `config` may be partly open; open fields get defaults.
   // `block_mask` as in Kernel::launch, for Mask::block_sparse*.
-  void attention(const Problem& problem, const void* q, const void* k, const void* v, void* o,
-                 CUstream stream, KernelConfig config = {}, float* lse = nullptr,
-                 const unsigned char* block_mask = nullptr);
+  // With a protection scheme the call waits for the stream, reads the kernel's fault log and
+  // acts on it as `protect.on_fault` says; unprotected calls return an empty report at once.
+  FaultReport attention(const Problem& problem, const void* q, const void* k, const void* v,
+                        void* o, CUstream stream, KernelConfig config = {}, float* lse = nullptr,
+                        const unsigned char* block_mask = nullptr,
+                        const ProtectOptions& protect = {});
 
   // True when a GPU and its driver are usable; device_arch() is then its arch.
   bool has_device() const;

@@ -5,23 +5,23 @@
 namespace ftattn {
 
 // Value classes a fault-injection plan can hit (source-level sites of the fused kernel).
-enum FaultSite : int {
+enum FaultSiteId : int {
   fault_site_none = 0,
-  fault_site_scores = 1,     // S accumulator after GEMM I
-  fault_site_probs = 2,      // P after exp
-  fault_site_row_max = 3,    // running row max
-  fault_site_row_sum = 4,    // running row sum l
-  fault_site_rescale = 5,    // alpha = exp(m_old - m_new)
-  fault_site_output = 6,     // O accumulator after GEMM II
-  fault_site_checksum = 7,   // a checksum accumulator of the protection scheme
-  fault_site_ir = 8,         // IR-level: the n-th dynamic instance of an instrumented class
+  fault_site_scores = 1,    // S accumulator after GEMM I
+  fault_site_probs = 2,     // P after exp
+  fault_site_row_max = 3,   // running row max
+  fault_site_row_sum = 4,   // running row sum l
+  fault_site_rescale = 5,   // alpha = exp(m_old - m_new)
+  fault_site_output = 6,    // O accumulator after GEMM II
+  fault_site_checksum = 7,  // a checksum accumulator of the protection scheme
+  fault_site_ir = 8,        // IR-level: the n-th dynamic instance of an instrumented class
 };
 
 // One bit flip, chosen at launch. Kernels compiled without injection ignore it.
-struct FaultPlan {
-  int site;       // FaultSite; fault_site_none disables injection
-  int cta;        // linear CTA index: blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)
-  int thread;     // threadIdx.x
+struct FaultPlanParams {
+  int site;    // FaultSiteId; fault_site_none disables injection
+  int cta;     // linear CTA index: blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)
+  int thread;  // threadIdx.x
   int iteration;  // key-block iteration of the main loop (IR level: dynamic instance index)
   int element;    // which value of the class this thread holds (taken modulo their number)
   int bit;        // 0..31
@@ -30,17 +30,17 @@ struct FaultPlan {
 // What a protected kernel saw, for one detection or correction.
 struct FaultRecord {
   int batch, head, row, col;  // col: -1 when the check has no column (row sums)
-  int stage;                  // FaultStage
+  int stage;                  // FaultStageId
   int corrected;              // 1 when the kernel fixed the value in place
   float magnitude;            // |checksum - recomputed| at detection
   float threshold;            // the bound it exceeded
 };
 
-enum FaultStage : int {
-  fault_stage_scores = 1,  // GEMM I checksum
-  fault_stage_probs = 2,   // exp product check
-  fault_stage_row_sum = 3, // row-sum range check
-  fault_stage_output = 4,  // GEMM II / output checksum
+enum FaultStageId : int {
+  fault_stage_scores = 1,   // GEMM I checksum
+  fault_stage_probs = 2,    // exp product check
+  fault_stage_row_sum = 3,  // row-sum range check
+  fault_stage_output = 4,   // GEMM II / output checksum
 };
 
 // Device-side fault log: counters, then the first `capacity` records.
@@ -56,8 +56,8 @@ struct AttentionParams {
   const void* q;  // batch x heads_q x seqlen_q x head_dim, strides below (elements)
   const void* k;  // batch x heads_kv x seqlen_k x head_dim
   const void* v;
-  void* o;        // like q
-  float* lse;     // batch x heads_q x seqlen_q, dense; may be null
+  void* o;     // like q
+  float* lse;  // batch x heads_q x seqlen_q, dense; may be null
 
   long long q_batch_stride, q_head_stride, q_seq_stride;
   long long k_batch_stride, k_head_stride, k_seq_stride;
@@ -86,7 +86,7 @@ struct AttentionParams {
   FaultLog* fault_log;  // may be null: detections are then only corrected, not reported
   float tol_scores, tol_probs, tol_output;
   float tol_floor;
-  FaultPlan fault;      // used only by kernels compiled with fault injection
+  FaultPlanParams fault;  // used only by kernels compiled with fault injection
 
   // Recompute mode: when tile_count > 0 the grid's x walks tile_list, one (m_block, head,
   // batch) triple per CTA, instead of the full grid.

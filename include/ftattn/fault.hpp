@@ -1,0 +1,72 @@
+// Fault reports, fault policies and injection plans of protected attention.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ftattn {
+
+// What to do when a protected kernel detects a fault it could not correct in place.
+enum class OnFault {
+  report,     // return the report; the output may be wrong where faults were detected
+  recompute,  // relaunch the affected (batch, head, query block) tiles, then report
+  raise,      // throw FaultError (spelled "throw" on the command line)
+};
+std::string_view to_string(OnFault f);
+OnFault parse_on_fault(std::string_view text);  // "report", "recompute", "throw"
+
+// Value classes the source-level injection can hit (mirrors FaultSite in the kernel params).
+enum class FaultSite { none, scores, probs, row_max, row_sum, rescale, output, checksum, ir };
+std::string_view to_string(FaultSite s);
+FaultSite parse_fault_site(std::string_view text);
+
+// Where a detection happened.
+enum class FaultStage { scores = 1, probs = 2, row_sum = 3, output = 4 };
+std::string_view to_string(FaultStage s);
+
+// One bit flip at a chosen place. Takes effect only in kernels compiled with fault_injection.
+struct FaultPlan {
+  FaultSite site = FaultSite::none;
+  int cta = 0;        // linear CTA index (x fastest, then heads, then batch)
+  int thread = 0;     // thread of the CTA
+  int iteration = 0;  // key-block iteration (IR-level: dynamic instance)
+  int element = 0;    // which value of the class the thread holds (modulo their count)
+  int bit = 0;        // 0..31
+};
+
+struct FaultEvent {
+  int batch = 0, head = 0, row = 0, col = -1;
+  FaultStage stage = FaultStage::output;
+  bool corrected = false;
+  float magnitude = 0.0f;
+  float threshold = 0.0f;
+};
+
+struct FaultReport {
+  uint32_t detected = 0;           // checks that failed
+  uint32_t corrected = 0;          // of those, values fixed in place by the kernel
+  std::vector<FaultEvent> events;  // the first few, in the order the kernel recorded them
+  int recomputed_tiles = 0;        // tiles relaunched under OnFault::recompute
+  bool clean() const { return detected == 0; }
+  std::string summary() const;
+};
+
+// Thresholds of the checks, relative to the sum of absolute values each check adds up; 0 takes
+// the calibrated default for the kernel's precision (see docs in the README).
+struct Thresholds {
+  float scores = 0.0f;  // GEMM I checksum
+  float probs = 0.0f;   // exp product check
+  float output = 0.0f;  // GEMM II / output checksum
+};
+
+struct ProtectOptions {
+  OnFault on_fault = OnFault::report;
+  Thresholds thresholds;
+  std::optional<FaultPlan> inject;  // needs a config with fault_injection
+  int max_events = 16;              // records kept by the kernel
+};
+
+}  // namespace ftattn
