@@ -51,6 +51,18 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
     if (open_s) c.num_stages = 1;
   }
 
+  // 8-bit kernels: one 16-row MMA tile per warp (8 warps for 128 rows). With two, their INT32/FP32
+  // score tiles, quantised P and the FP32 O spill at head_dim 128 (ptxas -v); measured
+  // defaults are for the GPU runs to settle.
+  const bool q8 = c.precision == Precision::int8 || c.precision == Precision::fp8_e4m3;
+  if (q8 && open_m && open_w) {
+    c.block_m = 128;
+    c.num_warps = 8;
+    if (open_n) c.block_n = c.head_dim <= 64 ? 128 : 64;
+    // fp8 at head_dim 192-256 spills on sm_90a with 64-key blocks; 32 fits.
+    if (open_n && c.precision == Precision::fp8_e4m3 && c.head_dim > 128) c.block_n = 32;
+  }
+
   // Only adjust once every knob is positive; a negative user knob is left for validate() to
   // report.
   const bool adjustable =
@@ -66,8 +78,20 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
         c.block_m /= 2;
       }
     }
+    // 8-bit MMAs (m16n8k32) step P V's keys by 32: block_n stays a multiple of 32.
+    const int min_n = q8 ? 32 : 16;
     if (open_n) {
-      while (accumulators(c) > 192 && c.block_n > 16) c.block_n /= 2;
+      while (accumulators(c) > 192 && c.block_n > min_n) c.block_n /= 2;
+    }
+
+    // Block-sparse masks are read per kernel tile: the mask's blocks must be whole tiles.
+    if (problem != nullptr && is_block_sparse(c.mask)) {
+      while (open_n && c.block_n > min_n && problem->sparse_block_n % c.block_n != 0)
+        c.block_n /= 2;
+      while (open_m && c.block_m > 16 && problem->sparse_block_m % c.block_m != 0) {
+        c.block_m /= 2;
+        if (open_w && c.block_m < 16 * c.num_warps) c.num_warps /= 2;
+      }
     }
 
     // Over the arch's shared memory: give up prefetch first, then halve the K/V tile, then the
@@ -80,7 +104,7 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
         c.block_n /= 2;
       } else if (open_m && c.block_m / 2 >= 16 * c.num_warps) {
         c.block_m /= 2;
-      } else if (open_n && c.block_n > 16) {
+      } else if (open_n && c.block_n > min_n) {
         c.block_n /= 2;
       } else {
         break;

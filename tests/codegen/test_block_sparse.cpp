@@ -83,3 +83,21 @@ TEST_CASE("block-sparse kernels compile and read the mask", "[codegen][nvrtc][sp
   const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(codegen::generate(dense));
   CHECK(out.ptx.find("ld.global.u8") == std::string::npos);
 }
+
+TEST_CASE("defaults pick tiles that divide the mask's blocks", "[codegen][sparse]") {
+  KernelConfig open;
+  open.head_dim = 64;  // the dense default is 128 x 128
+  open.mask = Mask::block_sparse;
+  open.arch = Arch{90, true};
+  Problem p = Problem::bhsd(1, 2, 2, 1024, 1024, 64);
+  p.sparse_block_m = 256;
+  p.sparse_block_n = 192;
+  const KernelConfig c = with_defaults(open, open.arch, &p);
+  CHECK(p.sparse_block_m % c.block_m == 0);
+  CHECK(p.sparse_block_n % c.block_n == 0);
+  CHECK(c.block_n == 64);
+  CHECK_NOTHROW(validate(p, c));
+  // A user's tile is never changed: validate reports the clash instead.
+  open.block_n = 128;
+  CHECK_THROWS_AS(validate(p, with_defaults(open, open.arch, &p)), ConfigError);
+}

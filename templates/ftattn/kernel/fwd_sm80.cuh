@@ -323,12 +323,20 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
             sum += x;
           }
         row_sum[mt][r] = row_sum[mt][r] * rescale[mt][r] + sum;
-#pragma unroll
-        for (int nt = 0; nt < kOT; ++nt) {
-          o[mt][nt][2 * r] *= rescale[mt][r];
-          o[mt][nt][2 * r + 1] *= rescale[mt][r];
-        }
       }
+    // Rescale O only when some row of the warp has a new max: once the running max settles (most
+    // blocks of a long row) every factor is exactly 1 and the multiplies would change nothing.
+    bool new_max = false;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) new_max |= rescale[mt][0] != 1.f || rescale[mt][1] != 1.f;
+    if (__any_sync(0xffffffffu, new_max)) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kOT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) o[mt][nt][i] *= rescale[mt][i / 2];
+    }
     Protect::after_probs(protect_state, s, rescale);
 
     if constexpr (kStages > 1) {  // wait for V of this block
