@@ -3,7 +3,9 @@
 on the same shapes, in the same run, on the same GPU.
 
 Runs `ftattn bench` for our kernels, then times torch with CUDA events (warm-up, median of
---iters runs), and writes bench/results/<gpu>/<name>.csv plus a PNG plot.
+--iters runs), and writes bench/results/<gpu>/<name>.csv plus a PNG plot. With --rounds R the
+two sweeps alternate R times and each figure is the median over rounds, so slow drifts of the
+GPU's clocks and temperature fall on both sides alike rather than on whichever ran second.
 
   python3 bench/compare.py --ftattn build/ftattn --name fwd_grid [--grid standard|issue2]
 """
@@ -75,6 +77,7 @@ def main():
     ap.add_argument("--masks", default="none,causal")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=1, help="alternating sweeps; median over them")
     ap.add_argument("--out", default=None, help="results folder (default bench/results/<gpu>)")
     ap.add_argument("--ftattn-args", default="", help="extra arguments for ftattn bench")
     args = ap.parse_args()
@@ -86,24 +89,41 @@ def main():
     shapes = STANDARD if args.grid == "standard" else ISSUE2
     dtypes = args.dtypes.split(",")
     masks = args.masks.split(",")
-    ours = run_ftattn(args.ftattn, shapes, dtypes, masks, args.warmup, args.iters,
-                      args.ftattn_args.split())
-
     torch_dtype = {"f16": torch.float16, "bf16": torch.bfloat16}
+    # Alternating sweeps: ours, then torch (cuDNN in the first round only: it is far ahead and
+    # only there for scale).
+    ours_runs, flash_runs, cudnn_runs = [], {}, {}
+    for rnd in range(args.rounds):
+        ours_runs.append(run_ftattn(args.ftattn, shapes, dtypes, masks, args.warmup, args.iters,
+                                    args.ftattn_args.split()))
+        for d, h, s, b in shapes:
+            for dt in dtypes:
+                gen = torch.Generator(device="cuda").manual_seed(0)
+                q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch_dtype[dt],
+                                       generator=gen) for _ in range(3))
+                for mask in masks:
+                    causal = mask == "causal"
+                    key = (d, s, b, h, causal, dt)
+                    flash_runs.setdefault(key, []).append(time_torch(
+                        SDPBackend.FLASH_ATTENTION, q, k, v, causal, args.warmup, args.iters))
+                    if rnd == 0:
+                        cudnn_runs[key] = time_torch(SDPBackend.CUDNN_ATTENTION, q, k, v, causal,
+                                                     args.warmup, args.iters)
+                del q, k, v
+                torch.cuda.empty_cache()
+
     rows = []
     for d, h, s, b in shapes:
         for dt in dtypes:
-            gen = torch.Generator(device="cuda").manual_seed(0)
-            q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch_dtype[dt],
-                                   generator=gen) for _ in range(3))
             for mask in masks:
                 causal = mask == "causal"
+                key = (d, s, b, h, causal, dt)
                 f = flops(b, h, s, d, causal)
-                flash = time_torch(SDPBackend.FLASH_ATTENTION, q, k, v, causal, args.warmup,
-                                   args.iters)
-                cudnn = time_torch(SDPBackend.CUDNN_ATTENTION, q, k, v, causal, args.warmup,
-                                   args.iters)
-                ms, config = ours.get((d, s, b, h, causal, dt), (float("nan"), ""))
+                flash = statistics.median(flash_runs[key])
+                cudnn = cudnn_runs[key]
+                ours_ms = [r[key][0] for r in ours_runs if key in r]
+                ms = statistics.median(ours_ms) if ours_ms else float("nan")
+                config = ours_runs[0].get(key, (0, ""))[1]
                 tf = lambda t: f / (t * 1e-3) / 1e12
                 row = dict(head_dim=d, seqlen=s, batch=b, heads=h, causal=int(causal), dtype=dt,
                            ftattn_ms=ms, flash_ms=flash, cudnn_ms=cudnn, ftattn_tflops=tf(ms),
@@ -115,8 +135,6 @@ def main():
                       f"ftattn {row['ftattn_tflops']:6.1f}  flash {row['flash_tflops']:6.1f}  "
                       f"cudnn {row['cudnn_tflops']:6.1f} TFLOP/s  "
                       f"x{row['ratio_vs_flash']:.3f} vs flash  [{config}]", flush=True)
-        del q, k, v
-        torch.cuda.empty_cache()
 
     path = os.path.join(out_dir, f"{args.name}.csv")
     with open(path, "w", newline="") as fh:
