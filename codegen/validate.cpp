@@ -39,7 +39,9 @@ bool contains(const std::array<int, N>& values, int v) {
 // Minimum sm per precision: bf16 mma.sync needs Ampere, fp8 mma needs Ada.
 int min_sm(Precision p) { return p == Precision::fp8_e4m3 ? 89 : 80; }
 
-bool is_built(Precision p) { return p == Precision::f16 || p == Precision::bf16; }
+bool is_built(Precision p) { return p != Precision::f16_pasa; }
+// int8 and fp8_e4m3 run on the 8-bit skeleton (kernel/fwd_q8_sm80.cuh).
+bool is_8bit(Precision p) { return p == Precision::int8 || p == Precision::fp8_e4m3; }
 bool is_built(Protection p) { return p == Protection::none; }
 
 // a * b + c with int64 overflow detection; false when it does not fit.
@@ -97,6 +99,26 @@ void validate(const KernelConfig& c) {
   if (!is_built(c.protection)) {
     throw ConfigError(
         fmt::format("protection {} is not built yet: use none", to_string(c.protection)));
+  }
+
+  if (is_8bit(c.precision)) {
+    if (c.block_n % 32 != 0) {
+      throw ConfigError(fmt::format(
+          "block_n {} is not a multiple of 32: {} MMAs (m16n8k32) step the keys of P V by 32; "
+          "use 32, 64, 128 or 256",
+          c.block_n, to_string(c.precision)));
+    }
+    if (is_block_sparse(c.mask)) {
+      throw ConfigError(fmt::format(
+          "mask {} is not built for precision {} yet: use none or causal, or precision f16/bf16",
+          to_string(c.mask), to_string(c.precision)));
+    }
+    if (c.protection != Protection::none || c.fault_injection) {
+      throw ConfigError(fmt::format(
+          "precision {} has no protection or fault-injection hooks filled in yet: use protection "
+          "none without fault injection, or precision f16/bf16",
+          to_string(c.precision)));
+    }
   }
 
   if (!contains(kHeadDims, c.head_dim)) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "runtime/driver.hpp"
+#include "runtime/quantized_kernel.hpp"
 
 namespace ftattn::runtime {
 namespace {
@@ -117,6 +118,7 @@ AttentionParams make_params(const Problem& problem, const KernelConfig& config, 
 }
 
 std::shared_ptr<const Kernel> load_kernel(std::shared_ptr<const CompiledKernel> compiled) {
+  if (is_quantized(compiled->config.precision)) return load_quantized_kernel(std::move(compiled));
   ensure_context();
   return std::make_shared<LoadedKernel>(std::move(compiled));
 }

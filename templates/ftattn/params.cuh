@@ -96,11 +96,19 @@ struct AttentionParams {
   // Checksum workspace written by the protection prologue kernel (per KV head), or null.
   const void* checksums;
 
-  // Quantised precisions (int8, fp8): dequantisation scales, laid out as the precision
-  // policy documents. Unused by f16/bf16.
+  // Quantised precisions (int8, fp8_e4m3; kernel/fwd_q8_sm80.cuh). q, k, v then point at 8-bit
+  // operands and every stride above counts bytes:
+  //   q: batch x heads_q x seqlen_q x head_dim, k: batch x heads_kv x seqlen_k x head_dim;
+  //   v: V transposed, batch x heads_kv x head_dim x keys_padded, where keys_padded =
+  //      v_seq_stride = seqlen_k rounded up to 16; keys at or past seqlen_k are 0, and within
+  //      each group of 16 keys, byte 4t + i holds key {2t, 2t+1, 2t+8, 2t+9}[i] (t = 0..3).
+  // Scales (x = q * scale): q_scale per token, batch x heads_q x seqlen_q; k_scale per token,
+  // batch x heads_kv x keys_padded; v_scale per channel, batch x heads_kv x head_dim. Unused by
+  // f16/bf16.
   const float* q_scale;
   const float* k_scale;
   const float* v_scale;
+  int o_is_bf16;  // quantised precisions: O is written as bf16 (else f16)
 };
 
 }  // namespace ftattn

@@ -50,7 +50,7 @@ TEST_CASE("generate is deterministic and names the specialisation", "[codegen]")
 
 TEST_CASE("generate refuses invalid configs with the validator's message", "[codegen]") {
   KernelConfig c = make(128, Precision::f16, Mask::none, Arch{80, false});
-  c.precision = Precision::int8;
+  c.precision = Precision::f16_pasa;
   CHECK_THROWS_AS(codegen::generate(c), ConfigError);
   c.precision = Precision::f16;
   c.block_m = 0;

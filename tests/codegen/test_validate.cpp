@@ -121,12 +121,8 @@ TEST_CASE("validate: shared memory over the arch limit", "[validate]") {
 }
 
 TEST_CASE("validate: precisions and protections not built yet", "[validate]") {
-  REQUIRE_CONFIG_ERROR(validate(make(128, 128, 64, 4, 2, kSm80, Precision::int8)),
-                       "precision int8 is not built yet: use f16 or bf16");
   REQUIRE_CONFIG_ERROR(validate(make(128, 128, 64, 4, 2, kSm80, Precision::f16_pasa)),
                        "precision f16_pasa is not built yet");
-  REQUIRE_CONFIG_ERROR(validate(make(128, 128, 64, 4, 2, kSm89, Precision::fp8_e4m3)),
-                       "precision fp8_e4m3 is not built yet");
   for (Protection p : {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct}) {
     KernelConfig c = make(128, 128, 64, 4, 2);
     c.protection = p;
@@ -268,9 +264,9 @@ TEST_CASE("with_defaults: errors", "[validate]") {
                        "no GPU to take the arch from: give --arch / KernelConfig::arch");
   REQUIRE_CONFIG_ERROR(with_defaults(partial(0), kSm80), "head_dim is required");
   REQUIRE_CONFIG_ERROR(with_defaults(partial(80), kSm80), "head_dim 80 is not supported");
-  KernelConfig int8 = partial(128);
-  int8.precision = Precision::int8;
-  REQUIRE_CONFIG_ERROR(with_defaults(int8, kSm80), "precision int8 is not built yet");
+  KernelConfig fp8 = partial(128);
+  fp8.precision = Precision::fp8_e4m3;
+  REQUIRE_CONFIG_ERROR(with_defaults(fp8, kSm80), "precision fp8_e4m3 needs sm_89 or newer");
   REQUIRE_CONFIG_ERROR(with_defaults(partial(128), Arch{75, false}), "unsupported arch 'sm_75'");
 }
 

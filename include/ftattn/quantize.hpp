@@ -1,0 +1,49 @@
+// 8-bit attention (precision int8 or fp8_e4m3) on operands you quantise yourself, or on f16/bf16
+// tensors. Kernel::launch of an int8/fp8_e4m3 kernel takes f16 Q, K, V and O and quantises into a
+// workspace the kernel owns (one launch at a time per kernel); the functions here split that in
+// two, with your workspace and either 16-bit type, e.g. to quantise a KV cache once.
+#pragma once
+
+#include <cstddef>
+
+#include "ftattn/config.hpp"
+#include "ftattn/runtime.hpp"
+
+namespace ftattn {
+
+// Where the 8-bit operands and their scales lie in one workspace for `problem` (byte offsets,
+// each 256-byte aligned). Layout of each part: AttentionParams in templates/ftattn/params.cuh.
+struct QuantizedLayout {
+  int keys_padded = 0;         // seqlen_k rounded up to 16: the length of a V^T row and of k_scale
+  size_t q = 0, k = 0, v = 0;  // 8-bit Q, K, and V transposed
+  size_t q_scale = 0, k_scale = 0, v_scale = 0;  // float scales
+  size_t bytes = 0;                              // the workspace size
+  static QuantizedLayout of(const Problem& problem);
+};
+
+// Device pointers to quantised operands.
+struct QuantizedInputs {
+  const void* q = nullptr;         // batch x heads_q x seqlen_q x head_dim, dense
+  const void* k = nullptr;         // batch x heads_kv x seqlen_k x head_dim, dense
+  const void* v = nullptr;         // V^T: batch x heads_kv x head_dim x keys_padded, keys permuted
+  const float* q_scale = nullptr;  // per token: batch x heads_q x seqlen_q
+  const float* k_scale = nullptr;  // per token: batch x heads_kv x keys_padded
+  const float* v_scale = nullptr;  // per channel: batch x heads_kv x head_dim
+  // The views of a workspace laid out as `layout`.
+  static QuantizedInputs in(void* workspace, const QuantizedLayout& layout);
+};
+
+// Quantises q, k, v (f16 or bf16 as `input` says, laid out as `problem` says) into `workspace`
+// (QuantizedLayout::of(problem).bytes, device memory) on `stream`, with the quantisation kernels
+// generated into `kernel`'s unit (an int8 or fp8_e4m3 kernel). Symmetric scales: max |x| / 127
+// (int8) or / 448 (e4m3), per token for Q and K, per channel for V. ConfigError when `kernel`
+// is not 8-bit, `input` is not f16 or bf16, or the tensors are misaligned.
+QuantizedInputs quantize(const Kernel& kernel, const Problem& problem, const void* q, const void* k,
+                         const void* v, Precision input, void* workspace, CUstream stream);
+
+// Runs an int8 or fp8_e4m3 kernel on quantised operands; O (laid out as problem.o) is written as
+// `output` (f16 or bf16), and the log-sum-exp when `lse` is not null.
+void launch_quantized(const Kernel& kernel, const Problem& problem, const QuantizedInputs& inputs,
+                      void* o, Precision output, float* lse, CUstream stream);
+
+}  // namespace ftattn

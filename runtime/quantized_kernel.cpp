@@ -1,0 +1,233 @@
+#include "runtime/quantized_kernel.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <mutex>
+
+#include "ftattn/codegen.hpp"
+#include "ftattn/quantize.hpp"
+#include "ftattn/quantize_params.cuh"
+#include "runtime/driver.hpp"
+#include "runtime/loaded_kernel.hpp"
+
+namespace ftattn {
+namespace runtime {
+namespace {
+
+constexpr size_t kAlign = 256;
+size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+void require_16bit(Precision p, const char* what) {
+  if (p != Precision::f16 && p != Precision::bf16)
+    throw ConfigError(fmt::format("{} must be f16 or bf16, not {}", what, to_string(p)));
+}
+
+void require_aligned(const char* tensor, const void* ptr, const Strides& s) {
+  // The quantisation kernels read 16-byte chunks of 8 elements.
+  if (reinterpret_cast<std::uintptr_t>(ptr) % 16 != 0 || s.batch % 8 != 0 || s.head % 8 != 0 ||
+      s.seq % 8 != 0)
+    throw ConfigError(fmt::format(
+        "{} must start on 16 bytes and have strides (batch {}, head {}, seq {}) that are multiples "
+        "of 8 elements: quantisation reads rows in 16-byte chunks",
+        tensor, s.batch, s.head, s.seq));
+}
+
+// Rows the quantize_rows kernel handles per 128-thread CTA (kernel/quantize_sm80.cuh).
+int rows_per_cta(int head_dim) {
+  const int chunks = head_dim / 8;
+  const int group = chunks <= 4 ? 4 : chunks <= 8 ? 8 : chunks <= 16 ? 16 : 32;
+  return 128 / group;
+}
+
+unsigned blocks(long long n, long long per) { return static_cast<unsigned>((n + per - 1) / per); }
+
+class QuantizedKernel final : public Kernel {
+ public:
+  explicit QuantizedKernel(std::shared_ptr<const CompiledKernel> compiled)
+      : compiled_(std::move(compiled)), module_(compiled_->cubin) {
+    attention_ = module_.function(compiled_->symbol);
+  }
+
+  const CompiledKernel& compiled() const override { return *compiled_; }
+
+  // 16-bit f16 tensors in and out; quantised into this kernel's workspace.
+  void launch(const Problem& problem, const void* q, const void* k, const void* v, void* o,
+              float* lse, CUstream stream, const unsigned char* /*block_mask*/) const override {
+    const QuantizedLayout layout = QuantizedLayout::of(problem);
+    std::lock_guard lock(workspace_mu_);
+    if (workspace_.bytes() < layout.bytes) workspace_ = DeviceBuffer(layout.bytes);
+    const QuantizedInputs in =
+        quantize(problem, q, k, v, Precision::f16, workspace_.data(), stream);
+    launch_quantized(problem, in, o, Precision::f16, lse, stream);
+  }
+
+  QuantizedInputs quantize(const Problem& problem, const void* q, const void* k, const void* v,
+                           Precision input, void* workspace, CUstream stream) const {
+    const KernelConfig& c = compiled_->config;
+    validate(problem, c);
+    require_16bit(input, "the quantisation input type");
+    if (q == nullptr || k == nullptr || v == nullptr || workspace == nullptr)
+      throw ConfigError("q, k, v and the workspace must be device pointers, not null");
+    require_aligned("q", q, problem.q);
+    require_aligned("k", k, problem.k);
+    require_aligned("v", v, problem.v);
+    ensure_context();
+    const QuantizedLayout layout = QuantizedLayout::of(problem);
+    auto* ws = static_cast<char*>(workspace);
+    const int d = problem.head_dim;
+    auto fn = [&](const char* kernel) {
+      return module_.function(codegen::quantize_symbol(compiled_->symbol, kernel, input));
+    };
+    auto rows = [&](const void* src, const Strides& s, int heads, int seqlen, size_t out,
+                    size_t scale, int scale_seq) {
+      QuantizeParams p{};
+      p.in = src;
+      p.in_batch_stride = s.batch;
+      p.in_head_stride = s.head;
+      p.in_seq_stride = s.seq;
+      p.batch = problem.batch;
+      p.heads = heads;
+      p.seqlen = seqlen;
+      p.out = ws + out;
+      p.scale = reinterpret_cast<float*>(ws + scale);
+      p.scale_seq = scale_seq;
+      void* args[] = {&p};
+      const long long n = 1LL * problem.batch * heads * scale_seq;
+      runtime::launch(fn("quantize_rows"), Dim3{blocks(n, rows_per_cta(d)), 1, 1}, Dim3{128, 1, 1},
+                      0, stream, args);
+    };
+    rows(q, problem.q, problem.heads_q, problem.seqlen_q, layout.q, layout.q_scale,
+         problem.seqlen_q);
+    rows(k, problem.k, problem.heads_kv, problem.seqlen_k, layout.k, layout.k_scale,
+         layout.keys_padded);
+
+    QuantizeParams p{};
+    p.in = v;
+    p.in_batch_stride = problem.v.batch;
+    p.in_head_stride = problem.v.head;
+    p.in_seq_stride = problem.v.seq;
+    p.batch = problem.batch;
+    p.heads = problem.heads_kv;
+    p.seqlen = problem.seqlen_k;
+    p.out = ws + layout.v;
+    p.scale = reinterpret_cast<float*>(ws + layout.v_scale);
+    p.keys_padded = layout.keys_padded;
+    void* args[] = {&p};
+    const size_t scale_bytes = sizeof(float) * problem.batch * problem.heads_kv * d;
+    check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(p.scale), 0, scale_bytes, stream),
+          "cuMemsetD8Async");  // v_channel_max combines CTAs with an atomic max from 0
+    const unsigned hk = static_cast<unsigned>(problem.heads_kv);
+    const unsigned b = static_cast<unsigned>(problem.batch);
+    runtime::launch(fn("v_channel_max"), Dim3{blocks(problem.seqlen_k, 64), hk, b}, Dim3{128, 1, 1},
+                    0, stream, args);
+    runtime::launch(fn("pack_v"), Dim3{blocks(layout.keys_padded, 64), hk, b}, Dim3{128, 1, 1}, 0,
+                    stream, args);
+    return QuantizedInputs::in(workspace, layout);
+  }
+
+  void launch_quantized(const Problem& problem, const QuantizedInputs& in, void* o,
+                        Precision output, float* lse, CUstream stream) const {
+    const KernelConfig& c = compiled_->config;
+    require_16bit(output, "the output type");
+    if (in.q == nullptr || in.k == nullptr || in.v == nullptr || in.q_scale == nullptr ||
+        in.k_scale == nullptr || in.v_scale == nullptr)
+      throw ConfigError("every pointer of the quantised inputs must be set");
+    const QuantizedLayout layout = QuantizedLayout::of(problem);
+    // make_params checks the problem, O and alignment; the 8-bit operands are dense, so their
+    // strides (bytes, 1 per element) are set here.
+    Problem dense = problem;
+    const int d = problem.head_dim;
+    dense.q = {1LL * problem.heads_q * problem.seqlen_q * d, 1LL * problem.seqlen_q * d, d};
+    dense.k = {1LL * problem.heads_kv * problem.seqlen_k * d, 1LL * problem.seqlen_k * d, d};
+    dense.v = dense.k;
+    AttentionParams p = make_params(dense, c, in.q, in.k, in.v, o, lse);
+    p.v_seq_stride = layout.keys_padded;
+    p.v_head_stride = 1LL * d * layout.keys_padded;
+    p.v_batch_stride = p.v_head_stride * problem.heads_kv;
+    p.q_scale = in.q_scale;
+    p.k_scale = in.k_scale;
+    p.v_scale = in.v_scale;
+    p.o_is_bf16 = output == Precision::bf16 ? 1 : 0;
+    ensure_context();
+    const unsigned m_blocks = blocks(problem.seqlen_q, c.block_m);
+    void* args[] = {&p};
+    runtime::launch(attention_,
+                    Dim3{m_blocks, static_cast<unsigned>(problem.heads_q),
+                         static_cast<unsigned>(problem.batch)},
+                    Dim3{static_cast<unsigned>(32 * c.num_warps), 1, 1},
+                    static_cast<unsigned>(c.shared_memory_bytes()), stream, args);
+  }
+
+ private:
+  std::shared_ptr<const CompiledKernel> compiled_;
+  Module module_;
+  CUfunction attention_ = nullptr;
+  mutable std::mutex workspace_mu_;
+  mutable DeviceBuffer workspace_;  // Kernel::launch's quantised operands
+};
+
+const QuantizedKernel& as_quantized(const Kernel& kernel) {
+  const auto* q = dynamic_cast<const QuantizedKernel*>(&kernel);
+  if (q == nullptr)
+    throw ConfigError(fmt::format("kernel {} is not an int8 or fp8_e4m3 kernel: use one of those",
+                                  kernel.compiled().name));
+  return *q;
+}
+
+}  // namespace
+
+bool is_quantized(Precision p) { return p == Precision::int8 || p == Precision::fp8_e4m3; }
+
+std::shared_ptr<const Kernel> load_quantized_kernel(
+    std::shared_ptr<const CompiledKernel> compiled) {
+  ensure_context();
+  return std::make_shared<QuantizedKernel>(std::move(compiled));
+}
+
+}  // namespace runtime
+
+QuantizedLayout QuantizedLayout::of(const Problem& pr) {
+  QuantizedLayout l;
+  l.keys_padded = (pr.seqlen_k + 15) / 16 * 16;
+  const size_t d = pr.head_dim;
+  const size_t bq = size_t(pr.batch) * pr.heads_q, bk = size_t(pr.batch) * pr.heads_kv;
+  size_t at = 0;
+  auto take = [&](size_t bytes) {
+    const size_t offset = at;
+    at = runtime::align_up(at + bytes);
+    return offset;
+  };
+  l.q = take(bq * pr.seqlen_q * d);
+  l.k = take(bk * pr.seqlen_k * d);
+  l.v = take(bk * d * l.keys_padded);
+  l.q_scale = take(sizeof(float) * bq * pr.seqlen_q);
+  l.k_scale = take(sizeof(float) * bk * l.keys_padded);
+  l.v_scale = take(sizeof(float) * bk * d);
+  l.bytes = at;
+  return l;
+}
+
+QuantizedInputs QuantizedInputs::in(void* workspace, const QuantizedLayout& l) {
+  auto* ws = static_cast<char*>(workspace);
+  QuantizedInputs in;
+  in.q = ws + l.q;
+  in.k = ws + l.k;
+  in.v = ws + l.v;
+  in.q_scale = reinterpret_cast<const float*>(ws + l.q_scale);
+  in.k_scale = reinterpret_cast<const float*>(ws + l.k_scale);
+  in.v_scale = reinterpret_cast<const float*>(ws + l.v_scale);
+  return in;
+}
+
+QuantizedInputs quantize(const Kernel& kernel, const Problem& problem, const void* q, const void* k,
+                         const void* v, Precision input, void* workspace, CUstream stream) {
+  return runtime::as_quantized(kernel).quantize(problem, q, k, v, input, workspace, stream);
+}
+
+void launch_quantized(const Kernel& kernel, const Problem& problem, const QuantizedInputs& inputs,
+                      void* o, Precision output, float* lse, CUstream stream) {
+  runtime::as_quantized(kernel).launch_quantized(problem, inputs, o, output, lse, stream);
+}
+
+}  // namespace ftattn

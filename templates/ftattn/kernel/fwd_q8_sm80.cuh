@@ -1,0 +1,416 @@
+// Forward skeleton for 8-bit operands (int8, fp8_e4m3) on sm_80 and later: the FlashAttention-2
+// loop of fwd_sm80.cuh with m16n8k32 MMAs, dequantisation folded into the online softmax and P
+// quantised in registers.
+//
+// Operands come from the quantisation kernels (kernel/quantize_sm80.cuh) in the layout params.cuh
+// documents: Q and K row-major with a scale per token, V transposed (head_dim rows of keys) with a
+// scale per channel and its keys permuted within groups of 16. The permutation is what lets P
+// go from the S accumulators to the A operand of P·V without shuffles: in the m16n8k32 A fragment
+// a thread holds 4 consecutive k of a row, but the S accumulators give it keys 2t, 2t+1 of each
+// n8 tile; reading byte 4t + i of a 16-key group as key {2t, 2t+1, 2t+8, 2t+9}[i] makes the two
+// agree.
+//
+// ldmatrix (b16) on 8-bit rows hands each lane the 4-byte word (lane % 4) of row (lane / 4) of
+// each 8x16-byte matrix: exactly the m16n8k32 A and B fragments. Byte offsets then equal those of
+// the 16-bit skeleton, with k steps of 32 elements.
+#pragma once
+
+#include "ftattn/arch/sm80/cp_async.cuh"
+#include "ftattn/arch/sm80/ldmatrix.cuh"
+#include "ftattn/arch/sm80/shared.cuh"
+#include "ftattn/arch/sm80/tile_load.cuh"
+#include "ftattn/common/math.cuh"
+#include "ftattn/common/types.cuh"
+#include "ftattn/params.cuh"
+#include "ftattn/precision/bf16.cuh"
+#include "ftattn/precision/f16.cuh"
+
+namespace ftattn {
+
+template <int HeadDim, int BlockM, int BlockN, int NumWarps, int NumStages, class PrecisionT,
+          class ProtectT, bool Causal>
+struct Q8Traits {
+  static constexpr int head_dim = HeadDim;
+  static constexpr int block_m = BlockM;
+  static constexpr int block_n = BlockN;
+  static constexpr int num_warps = NumWarps;
+  static constexpr int num_stages = NumStages;
+  static constexpr bool causal = Causal;
+  using Precision = PrecisionT;
+  using Protect = ProtectT;
+
+  static constexpr int threads = NumWarps * 32;
+  static constexpr int m_tiles = BlockM / (16 * NumWarps);
+  static constexpr int s_tiles = BlockN / 8;
+  static constexpr int o_tiles = HeadDim / 8;
+
+  // Shared memory, in bytes. Rows padded by 16 bytes: 8 consecutive rows start in 8 different
+  // 16-byte bank groups for every head_dim and block_n allowed, so ldmatrix is conflict-free.
+  static constexpr int qk_stride = HeadDim + 16;  // a Q or K row
+  static constexpr int vt_stride = BlockN + 16;   // a V^T row: one channel, block_n keys
+  static constexpr int q_bytes = BlockM * qk_stride;
+  static constexpr int k_stage_bytes = BlockN * qk_stride + BlockN * 4;  // rows, then key scales
+  static constexpr int v_stage_bytes = HeadDim * vt_stride;
+  static constexpr int o_stride = HeadDim * 2 + 16;  // the epilogue stages 16-bit O rows
+  static constexpr int loop_bytes = q_bytes + NumStages * (k_stage_bytes + v_stage_bytes);
+  static constexpr int smem_bytes = loop_bytes > BlockM* o_stride ? loop_bytes : BlockM* o_stride;
+
+  static_assert(HeadDim % 32 == 0, "8-bit MMAs step head_dim by 32");
+  static_assert(BlockN % 32 == 0, "8-bit MMAs step block_n by 32");
+  static_assert(BlockM % (16 * NumWarps) == 0, "block_m must be a multiple of 16 * num_warps");
+  static_assert(NumStages >= 1, "num_stages must be at least 1");
+};
+
+namespace q8 {
+template <bool B>
+struct Masked {  // step()'s compile-time flag: does this key block need the mask?
+  static constexpr bool value = B;
+};
+}  // namespace q8
+
+template <class T>
+__device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) {
+  using P = typename T::Precision;
+  using Acc = typename P::Acc;
+  using Protect = typename T::Protect;
+  constexpr int kMT = T::m_tiles;
+  constexpr int kST = T::s_tiles;
+  constexpr int kOT = T::o_tiles;
+  constexpr int kStages = T::num_stages;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const u32 sQ = sm80::smem_addr(smem_raw);
+  const u32 sK = sQ + T::q_bytes;
+  const u32 sV = sK + kStages * T::k_stage_bytes;
+
+  const int m_block = T::causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // longest first
+  const int head = blockIdx.y;
+  const int batch = blockIdx.z;
+  const int head_kv = head / p.group_size;
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+
+  const int row0 = m_block * T::block_m;
+  const int diag = p.seqlen_k - p.seqlen_q;  // bottom-right causal alignment
+  int n_blocks = (p.seqlen_k + T::block_n - 1) / T::block_n;
+  if (T::causal) {
+    const int last_key = row0 + T::block_m - 1 + diag;
+    n_blocks = last_key < 0 ? 0 : min(n_blocks, last_key / T::block_n + 1);
+  }
+
+  // Strides are in bytes (one byte per element). v_seq_stride is the padded key count of a V^T
+  // row, which is also the per-head length of the key scales.
+  const char* q = static_cast<const char*>(p.q) + batch * p.q_batch_stride +
+                  head * p.q_head_stride + row0 * p.q_seq_stride;
+  const char* k =
+      static_cast<const char*>(p.k) + batch * p.k_batch_stride + head_kv * p.k_head_stride;
+  const char* vt =
+      static_cast<const char*>(p.v) + batch * p.v_batch_stride + head_kv * p.v_head_stride;
+  const int keys_padded = static_cast<int>(p.v_seq_stride);
+  const float* k_scale = p.k_scale + static_cast<i64>(batch * p.heads_kv + head_kv) * keys_padded;
+
+  auto load_k = [&](int stage, int n_block) {
+    const int key0 = n_block * T::block_n;
+    const u32 dst = sK + stage * T::k_stage_bytes;
+    sm80::load_rows<T::threads, T::block_n, T::head_dim, T::qk_stride>(
+        dst, k + key0 * p.k_seq_stride, p.k_seq_stride, p.seqlen_k - key0, T::head_dim);
+    sm80::load_rows<T::threads, 1, T::block_n * 4, 0>(
+        dst + T::block_n * T::qk_stride, k_scale + key0, 0, 1, (keys_padded - key0) * 4);
+    sm80::cp_async_commit();
+  };
+  auto load_v = [&](int stage, int n_block) {
+    const int key0 = n_block * T::block_n;
+    sm80::load_rows<T::threads, T::head_dim, T::block_n, T::vt_stride>(
+        sV + stage * T::v_stage_bytes, vt + key0, p.v_seq_stride, T::head_dim, keys_padded - key0);
+    sm80::cp_async_commit();
+  };
+
+  // Prologue: Q, then the first num_stages - 1 key blocks (one buffer: the first K only).
+  sm80::load_rows<T::threads, T::block_m, T::head_dim, T::qk_stride>(
+      sQ, q, p.q_seq_stride, p.seqlen_q - row0, T::head_dim);
+  sm80::cp_async_commit();
+  int ahead = 0;  // next block to prefetch
+  if constexpr (kStages == 1) {
+    if (ahead < n_blocks) load_k(0, ahead++);
+  }
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (ahead < n_blocks) {
+      load_k(s, ahead);
+      load_v(s, ahead++);
+    } else {
+      sm80::cp_async_commit();
+      sm80::cp_async_commit();
+    }
+  }
+
+  const int warp_row = warp * kMT * 16;
+  // Per-row dequantisation: s_Q * softmax scale * log2(e), so that S lands in base-2 logits.
+  float q_scale[kMT][2];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = row0 + warp_row + mt * 16 + lane / 4 + r * 8;
+      q_scale[mt][r] =
+          row < p.seqlen_q
+              ? p.q_scale[static_cast<i64>(batch * p.heads_q + head) * p.seqlen_q + row] *
+                    p.scale_log2
+              : 0.f;
+    }
+
+  float o[kMT][kOT][4];
+  float row_max[kMT][2];  // base-2 logits
+  float row_sum[kMT][2];  // this thread's share, in units of 2^p_log2_range
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      row_max[mt][r] = neg_inf();
+      row_sum[mt][r] = 0.f;
+    }
+#pragma unroll
+    for (int nt = 0; nt < kOT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[mt][nt][i] = 0.f;
+  }
+  typename Protect::State protect_state;
+
+  // ldmatrix lane addressing in bytes: A (Q) and B (K rows, V^T rows) of m16n8k32.
+  const int a_row = lane % 16, a_col = (lane / 16) * 16;
+  const int b_row = (lane / 16) * 8 + lane % 8, b_col = ((lane / 8) % 2) * 16;
+
+  auto step = [&](const int n_block, auto masked) {
+    constexpr bool kMasked = decltype(masked)::value;
+    const int stage = n_block % kStages;
+    if constexpr (kStages == 1) {  // FlashAttention-2's single-buffer schedule, as in fwd_sm80
+      sm80::cp_async_wait<0>();
+      __syncthreads();
+      load_v(0, n_block);
+    } else {
+      sm80::cp_async_wait<2 * kStages - 3>();
+      __syncthreads();
+      if (ahead < n_blocks) {
+        load_k((n_block + kStages - 1) % kStages, ahead);
+        load_v((n_block + kStages - 1) % kStages, ahead++);
+      } else {
+        sm80::cp_async_commit();
+        sm80::cp_async_commit();
+      }
+    }
+
+    // GEMM I: S = Q K^T, exact in the accumulator type.
+    Acc s[kMT][kST][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kST; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s[mt][nt][i] = 0;
+    const u32 sKs = sK + stage * T::k_stage_bytes;
+#pragma unroll
+    for (int ks = 0; ks < T::head_dim / 32; ++ks) {
+      u32 a[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+        sm80::ldmatrix_x4(a[mt],
+                          sQ + (warp_row + mt * 16 + a_row) * T::qk_stride + ks * 32 + a_col);
+#pragma unroll
+      for (int np = 0; np < kST / 2; ++np) {
+        u32 b[4];
+        sm80::ldmatrix_x4(b, sKs + (np * 16 + b_row) * T::qk_stride + ks * 32 + b_col);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          P::mma(s[mt][2 * np], a[mt], b[0], b[1]);
+          P::mma(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+    // Raw scores before dequantisation: INT32 for int8, so checksums over them are exact.
+    Protect::after_scores(protect_state, s, n_block);
+    if constexpr (kStages == 1) {
+      sm80::cp_async_wait<0>();
+      __syncthreads();  // V landed and every warp is done with K: fetch the next K
+      if (ahead < n_blocks) load_k(0, ahead++);
+    }
+
+    // Dequantise into base-2 logits: S * s_Q[row] * s_K[key] * scale * log2(e).
+    const u32 sKscale = sKs + T::block_n * T::qk_stride;
+    float x[kMT][kST][4];
+#pragma unroll
+    for (int nt = 0; nt < kST; ++nt) {
+      float ks2[2];
+      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
+                   : "=f"(ks2[0]), "=f"(ks2[1])
+                   : "r"(sKscale + (nt * 8 + (lane % 4) * 2) * 4));
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          x[mt][nt][i] = P::to_float(s[mt][nt][i]) * (q_scale[mt][i / 2] * ks2[i % 2]);
+    }
+
+    if (kMasked) {  // keys past the end and, for causal, past each row's diagonal
+      const int key0 = n_block * T::block_n;
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kST; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int row = row0 + warp_row + mt * 16 + lane / 4 + (i / 2) * 8;
+            const int key = key0 + nt * 8 + (lane % 4) * 2 + (i % 2);
+            if (key >= p.seqlen_k || (T::causal && key > row + diag)) x[mt][nt][i] = neg_inf();
+          }
+    }
+
+    // Online softmax; P = 2^(x - max + p_log2_range), quantised as the policy says.
+    float rescale[kMT][2];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float mx = row_max[mt][r];
+#pragma unroll
+        for (int nt = 0; nt < kST; ++nt)
+          mx = fmaxf(mx, fmaxf(x[mt][nt][2 * r], x[mt][nt][2 * r + 1]));
+        mx = quad_max(mx);
+        const float shift = mx == neg_inf() ? 0.f : mx;  // fully masked so far: P stays 0
+        rescale[mt][r] = fast_exp2(row_max[mt][r] - shift);
+        row_max[mt][r] = mx;
+        const float offset = P::p_log2_range - shift;
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < kST; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            float& v = x[mt][nt][2 * r + c];
+            v = P::quantize_p(fast_exp2(v + offset));
+            sum += v;
+          }
+        row_sum[mt][r] = row_sum[mt][r] * rescale[mt][r] + sum;
+#pragma unroll
+        for (int nt = 0; nt < kOT; ++nt) {
+          o[mt][nt][2 * r] *= rescale[mt][r];
+          o[mt][nt][2 * r + 1] *= rescale[mt][r];
+        }
+      }
+    Protect::after_probs(protect_state, x, rescale);
+
+    // P as the A operand, one register set per 32 keys (the key order V^T is stored in).
+    u32 pa[kMT][kST / 4][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int kc = 0; kc < kST / 4; ++kc)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // keys 0-15, then 16-31 of the chunk
+          const float(&t0)[4] = x[mt][4 * kc + 2 * h];
+          const float(&t1)[4] = x[mt][4 * kc + 2 * h + 1];
+          pa[mt][kc][2 * h] = P::pack4(t0[0], t0[1], t1[0], t1[1]);      // row lane / 4
+          pa[mt][kc][2 * h + 1] = P::pack4(t0[2], t0[3], t1[2], t1[3]);  // row lane / 4 + 8
+        }
+
+    if constexpr (kStages > 1) {  // wait for V of this block
+      sm80::cp_async_wait<2 * kStages - 2>();
+      __syncthreads();
+    }
+
+    // GEMM II: O += P V, 16 channels at a time. int8 sums a block in INT32 (exact) and adds it
+    // to the FP32 O; fp8 accumulates into O directly.
+    const u32 sVs = sV + stage * T::v_stage_bytes;
+#pragma unroll
+    for (int dp = 0; dp < kOT / 2; ++dp) {
+      Acc acc[kMT][2][4];
+      if constexpr (!P::pv_into_output) {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[mt][i / 4][i % 4] = 0;
+      }
+#pragma unroll
+      for (int kc = 0; kc < kST / 4; ++kc) {
+        u32 b[4];
+        sm80::ldmatrix_x4(b, sVs + (dp * 16 + b_row) * T::vt_stride + kc * 32 + b_col);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          if constexpr (P::pv_into_output) {
+            P::mma(o[mt][2 * dp], pa[mt][kc], b[0], b[1]);
+            P::mma(o[mt][2 * dp + 1], pa[mt][kc], b[2], b[3]);
+          } else {
+            P::mma(acc[mt][0], pa[mt][kc], b[0], b[1]);
+            P::mma(acc[mt][1], pa[mt][kc], b[2], b[3]);
+          }
+        }
+      }
+      if constexpr (!P::pv_into_output) {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int i = 0; i < 8; ++i)
+            o[mt][2 * dp + i / 4][i % 4] += P::to_float(acc[mt][i / 4][i % 4]);
+      }
+    }
+    Protect::after_pv(protect_state, o, n_block);
+  };
+
+  // Unmasked blocks first; only blocks at the diagonal or the sequence end pay for the mask.
+  int n_unmasked = p.seqlen_k / T::block_n;
+  if (T::causal) n_unmasked = min(n_unmasked, max(0, (row0 + diag + 1) / T::block_n));
+  n_unmasked = min(n_unmasked, n_blocks);
+  for (int n_block = 0; n_block < n_unmasked; ++n_block) step(n_block, q8::Masked<false>{});
+  for (int n_block = n_unmasked; n_block < n_blocks; ++n_block) step(n_block, q8::Masked<true>{});
+  // Every copy has landed and every warp is done with K and V: the epilogue reuses all of it.
+  sm80::cp_async_wait<0>();
+  __syncthreads();
+
+  Protect::finish(protect_state, o, row_sum);
+
+  // Epilogue: O * s_V[channel] / l as f16 or bf16, staged in shared memory, written in 16-byte
+  // rows. LSE = max + log2(l) - p_log2_range, in natural-log units.
+  const float* v_scale = p.v_scale + static_cast<i64>(batch * p.heads_kv + head_kv) * T::head_dim;
+  float vs[kOT][2];
+#pragma unroll
+  for (int nt = 0; nt < kOT; ++nt)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) vs[nt][c] = v_scale[nt * 8 + (lane % 4) * 2 + c];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float l = quad_sum(row_sum[mt][r]);
+      const float inv = l > 0.f ? 1.f / l : 0.f;  // rows that see no key give 0
+      const int tile_row = warp_row + mt * 16 + lane / 4 + r * 8;
+      const u32 dst = sQ + tile_row * T::o_stride + (lane % 4) * 4;
+#pragma unroll
+      for (int nt = 0; nt < kOT; ++nt) {
+        const float lo = o[mt][nt][2 * r] * inv * vs[nt][0];
+        const float hi = o[mt][nt][2 * r + 1] * inv * vs[nt][1];
+        sm80::st_shared_u32(dst + nt * 16, p.o_is_bf16 ? precision::BF16::pack(lo, hi)
+                                                       : precision::F16::pack(lo, hi));
+      }
+      const int row = row0 + tile_row;
+      if (p.lse != nullptr && lane % 4 == 0 && row < p.seqlen_q) {
+        const float lse =
+            l > 0.f ? (row_max[mt][r] + fast_log2(l) - P::p_log2_range) * 0.6931471805599453f
+                    : neg_inf();
+        p.lse[(static_cast<i64>(batch) * p.heads_q + head) * p.seqlen_q + row] = lse;
+      }
+    }
+  __syncwarp();
+  u16* out = static_cast<u16*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
+  constexpr int chunks_per_row = T::head_dim / 8;
+  constexpr int warp_chunks = kMT * 16 * chunks_per_row;
+#pragma unroll
+  for (int c = lane; c < warp_chunks; c += 32) {
+    const int tile_row = warp_row + c / chunks_per_row;
+    const int col = (c % chunks_per_row) * 8;
+    const int row = row0 + tile_row;
+    if (row < p.seqlen_q) {
+      const uint4_ v = sm80::ld_shared_u128(sQ + tile_row * T::o_stride + col * 2);
+      *reinterpret_cast<uint4_*>(out + row * p.o_seq_stride + col) = v;
+    }
+  }
+}
+
+}  // namespace ftattn

@@ -1,0 +1,155 @@
+// Quantisation kernels: f16/bf16 Q, K, V -> the 8-bit operands and scales of the int8 and
+// fp8_e4m3 kernels (layout: params.cuh). Symmetric, scale = max |x| / range (a zero row or
+// channel gets scale 0 and zeros), round to nearest even.
+//   quantize_rows:  Q and K, a scale per token. One row per group of head_dim / 8 lanes.
+//   v_channel_max:  V, max |x| / range per channel, combined across CTAs with an atomic max.
+//   pack_v:         V quantised with those scales, written transposed with the key permutation
+//                   of fwd_q8_sm80.cuh, keys past the end as 0.
+#pragma once
+
+#include "ftattn/common/types.cuh"
+#include "ftattn/quantize_params.cuh"
+
+namespace ftattn {
+
+namespace quant {
+
+// 16-bit inputs -> float.
+struct F16In {
+  __device__ __forceinline__ static float to_float(u32 bits16) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(static_cast<unsigned short>(bits16)));
+    return f;
+  }
+};
+struct BF16In {
+  __device__ __forceinline__ static float to_float(u32 bits16) {
+    return __int_as_float(static_cast<int>(bits16 << 16));
+  }
+};
+
+template <class In>
+__device__ __forceinline__ void unpack8(const uint4_& v, float (&x)[8]) {
+  const u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    x[2 * i] = In::to_float(w[i] & 0xffffu);
+    x[2 * i + 1] = In::to_float(w[i] >> 16);
+  }
+}
+
+// Non-negative floats order like their bit patterns, so max can run on unsigned ints.
+__device__ __forceinline__ void atomic_max_shared(u32 addr, float v) {
+  asm volatile("atom.shared.max.u32 _, [%0], %1;" ::"r"(addr), "r"(__float_as_uint(v)));
+}
+__device__ __forceinline__ void atomic_max_global(float* p, float v) {
+  asm volatile("red.global.max.u32 [%0], %1;" ::"l"(p), "r"(__float_as_uint(v)));
+}
+
+__device__ __forceinline__ const uint4_* row_of(const QuantizeParams& p, int b, int h, int s) {
+  return reinterpret_cast<const uint4_*>(static_cast<const u16*>(p.in) + b * p.in_batch_stride +
+                                         h * p.in_head_stride + s * p.in_seq_stride);
+}
+
+// Byte position of key `k` (0..15) within its group of 16 in a V^T row.
+__device__ __forceinline__ int permuted_key(int k) {
+  return 4 * ((k % 8) / 2) + 2 * (k / 8) + (k % 2);
+}
+
+}  // namespace quant
+
+// Grid: ceil(batch * heads * scale_seq / rows per CTA); 128 threads.
+template <class In, class Q8, int HeadDim>
+__device__ __forceinline__ void quantize_rows(const QuantizeParams& p) {
+  constexpr int chunks = HeadDim / 8;  // 8 elements (16 bytes) per lane
+  constexpr int group = chunks <= 4 ? 4 : chunks <= 8 ? 8 : chunks <= 16 ? 16 : 32;
+  constexpr int rows_per_cta = 128 / group;
+  const int c = threadIdx.x % group;
+  const i64 row = static_cast<i64>(blockIdx.x) * rows_per_cta + threadIdx.x / group;
+  const i64 rows = static_cast<i64>(p.batch) * p.heads * p.scale_seq;
+  const int s = static_cast<int>(row % p.scale_seq);
+  const int bh = static_cast<int>(row / p.scale_seq);
+  const bool active = row < rows && s < p.seqlen && c < chunks;
+  float x[8] = {};
+  float amax = 0.f;
+  if (active) {
+    quant::unpack8<In>(quant::row_of(p, bh / p.heads, bh % p.heads, s)[c], x);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[i]));
+  }
+#pragma unroll
+  for (int off = group / 2; off > 0; off /= 2)
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+  if (row >= rows) return;
+  const float inv = amax > 0.f ? Q8::range / amax : 0.f;
+  if (active) {
+    u32 w[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+      w[i] = Q8::pack4(x[4 * i] * inv, x[4 * i + 1] * inv, x[4 * i + 2] * inv, x[4 * i + 3] * inv);
+    u32* dst = reinterpret_cast<u32*>(static_cast<char*>(p.out) +
+                                      (static_cast<i64>(bh) * p.seqlen + s) * HeadDim + c * 8);
+    dst[0] = w[0];
+    dst[1] = w[1];
+  }
+  if (c == 0) p.scale[row] = amax / Q8::range;
+}
+
+// Grid: (ceil(seqlen / 64), heads, batch); 128 threads. p.scale must be zeroed first.
+template <class In, class Q8, int HeadDim>
+__device__ __forceinline__ void v_channel_max(const QuantizeParams& p) {
+  constexpr int chunks = HeadDim / 8;
+  __shared__ u32 amax[HeadDim];
+  for (int i = threadIdx.x; i < HeadDim; i += 128) amax[i] = 0u;
+  __syncthreads();
+  const int b = blockIdx.z, h = blockIdx.y, key0 = blockIdx.x * 64;
+  for (int idx = threadIdx.x; idx < 64 * chunks; idx += 128) {
+    const int key = key0 + idx / chunks, c = idx % chunks;
+    if (key < p.seqlen) {
+      float x[8];
+      quant::unpack8<In>(quant::row_of(p, b, h, key)[c], x);
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+        quant::atomic_max_shared(static_cast<u32>(__cvta_generic_to_shared(&amax[c * 8 + i])),
+                                 fabsf(x[i]));
+    }
+  }
+  __syncthreads();
+  float* scale = p.scale + (static_cast<i64>(b) * p.heads + h) * HeadDim;
+  for (int i = threadIdx.x; i < HeadDim; i += 128)
+    quant::atomic_max_global(&scale[i], __uint_as_float(amax[i]) / Q8::range);
+}
+
+// Grid: (keys_padded / 64 rounded up, heads, batch); 128 threads.
+template <class In, class Q8, int HeadDim>
+__device__ __forceinline__ void pack_v(const QuantizeParams& p) {
+  constexpr int chunks = HeadDim / 8;
+  constexpr int stride = 64 + 16;  // a V^T row of 64 keys in shared memory, padded
+  __shared__ __align__(16) unsigned char tile[HeadDim * stride];
+  const int b = blockIdx.z, h = blockIdx.y, key0 = blockIdx.x * 64;
+  const float* scale = p.scale + (static_cast<i64>(b) * p.heads + h) * HeadDim;
+  for (int idx = threadIdx.x; idx < 64 * chunks; idx += 128) {
+    const int key = idx / chunks, c = idx % chunks;
+    float x[8] = {};
+    if (key0 + key < p.seqlen) quant::unpack8<In>(quant::row_of(p, b, h, key0 + key)[c], x);
+    const int col = (key & ~15) + quant::permuted_key(key % 16);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float s = scale[c * 8 + i];
+      const float inv = s > 0.f ? 1.f / s : 0.f;
+      tile[(c * 8 + i) * stride + col] =
+          static_cast<unsigned char>(Q8::pack4(x[i] * inv, 0.f, 0.f, 0.f));
+    }
+  }
+  __syncthreads();
+  char* out =
+      static_cast<char*>(p.out) + (static_cast<i64>(b) * p.heads + h) * HeadDim * p.keys_padded;
+  for (int idx = threadIdx.x; idx < HeadDim * 4; idx += 128) {
+    const int ch = idx / 4, part = idx % 4;  // 16 keys per part
+    if (key0 + part * 16 < p.keys_padded)
+      *reinterpret_cast<uint4_*>(out + static_cast<i64>(ch) * p.keys_padded + key0 + part * 16) =
+          *reinterpret_cast<const uint4_*>(&tile[ch * stride + part * 16]);
+  }
+}
+
+}  // namespace ftattn

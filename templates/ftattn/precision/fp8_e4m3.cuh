@@ -1,0 +1,48 @@
+// Precision policy fp8_e4m3 (sm_89+): E4M3 Q, K, V with FP32 dequantisation scales (per token for
+// Q and K, per channel for V), m16n8k32 e4m3 tensor-core MMAs with FP32 accumulation, P stored
+// as E4M3. Used by the 8-bit skeleton (kernel/fwd_q8_sm80.cuh) and the quantisation kernels.
+#pragma once
+
+#include "ftattn/common/types.cuh"
+
+namespace ftattn::precision {
+
+struct Fp8E4M3 {
+  static constexpr int element_bytes = 1;
+  using Acc = float;
+  // FP32 accumulators: P·V goes straight into O, no per-block tile.
+  static constexpr bool pv_into_output = true;
+  static constexpr float range = 448.f;  // largest finite E4M3
+  // P is stored as 256 p: E4M3 then keeps 3 mantissa bits down to p = 2^-14 and subnormals to
+  // 2^-17, instead of flushing everything below 2^-9; 256 (a power of two) cancels in O / l.
+  static constexpr float p_log2_range = 8.f;
+
+  // c += a * b: 16x32 by 32x8 E4M3, FP32 accumulators.
+  __device__ __forceinline__ static void mma(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+
+  __device__ __forceinline__ static float to_float(float x) { return x; }
+
+  // l sums the unrounded P (FlashAttention-3's FP8 choice): rounding to E4M3 is unbiased, and
+  // converting every P back would cost a cvt per element.
+  __device__ __forceinline__ static float quantize_p(float y) { return y; }
+
+  // Two floats -> two E4M3 bytes (round to nearest even, saturated to +-448), `lo` first.
+  __device__ __forceinline__ static u32 pack2(float lo, float hi) {
+    unsigned short r;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+    return r;
+  }
+
+  // Four values -> one register, `a` in the lowest byte.
+  __device__ __forceinline__ static u32 pack4(float a, float b, float c, float d) {
+    return pack2(a, b) | (pack2(c, d) << 16);
+  }
+};
+
+}  // namespace ftattn::precision
