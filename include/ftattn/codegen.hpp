@@ -4,6 +4,7 @@
 
 #include <string>
 #include <string_view>
+#include <string_view>
 #include <vector>
 
 #include "ftattn/config.hpp"
@@ -22,6 +23,12 @@ KernelSource generate(const KernelConfig& config);
 
 // NVRTC's name for an arch: "sm_90a".
 std::string nvrtc_arch(Arch arch);
+
+// int8 and fp8_e4m3 units also hold the quantisation kernels (kernel/quantize_sm80.cuh) for
+// f16 and bf16 inputs: `kernel` is "quantize_rows", "v_channel_max" or "pack_v", `input` f16 or
+// bf16. E.g. "pack_v_bf16_<symbol>".
+std::string quantize_symbol(const std::string& kernel_symbol, std::string_view kernel,
+                            Precision input);
 
 // The LLVM route's IR pass stages for `config`: inline, O3, hardening and injection when asked
 // for, statistics. Part of the cache key.
