@@ -38,6 +38,9 @@ constexpr std::array kProtections = {Protection::none, Protection::flash_abft,
                                      Protection::decoupled};
 constexpr std::array kMasks = {Mask::none, Mask::causal, Mask::block_sparse,
                                Mask::block_sparse_causal};
+constexpr std::array kBackends = {Backend::nvrtc, Backend::llvm};
+constexpr std::array kIrClasses = {IrClass::none,      IrClass::fp_arith, IrClass::load,
+                                   IrClass::int_arith, IrClass::exp_max,  IrClass::mma};
 
 // Every sm the project targets; 'a' is allowed on the ones in kArchSpecificSms.
 constexpr std::array kSupportedSms = {80, 86, 87, 89, 90, 100, 120};
@@ -236,6 +239,45 @@ Protection parse_protection(std::string_view text) {
 }
 Mask parse_mask(std::string_view text) { return parse_enum("mask", text, kMasks); }
 
+std::string_view to_string(Backend b) {
+  switch (b) {
+    case Backend::nvrtc:
+      return "nvrtc";
+    case Backend::llvm:
+      return "llvm";
+  }
+  throw ConfigError(fmt::format("invalid Backend value {}", static_cast<int>(b)));
+}
+
+std::string_view to_string(IrClass c) {
+  switch (c) {
+    case IrClass::none:
+      return "none";
+    case IrClass::fp_arith:
+      return "fp_arith";
+    case IrClass::load:
+      return "load";
+    case IrClass::int_arith:
+      return "int_arith";
+    case IrClass::exp_max:
+      return "exp_max";
+    case IrClass::mma:
+      return "mma";
+  }
+  throw ConfigError(fmt::format("invalid IrClass value {}", static_cast<int>(c)));
+}
+
+Backend parse_backend(std::string_view text) { return parse_enum("backend", text, kBackends); }
+IrClass parse_ir_class(std::string_view text) { return parse_enum("IR class", text, kIrClasses); }
+
+bool llvm_route_built() {
+#ifdef FTATTN_WITH_LLVM
+  return true;
+#else
+  return false;
+#endif
+}
+
 std::string Arch::to_string() const {
   if (is_auto()) return "auto";
   return fmt::format("sm_{}{}", sm, arch_specific ? "a" : "");
@@ -291,10 +333,16 @@ bool KernelConfig::is_complete() const {
 
 std::string KernelConfig::name() const {
   detail::require_complete(*this, "name");
-  return fmt::format("{}sm{}{}_{}_d{}_m{}n{}_w{}s{}_{}_{}{}", kNamePrefix, arch.sm,
+  std::string route;
+  if (backend == Backend::llvm) {
+    route = "_llvm";
+    if (ir_inject != IrClass::none) route += "-inject-" + dashed(to_string(ir_inject));
+    if (ir_harden != IrClass::none) route += "-harden-" + dashed(to_string(ir_harden));
+  }
+  return fmt::format("{}sm{}{}_{}_d{}_m{}n{}_w{}s{}_{}_{}{}{}", kNamePrefix, arch.sm,
                      arch.arch_specific ? "a" : "", dashed(to_string(precision)), head_dim, block_m,
                      block_n, num_warps, num_stages, dashed(to_string(mask)),
-                     dashed(to_string(protection)), fault_injection ? "_inj" : "");
+                     dashed(to_string(protection)), fault_injection ? "_inj" : "", route);
 }
 
 std::string KernelConfig::symbol() const {
@@ -416,6 +464,29 @@ KernelConfig KernelConfig::parse(std::string_view name) {
     c.fault_injection = true;
     ++next;
   }
+  if (next < tokens.size() && tokens[next].starts_with("llvm")) {
+    c.backend = Backend::llvm;
+    // "llvm", then "-inject-<class>" and "-harden-<class>" in that order; classes may hold '-'.
+    std::string_view rest = tokens[next].substr(4);
+    auto take_class = [&](std::string_view flag, IrClass& out) {
+      if (!rest.starts_with(flag)) return;
+      rest.remove_prefix(flag.size());
+      size_t end = flag == "-inject-" ? rest.find("-harden-") : std::string_view::npos;
+      const std::string_view cls = rest.substr(0, end);
+      out = wrapped([&] { return parse_ir_class(cls); });
+      if (out == IrClass::none)
+        throw fail(fmt::format("'{}none' is spelled by leaving it out", flag));
+      rest = end == std::string_view::npos ? std::string_view{} : rest.substr(end);
+    };
+    take_class("-inject-", c.ir_inject);
+    take_class("-harden-", c.ir_harden);
+    if (!rest.empty()) {
+      throw fail(fmt::format(
+          "bad route token '{}': expected llvm, then optional -inject-<class> and -harden-<class>",
+          tokens[next]));
+    }
+    ++next;
+  }
   if (tokens.size() > next) {
     std::string junk;
     for (size_t i = next; i < tokens.size(); ++i) {
@@ -423,7 +494,8 @@ KernelConfig KernelConfig::parse(std::string_view name) {
       junk += tokens[i];
     }
     throw fail(fmt::format(
-        "trailing junk '{}' after the protection field (only _inj may follow it)", junk));
+        "trailing junk '{}' after the protection field (only _inj and then _llvm may follow it)",
+        junk));
   }
   return c;
 }
@@ -548,7 +620,8 @@ size_t std::hash<ftattn::KernelConfig>::operator()(const ftattn::KernelConfig& c
   for (int64_t field :
        {int64_t{c.head_dim}, int64_t{c.block_m}, int64_t{c.block_n}, int64_t{c.num_warps},
         int64_t{c.num_stages}, int64_t(c.precision), int64_t(c.protection), int64_t(c.mask),
-        int64_t{c.arch.sm}, int64_t{c.arch.arch_specific}, int64_t{c.fault_injection}}) {
+        int64_t{c.arch.sm}, int64_t{c.arch.arch_specific}, int64_t{c.fault_injection},
+        int64_t(c.backend), int64_t(c.ir_inject), int64_t(c.ir_harden)}) {
     h = ftattn::splitmix64(h ^ static_cast<uint64_t>(field));
   }
   return static_cast<size_t>(h);

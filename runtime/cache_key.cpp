@@ -2,6 +2,7 @@
 
 #include "codegen/embedded_templates.hpp"
 #include "runtime/hash.hpp"
+#include "runtime/llvm_route.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 
 namespace ftattn::runtime {
@@ -9,7 +10,15 @@ namespace ftattn::runtime {
 std::string cache_key(const codegen::KernelSource& source) {
   Hasher h;
   h.update_field("ftattn", FTATTN_VERSION);
-  h.update_field("nvrtc", nvrtc_version());
+  if (source.backend == Backend::llvm) {
+    // clang, our passes and nvJitLink build these; NVRTC plays no part.
+    h.update_field("llvm", llvm_version());
+    h.update_field("llvm-route", llvm_route_hash());
+    h.update_field("nvjitlink", llvm_route_toolkit_version());
+    for (const auto& pass : source.passes) h.update_field("pass", pass);
+  } else {
+    h.update_field("nvrtc", nvrtc_version());
+  }
   h.update_field("symbol", source.symbol);
   h.update_field("source", source.text);
   for (const auto& option : source.options) h.update_field("option", option);

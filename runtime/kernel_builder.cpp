@@ -9,6 +9,7 @@
 #include "ftattn/codegen.hpp"
 #include "ftattn/errors.hpp"
 #include "runtime/cache_key.hpp"
+#include "runtime/llvm_route.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 
 namespace ftattn::runtime {
@@ -73,7 +74,8 @@ BuildOutcome build_kernel(const KernelConfig& config, DiskCache* disk) {
     }
   }
 
-  NvrtcOutput out = compile_with_nvrtc(source);
+  NvrtcOutput out = source.backend == Backend::llvm ? compile_with_llvm(source).binary
+                                                    : compile_with_nvrtc(source);
   auto k = skeleton(config, source, key);
   k->ptx = std::move(out.ptx);
   k->cubin = std::move(out.cubin);

@@ -3,8 +3,9 @@
 # provides NVRTC and the Driver API headers. Safe to run again: it installs only what is missing.
 set -euo pipefail
 
+# LLVM and clang 22 (pinned): the LLVM route's front end, passes and NVPTX back end.
 packages=(cmake ninja-build g++ make python3 catch2 nlohmann-json3-dev libcli11-dev libfmt-dev
-          libxxhash-dev)
+          libxxhash-dev llvm-22-dev clang-22 libclang-22-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

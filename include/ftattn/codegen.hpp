@@ -15,7 +15,9 @@ struct KernelSource {
   std::string name;                  // canonical kernel name
   std::string symbol;                // extern "C" entry point
   std::string text;                  // the generated unit (includes the templates)
-  std::vector<std::string> options;  // NVRTC options, arch included
+  std::vector<std::string> options;  // compiler options (NVRTC's, or clang's), arch included
+  Backend backend = Backend::nvrtc;  // which compiler the options are for
+  std::vector<std::string> passes;   // LLVM route: the IR pass stages, in order
 };
 
 // Validates `config` (ConfigError on failure) and emits its source.
@@ -23,6 +25,13 @@ KernelSource generate(const KernelConfig& config);
 
 // NVRTC's name for an arch: "sm_90a".
 std::string nvrtc_arch(Arch arch);
+
+// The LLVM route's IR pass stages for `config`: inline, O3, hardening and injection when asked
+// for, statistics. Part of the cache key.
+std::vector<std::string> llvm_passes(const KernelConfig& config);
+
+// Turns NVRTC's source into the LLVM route's: clang options (its -D defines kept) and passes.
+void use_llvm_route(const KernelConfig& config, KernelSource& source);
 
 // int8 and fp8_e4m3 units also hold the quantisation kernels (kernel/quantize_sm80.cuh) for
 // f16 and bf16 inputs: `kernel` is "quantize_rows", "v_channel_max" or "pack_v", `input` f16 or

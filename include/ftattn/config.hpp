@@ -20,6 +20,14 @@ inline bool is_causal(Mask m) { return m == Mask::causal || m == Mask::block_spa
 inline bool is_block_sparse(Mask m) {
   return m == Mask::block_sparse || m == Mask::block_sparse_causal;
 }
+// How a kernel is compiled: NVRTC, or the LLVM route (clang's CUDA front end, the project's IR
+// passes, the NVPTX back end).
+enum class Backend { nvrtc, llvm };
+// Classes of IR values that the LLVM route's passes instrument (fault injection) or duplicate
+// (hardening): fp add/mul/fma; loads; integer arithmetic; exp2 and max; tensor-core MMA results.
+enum class IrClass { none, fp_arith, load, int_arith, exp_max, mma };
+// True when this build has the LLVM route (built with FTATTN_WITH_LLVM).
+bool llvm_route_built();
 
 // Enum <-> text. Text is the user's spelling ("f16_pasa", "efta_correct"); parse accepts it and
 // the canonical-name token ("f16-pasa", "efta-correct"); anything else throws ConfigError that
@@ -30,6 +38,10 @@ std::string_view to_string(Mask m);
 Precision parse_precision(std::string_view text);
 Protection parse_protection(std::string_view text);
 Mask parse_mask(std::string_view text);
+std::string_view to_string(Backend b);
+std::string_view to_string(IrClass c);
+Backend parse_backend(std::string_view text);
+IrClass parse_ir_class(std::string_view text);
 
 // A GPU architecture: sm_80, sm_86, sm_89, sm_90a, ... `sm == 0` means "the current device".
 struct Arch {
@@ -61,6 +73,11 @@ struct KernelConfig {
   // Compile in the source-level fault-injection points (a launch-time FaultPlan picks one).
   // Canonical names end in "_inj"; kernels without it carry no injection code at all.
   bool fault_injection = false;
+  // The compile route. LLVM-route names end in "_llvm", followed by "-inject-<class>" and
+  // "-harden-<class>" when those IR passes run (e.g. "_llvm-inject-fp-arith").
+  Backend backend = Backend::nvrtc;
+  IrClass ir_inject = IrClass::none;  // instrumented for IR-level injection (FaultSite::ir)
+  IrClass ir_harden = IrClass::none;  // duplicated and compared (DMR); mismatches -> fault log
 
   // True when nothing is left open.
   bool is_complete() const;

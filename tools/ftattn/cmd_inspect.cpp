@@ -3,6 +3,9 @@
 
 #include <memory>
 
+#include "ftattn/codegen.hpp"
+#include "ftattn/errors.hpp"
+#include "runtime/llvm_route.hpp"
 #include "tools/ftattn/commands.hpp"
 #include "tools/ftattn/config_flags.hpp"
 #include "tools/ftattn/kernel_report.hpp"
@@ -13,12 +16,22 @@ namespace {
 
 struct InspectOptions {
   ConfigFlags config;
-  bool source = false, ptx = false, sass = false, resources = false;
+  bool source = false, ptx = false, sass = false, resources = false, ir = false;
 };
 
 int run_inspect(const InspectOptions& o, const GlobalOptions& global) {
   const KernelConfig wanted = config_from_flags(o.config);
   Runtime runtime(global.runtime_options());
+  if (o.ir) {
+    // The IR exists only while compiling: run the route again rather than ask the cache.
+    if (wanted.backend != Backend::llvm)
+      throw ConfigError("--ir shows the LLVM route's IR: add --backend llvm");
+    const auto route =
+        runtime::compile_with_llvm(codegen::generate(resolve_for_compile(runtime, wanted)), true);
+    fmt::print("; IR before the passes\n{}\n; IR after the passes\n{}\nstatistics\n{}",
+               route.ir_before, route.ir_after, route.statistics);
+    return 0;
+  }
   const auto kernel = runtime.compile(resolve_for_compile(runtime, wanted));
 
   print_kernel_header(*kernel);
@@ -42,6 +55,8 @@ Command add_inspect_command(CLI::App& parent, const GlobalOptions& global) {
   cmd->add_flag("--ptx", o->ptx, "print the PTX");
   cmd->add_flag("--sass", o->sass, "print the SASS (needs cuobjdump or nvdisasm)");
   cmd->add_flag("--resources", o->resources, "print registers, spills and shared memory");
+  cmd->add_flag("--ir", o->ir,
+                "with --backend llvm: print the IR before and after the passes, and statistics");
   return {cmd, [o, &global] { return run_inspect(*o, global); }};
 }
 

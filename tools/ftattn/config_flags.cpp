@@ -20,6 +20,9 @@ void apply_flags(KernelConfig& c, const ConfigFlags& f) {
   if (!f.protection.empty()) c.protection = parse_protection(f.protection);
   if (!f.mask.empty()) c.mask = parse_mask(f.mask);
   if (!f.arch.empty()) c.arch = Arch::parse(f.arch);
+  if (!f.backend.empty()) c.backend = parse_backend(f.backend);
+  if (!f.ir_inject.empty()) c.ir_inject = parse_ir_class(f.ir_inject);
+  if (!f.ir_harden.empty()) c.ir_harden = parse_ir_class(f.ir_harden);
 }
 
 }  // namespace
@@ -37,6 +40,13 @@ void add_config_flags(CLI::App& cmd, ConfigFlags& f, Positional positional) {
                  "none, flash_abft, efta_detect, efta_correct (default none)");
   cmd.add_option("--mask", f.mask, "none or causal (default none)");
   cmd.add_option("--arch", f.arch, "sm_80, sm_86, sm_89, sm_90a, ... (default: the GPU's)");
+  cmd.add_option("--backend", f.backend,
+                 "nvrtc, or llvm: clang + the project's IR passes + NVPTX (default nvrtc)");
+  cmd.add_option("--ir-inject", f.ir_inject,
+                 "LLVM route: instrument fp_arith, load, int_arith, exp_max or mma for IR-level "
+                 "fault injection");
+  cmd.add_option("--ir-harden", f.ir_harden,
+                 "LLVM route: duplicate and compare fp_arith, int_arith, exp_max or mma (DMR)");
   cmd.add_option("--config", f.config,
                  "canonical kernel name, e.g. ftattn_fwd_sm90a_f16_d128_m128n64_w4s2_none_none; "
                  "knob flags override its fields");

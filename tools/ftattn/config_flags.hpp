@@ -14,8 +14,9 @@ namespace ftattn::cli {
 struct ConfigFlags {
   int head_dim = 0, block_m = 0, block_n = 0, warps = 0, stages = 0;
   std::string precision, protection, mask, arch;
-  std::string config;              // --config
-  std::vector<std::string> names;  // positional canonical names
+  std::string backend, ir_inject, ir_harden;  // the LLVM route (--backend llvm)
+  std::string config;                         // --config
+  std::vector<std::string> names;             // positional canonical names
 
   // Set by add_config_flags so that only flags the user gave override a parsed name.
   CLI::Option* head_dim_opt = nullptr;

@@ -1,0 +1,28 @@
+// IR-level fault injection: every value of one class, in the chosen functions of each kernel,
+// gets a check after its definition; the `iteration`-th dynamic instance (per thread) in thread
+// `thread` of CTA `cta` has bit `bit` flipped, when the launch's plan says site == ir.
+// Aggregates (MMA results) flip element `element` modulo their size.
+#pragma once
+
+#include <llvm/IR/PassManager.h>
+
+#include <string>
+#include <vector>
+
+#include "ftattn/config.hpp"
+
+namespace ftattn::llvm_route {
+
+struct FaultInjectPass : llvm::PassInfoMixin<FaultInjectPass> {
+  IrClass target = IrClass::fp_arith;
+  // Instrument only code that came from these functions (a substring of the demangled or
+  // mangled name of any function in the instruction's inlining chain, from the line tables);
+  // empty: every function.
+  std::vector<std::string> functions;
+  size_t* sites = nullptr;  // when set, receives the number of instrumented values
+
+  llvm::PreservedAnalyses run(llvm::Module& module, llvm::ModuleAnalysisManager& analyses);
+  static bool isRequired() { return true; }
+};
+
+}  // namespace ftattn::llvm_route
