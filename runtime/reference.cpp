@@ -171,7 +171,10 @@ CheckReport check(const Problem& pr, Precision p, Mask mask, const Tensor16& q, 
                   const Tensor16& v, const Tensor16& o, const std::vector<float>* lse, int rows,
                   uint64_t seed, const uint8_t* block_mask) {
   CheckReport r;
-  if (!is_16bit(p)) throw std::invalid_argument("reference::check handles f16 and bf16 only");
+  // int8 and fp8_e4m3 kernels take f16 inputs (quantised on the GPU) and write f16.
+  const bool q8 = p == Precision::int8 || p == Precision::fp8_e4m3;
+  if (!is_16bit(p) && !q8)
+    throw std::invalid_argument("reference::check handles f16, bf16, int8 and fp8_e4m3 only");
   for (int b = 0; b < pr.batch; ++b)
     for (int h = 0; h < pr.heads_q; ++h)
       for (int s = 0; s < pr.seqlen_q; ++s)
@@ -214,8 +217,16 @@ CheckReport check(const Problem& pr, Precision p, Mask mask, const Tensor16& q, 
     ++r.rows_checked;
   }
   r.rel_l2_error = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
-  const double tol = p == Precision::bf16 ? 1e-2 : 2e-3;
-  r.passed = r.non_finite == 0 && r.rel_l2_error < tol && r.max_lse_error < 1e-2 &&
+  // 8-bit: quantisation error, not rounding, dominates. The host model of the kernels
+  // (quant_model, tests/runtime/test_quantize_model.cpp) gives rel L2 about 2e-2 (int8) and 5e-2
+  // (fp8) on N(0, 1) inputs; the bounds leave 2x for other shapes. LSE moves by the dequantised
+  // scores' error, a few 1e-2 at most.
+  const double tol = p == Precision::bf16 ? 1e-2
+                     : p == Precision::int8   ? 5e-2
+                     : p == Precision::fp8_e4m3 ? 1e-1
+                                                : 2e-3;
+  const double lse_tol = q8 ? 1e-1 : 1e-2;
+  r.passed = r.non_finite == 0 && r.rel_l2_error < tol && r.max_lse_error < lse_tol &&
              std::isfinite(r.max_abs_error);
   return r;
 }

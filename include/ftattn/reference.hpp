@@ -52,7 +52,8 @@ struct CheckReport {
 // Compares a kernel's output (and optional LSE, dense batch x heads_q x seqlen_q) with the
 // reference on `rows` query rows spread over the problem (all rows when rows <= 0 or when the
 // problem has no more than that), and scans every output element for NaN/Inf. Tolerances fit the
-// precision: rel L2 below 1e-2 (bf16) or 2e-3 (f16).
+// precision: rel L2 below 1e-2 (bf16), 2e-3 (f16), 5e-2 (int8) or 1e-1 (fp8_e4m3; both take f16
+// inputs and are checked against the reference of the unquantised inputs).
 CheckReport check(const Problem& problem, Precision p, Mask mask, const Tensor16& q,
                   const Tensor16& k, const Tensor16& v, const Tensor16& o,
                   const std::vector<float>* lse, int rows, uint64_t seed = 1,

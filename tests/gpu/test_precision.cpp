@@ -1,0 +1,128 @@
+// GPU tests of the 8-bit precisions (int8 on sm_80+, fp8_e4m3 on sm_89+): against the FP64
+// reference of the unquantised inputs (tolerances in reference::check, derived from the host
+// model's error), and tightly against the host model of the kernel's own numerics
+// (quant_model), which catches layout and scale bugs that the loose tolerance could hide.
+#include <array>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <random>
+
+#include "ftattn/quantize.hpp"
+#include "ftattn/quantize_model.hpp"
+#include "ftattn/runtime.hpp"
+#include "runtime/driver.hpp"
+#include "tests/gpu/attention_case.hpp"
+
+using namespace ftattn;
+
+namespace {
+
+Runtime& q8_runtime() {
+  static Runtime rt;
+  return rt;
+}
+
+std::vector<Precision> q8_precisions(Runtime& rt) {
+  std::vector<Precision> out = {Precision::int8};
+  if (rt.device_arch().sm >= 89) out.push_back(Precision::fp8_e4m3);
+  return out;
+}
+
+KernelConfig q8_config(int head_dim, Precision p, Mask m) {
+  KernelConfig c;
+  c.head_dim = head_dim;
+  c.precision = p;
+  c.mask = m;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("8-bit precisions match the FP64 reference within their quantisation error",
+          "[gpu][q8]") {
+  Runtime& rt = q8_runtime();
+  REQUIRE(rt.has_device());
+  for (Precision p : q8_precisions(rt))
+    for (int d : {32, 64, 96, 128, 192, 256})
+      for (Mask m : {Mask::none, Mask::causal}) {
+        // Odd lengths: neither a multiple of block_m, block_n nor the 16-key V^T group; GQA.
+        const Problem pr = Problem::bhsd(2, 4, 2, 203, 517, d);
+        const auto r = gpu_test::run_case(rt, q8_config(d, p, m), pr, true, 0, 3000 + d);
+        INFO(r.config_name << ": " << r.report.summary());
+        CHECK(r.report.passed);
+      }
+}
+
+TEST_CASE("8-bit tiles and stages all give the same answer", "[gpu][q8]") {
+  Runtime& rt = q8_runtime();
+  for (Precision p : q8_precisions(rt))
+    for (auto [m, n, w, s] : std::vector<std::array<int, 4>>{
+             {64, 64, 4, 1}, {64, 64, 4, 2}, {128, 64, 8, 3}, {128, 128, 8, 2}, {128, 32, 4, 1}}) {
+      KernelConfig c = q8_config(128, p, Mask::causal);
+      c.block_m = m, c.block_n = n, c.num_warps = w, c.num_stages = s;
+      const Problem pr = Problem::bhsd(1, 2, 2, 333, 333, 128);
+      const auto r = gpu_test::run_case(rt, c, pr, true, 0, 77);
+      INFO(r.config_name << ": " << r.report.summary());
+      CHECK(r.report.passed);
+    }
+}
+
+TEST_CASE("8-bit kernels follow the host model of their numerics closely; bf16 in and out",
+          "[gpu][q8]") {
+  Runtime& rt = q8_runtime();
+  for (Precision p : q8_precisions(rt))
+    for (Precision io : {Precision::f16, Precision::bf16})
+      for (Mask m : {Mask::none, Mask::causal}) {
+        const Problem pr = Problem::bhsd(1, 2, 1, 190, 300, 64);
+        const auto kernel = rt.kernel(rt.resolve(q8_config(64, p, m), &pr));
+        INFO(kernel->compiled().name << " " << to_string(io));
+        std::mt19937_64 rng(5);
+        // The model reads f16 storage; bf16 runs get inputs that bf16 represents exactly.
+        auto make = [&](const Strides& s, int heads, int seqlen) {
+          auto t = reference::random_tensor(rng, Precision::bf16, s, 1, heads, seqlen, 64);
+          for (auto& x : t.data)
+            x = reference::to_bits(reference::from_bits(x, Precision::bf16), io);
+          return t;
+        };
+        const auto q = make(pr.q, 2, 190), k = make(pr.k, 1, 300), v = make(pr.v, 1, 300);
+        runtime::DeviceBuffer dq(q.data.size() * 2), dk(k.data.size() * 2), dv(v.data.size() * 2),
+            dout(q.data.size() * 2), ws(QuantizedLayout::of(pr).bytes);
+        dq.upload(q.data.data(), dq.bytes());
+        dk.upload(k.data.data(), dk.bytes());
+        dv.upload(v.data.data(), dv.bytes());
+        dout.fill_bytes(0xFF);
+        const QuantizedInputs in =
+            quantize(*kernel, pr, dq.data(), dk.data(), dv.data(), io, ws.data(), nullptr);
+        launch_quantized(*kernel, pr, in, dout.data(), io, nullptr, nullptr);
+        runtime::check(runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
+        reference::Tensor16 o;
+        o.strides = pr.o;
+        o.data.resize(q.data.size());
+        dout.download(o.data.data(), dout.bytes());
+
+        auto as_f16 = [&](reference::Tensor16 t) {  // the model reads f16 storage
+          for (auto& x : t.data)
+            x = reference::to_bits(reference::from_bits(x, io), Precision::f16);
+          return t;
+        };
+        const auto q16 = as_f16(q), k16 = as_f16(k), v16 = as_f16(v);
+        double err2 = 0, ref2 = 0;
+        for (int h = 0; h < 2; ++h)
+          for (int r = 0; r < 190; ++r) {
+            const auto model = quant_model::attention_row(pr, p, m, kernel->config().block_n, q16,
+                                                          k16, v16, 0, h, r);
+            for (int x = 0; x < 64; ++x) {
+              const double e = o.at(io, 0, h, r, x) - model[x];
+              err2 += e * e;
+              ref2 += model[x] * model[x];
+            }
+          }
+        // Same quantisation on both sides. What is left: ex2.approx and float sums, a value that
+        // rounds to the neighbouring level when x * (range / max) and x / scale differ in the
+        // last bit, and the 16-bit output (bf16: 2^-9 relative). An error in the layout, the
+        // permutation or a scale is of the size of O itself.
+        const double tol =
+            (p == Precision::int8 ? 5e-3 : 1.5e-2) + (io == Precision::bf16 ? 4e-3 : 0);
+        CHECK(std::sqrt(err2 / ref2) < tol);
+      }
+}

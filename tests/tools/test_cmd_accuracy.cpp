@@ -1,0 +1,85 @@
+// ftattn accuracy without a GPU: the host FA(FP16-FP32) model reproduces PASA's overflow cases
+// (Table 4: 100% NaN at Uniform(30, 0.5) and Hybrid(30, 10)) and stays accurate on N(0, 1); a
+// kernel run compiles its config, says nothing was launched and exits 3; bad input exits 2.
+#include <sys/wait.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "tests/support/temp_dir.hpp"
+
+#ifndef FTATTN_CLI_PATH
+#error "FTATTN_CLI_PATH must name the built ftattn executable"
+#endif
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out;
+};
+
+// No driver: behaves as on a machine without a GPU even where one is present.
+Result accuracy(const ftattn::test::TempDir& dir, const std::string& args) {
+  const auto out = dir.path() / "out.txt";
+  const std::string cmd = "env FTATTN_LIBCUDA=" + (dir.path() / "none.so").string() + " " +
+                          FTATTN_CLI_PATH + " --cache-dir " + (dir.path() / "cache").string() +
+                          " accuracy " + args + " >" + out.string() + " 2>&1";
+  const int status = std::system(cmd.c_str());
+  std::ifstream in(out);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  UNSCOPED_INFO(cmd << "\n" << ss.str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ss.str()};
+}
+
+bool has(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("accuracy: FP16 scores overflow on PASA's cases, not on N(0, 1)", "[cli][accuracy]") {
+  ftattn::test::TempDir dir;
+  const std::string small = " --heads 1 --seqlen 128 --head-dim 128 --model fp16-scores";
+  Result r = accuracy(dir, "--dist pasa-uniform" + small);
+  CHECK(r.code == 0);
+  CHECK(has(r.out, "pasa-uniform x0 30 Am 0.5"));
+  CHECK(has(r.out, "NaN/Inf 100.00%"));
+  r = accuracy(dir, "--dist pasa-hybrid" + small);
+  CHECK(r.code == 0);
+  CHECK(has(r.out, "pasa-hybrid x0 30 Am 10"));
+  CHECK(has(r.out, "NaN/Inf 100.00%"));
+  // x0 = 5: E[S] = d x0^2 = 3200 fits FP16, and so does every score.
+  r = accuracy(dir, "--dist pasa-uniform --x0 5" + small);
+  CHECK(has(r.out, "NaN/Inf 0.00%"));
+  const auto csv = dir.path() / "acc.csv";
+  r = accuracy(dir, "--dist normal --csv " + csv.string() + small);
+  CHECK(r.code == 0);
+  CHECK(has(r.out, "NaN/Inf 0.00%"));
+  CHECK(has(r.out, "cosine 1.0000"));
+  std::ifstream in(csv);
+  std::string header, line;
+  std::getline(in, header);
+  std::getline(in, line);
+  CHECK(header.rfind("run,dist,x0,am", 0) == 0);
+  CHECK(line.rfind("fp16-scores,normal,0,1,", 0) == 0);
+}
+
+TEST_CASE("accuracy: kernels compile without a GPU; bad input is refused", "[cli][accuracy]") {
+  ftattn::test::TempDir dir;
+  Result r = accuracy(dir, "--precision int8 --head-dim 64 --arch sm_80 --heads 1 --seqlen 64");
+  CHECK(r.code == 3);
+  CHECK(has(r.out, "ftattn_fwd_sm80_int8_d64_"));
+  CHECK(has(r.out, "no GPU, so nothing was launched"));
+  r = accuracy(dir, "--dist cauchy");
+  CHECK(r.code == 2);
+  r = accuracy(dir, "--model fp32");
+  CHECK(r.code == 2);
+  CHECK(has(r.out, "unknown --model 'fp32': use fp16-scores"));
+  r = accuracy(dir, "--precision fp8_e4m3 --arch sm_80 --head-dim 64");
+  CHECK(r.code == 2);
+  CHECK(has(r.out, "needs sm_89"));
+}
