@@ -2,6 +2,7 @@
 // the algorithm lives in templates/.
 #include <fmt/format.h>
 
+#include "codegen/decoupled_source.hpp"
 #include "ftattn/codegen.hpp"
 #include "ftattn/errors.hpp"
 
@@ -122,6 +123,15 @@ std::string quantize_symbol(const std::string& kernel_symbol, std::string_view k
 
 KernelSource generate(const KernelConfig& config) {
   validate(config);
+  if (config.protection == Protection::decoupled) {  // three kernels of its own
+    KernelSource out;
+    out.name = config.name();
+    out.symbol = config.symbol();
+    out.text = decoupled_source(config, out.name, out.symbol);
+    out.options = {"--gpu-architecture=" + nvrtc_arch(config.arch), "--std=c++17", "-lineinfo",
+                   "-Xptxas=-v", "-default-device"};
+    return out;
+  }
   const PrecisionPolicy precision = precision_policy(config.precision);
   const PrecisionPolicy protect = protection_policy(config.protection);
   KernelSource out;
@@ -132,7 +142,6 @@ KernelSource generate(const KernelConfig& config) {
                  : generate_16bit(config, precision, protect, out.name, out.symbol);
   out.options = {"--gpu-architecture=" + nvrtc_arch(config.arch), "--std=c++17", "-lineinfo",
                  "-Xptxas=-v", "-default-device"};
-  if (config.backend == Backend::llvm) use_llvm_route(config, out);
   return out;
 }
 

@@ -42,7 +42,7 @@ int min_sm(Precision p) { return p == Precision::fp8_e4m3 ? 89 : 80; }
 bool is_built(Precision p) { return p != Precision::f16_pasa; }
 // int8 and fp8_e4m3 run on the 8-bit skeleton (kernel/fwd_q8_sm80.cuh).
 bool is_8bit(Precision p) { return p == Precision::int8 || p == Precision::fp8_e4m3; }
-bool is_built(Protection p) { return p == Protection::none; }
+bool is_built(Protection p) { return p == Protection::none || p == Protection::decoupled; }
 
 // a * b + c with int64 overflow detection; false when it does not fit.
 bool mul_add(int64_t a, int64_t b, int64_t c, int64_t& out) {
@@ -119,29 +119,6 @@ void validate(const KernelConfig& c) {
           "none without fault injection, or precision f16/bf16",
           to_string(c.precision)));
     }
-  }
-
-  if (c.backend == Backend::llvm && !llvm_route_built()) {
-    throw ConfigError(
-        "backend llvm: this ftattn was built without the LLVM route (LLVM 22 not found, or "
-        "FTATTN_WITH_LLVM=OFF): install LLVM 22 (scripts/setup.sh) and rebuild, or use backend "
-        "nvrtc");
-  }
-  if (c.backend != Backend::llvm &&
-      (c.ir_inject != IrClass::none || c.ir_harden != IrClass::none)) {
-    throw ConfigError(
-        "ir_inject and ir_harden are IR passes of the LLVM route: set backend llvm, or leave them "
-        "at none");
-  }
-  if (c.backend == Backend::llvm && c.protection == Protection::decoupled) {
-    throw ConfigError(
-        "protection decoupled runs three separate kernels, and the LLVM route builds the fused "
-        "kernel only: use backend nvrtc, or the LLVM route's DMR hardening (ir_harden)");
-  }
-  if (c.ir_harden == IrClass::load) {
-    throw ConfigError(
-        "ir_harden load is not supported (a duplicated load reads the same memory): harden "
-        "fp_arith, int_arith, exp_max or mma");
   }
 
   if (!contains(kHeadDims, c.head_dim)) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "runtime/decoupled_launch.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/quantized_kernel.hpp"
 
@@ -40,6 +41,10 @@ class LoadedKernel final : public Kernel {
     const KernelConfig& c = compiled_->config;
     AttentionParams params = make_params(problem, c, q, k, v, o, lse, block_mask);
     ensure_context();
+    if (c.protection == Protection::decoupled) {  // three kernels over a global S and P
+      decoupled_.launch(module_, compiled_->symbol, c, problem, params, stream);
+      return;
+    }
     const unsigned m_blocks = (problem.seqlen_q + c.block_m - 1) / c.block_m;
     void* args[] = {&params};
     runtime::launch(function_,
@@ -53,6 +58,7 @@ class LoadedKernel final : public Kernel {
   std::shared_ptr<const CompiledKernel> compiled_;
   Module module_;
   CUfunction function_ = nullptr;
+  DecoupledLauncher decoupled_;  // used by Protection::decoupled only
 };
 
 }  // namespace

@@ -1,0 +1,189 @@
+// Fault-injection campaigns: plan single-bit flips, run them, classify each trial against the
+// fault-free output, and count false alarms on clean inputs.
+//
+// The classification and planning are pure functions (no GPU). Running trials goes through a
+// TrialBackend, so other injection mechanisms (IR-level, FaultSite::ir) reuse the same loop,
+// tolerance and tables.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ftattn/config.hpp"
+#include "ftattn/fault.hpp"
+#include "ftattn/reference.hpp"
+#include "ftattn/runtime.hpp"
+
+namespace ftattn::campaign {
+
+// What one injected fault did.
+enum class Outcome {
+  masked,          // no detection, output within tolerance
+  corrected,       // detected, fixed by the kernel (or by recompute), output within tolerance
+  detected,        // detected, output beyond tolerance (the caller was told)
+  sdc,             // silent data corruption: no detection, output beyond tolerance
+  false_positive,  // detected, nothing corrected, output within tolerance anyway
+};
+inline constexpr std::array kOutcomes = {Outcome::masked, Outcome::corrected, Outcome::detected,
+                                         Outcome::sdc, Outcome::false_positive};
+std::string_view to_string(Outcome o);
+
+// Site names as the command line spells them ("scores", "row_sum", ...); parse_site throws
+// ConfigError listing them.
+std::string_view site_name(FaultSite s);
+FaultSite parse_site(std::string_view text);
+
+// What the harness saw after one trial.
+struct Observation {
+  uint32_t detected = 0;     // FaultReport::detected
+  uint32_t corrected = 0;    // FaultReport::corrected
+  int recomputed_tiles = 0;  // FaultReport::recomputed_tiles
+  bool within_tolerance = true;
+};
+Outcome classify(const Observation& seen);
+
+// Per-element tolerance of a faulty output against the fault-free one:
+//   |faulty - clean| <= max(|clean - ref|, ulp(ref))
+// i.e. a fault is harmless when it moves no element further than the kernel's own error against
+// the FP64 reference, or than one unit in the last place of the output type at that magnitude
+// (the storage granularity: a tiny perturbation of an FP32 accumulator may flip the final
+// rounding by one ulp). Then |faulty - ref| <= 2 max(|clean - ref|, ulp): no worse than twice
+// what the unprotected kernel itself delivers, element by element.
+float ulp(double magnitude, Precision p);  // spacing of 16-bit values at |magnitude|
+std::vector<float> element_tolerance(const std::vector<float>& clean,
+                                     const std::vector<double>& ref, Precision p);
+
+struct Deviation {
+  long long over = 0;    // elements beyond their tolerance (NaN/Inf counts as beyond)
+  double max_abs = 0.0;  // largest |faulty - clean| (inf when an element is not finite)
+  bool within() const { return over == 0; }
+};
+Deviation deviation(const float* faulty, const float* clean, const float* tolerance, size_t n);
+
+// "lo:hi" with 0 <= lo <= hi <= 31, or one bit "b". ConfigError otherwise.
+struct BitRange {
+  int lo = 0, hi = 31;
+  static BitRange parse(std::string_view text);
+};
+
+// Where a site's faults can land in one kernel launch: its CTAs (linear index, as FaultPlan
+// counts them) and how many iterations of the site each CTA runs. A fault lands on a (CTA,
+// iteration) pair drawn uniformly, so CTAs weigh by the work they do; CTAs with no iteration are
+// never picked. `elements` is the number of values of the class a thread holds; 0: unknown (the
+// kernel reduces the plan's element modulo its own count).
+struct InjectionSpace {
+  std::vector<int> iterations;  // per CTA
+  int threads = 0;
+  int elements = 0;
+  long long total_iterations() const;
+};
+
+// The space of `site` for the source-level injection of `config` on `problem`: the fused kernel's
+// grid for the fused schemes, the three kernels of the decoupled baseline for `decoupled`.
+// ConfigError when the site does not exist there or no CTA runs it.
+InjectionSpace injection_space(const KernelConfig& config, const Problem& problem, FaultSite site);
+
+// Trial `index` of a campaign, reproducible from (seed, index) alone: trials can be replayed one
+// by one.
+FaultPlan plan_trial(const InjectionSpace& space, FaultSite site, BitRange bits, uint64_t seed,
+                     uint64_t index);
+
+// Counts per outcome, with a one-sided 95% Wilson upper bound on each rate (for an outcome never
+// seen, this is what "0 of N" actually supports).
+struct Tally {
+  std::array<long long, kOutcomes.size()> counts{};
+  long long trials = 0;
+  void add(Outcome o);
+  long long count(Outcome o) const;
+  double share(Outcome o) const;
+};
+double wilson_upper_95(long long hits, long long n);
+
+// Input distributions of the false-alarm mode: standard normal, and the uniform and hybrid
+// (normal plus rare large outliers) generators of PASA, unbiased and biased (nonzero mean).
+enum class Distribution { normal, uniform, uniform_biased, hybrid, hybrid_biased };
+inline constexpr std::array kDistributions = {Distribution::normal, Distribution::uniform,
+                                              Distribution::uniform_biased, Distribution::hybrid,
+                                              Distribution::hybrid_biased};
+std::string_view to_string(Distribution d);  // with its parameters, e.g. "uniform(x0=20,Am=0.5)"
+reference::Tensor16 random_tensor(Distribution d, std::mt19937_64& rng, Precision p,
+                                  const Strides& strides, int batch, int heads, int seqlen,
+                                  int head_dim);
+
+// FP64 reference of the whole output, dense batch x heads_q x seqlen_q x head_dim (threads over
+// rows).
+std::vector<double> reference_output(const Problem& problem, Precision p, Mask mask,
+                                     const reference::Tensor16& q, const reference::Tensor16& k,
+                                     const reference::Tensor16& v);
+// A kernel output in the problem's strides -> dense floats in the same order.
+std::vector<float> dense_output(const Problem& problem, Precision p, const reference::Tensor16& o);
+
+// One way of running the kernel under test with or without a fault.
+class TrialBackend {
+ public:
+  virtual ~TrialBackend() = default;
+  // Runs once (no plan: fault-free), returns the kernel's report and the output as dense floats
+  // (batch x heads_q x seqlen_q x head_dim).
+  virtual FaultReport run(const std::optional<FaultPlan>& plan, std::vector<float>& output) = 0;
+};
+
+// The source-level backend: Runtime::attention on inputs uploaded once, the plan passed as
+// ProtectOptions::inject (the config must have fault_injection), a readback of the output per
+// trial. `config` is complete.
+std::unique_ptr<TrialBackend> source_backend(Runtime& runtime, const KernelConfig& config,
+                                             const Problem& problem, const reference::Tensor16& q,
+                                             const reference::Tensor16& k,
+                                             const reference::Tensor16& v, OnFault on_fault);
+
+// False alarms: `runs` clean launches of `config` (no injection), cycling through the
+// distributions with fresh inputs each run, counting the runs the kernel flagged.
+struct FalseAlarms {
+  Distribution distribution = Distribution::normal;
+  int runs = 0;
+  int flagged = 0;  // runs with at least one detection
+  long long detected = 0, corrected = 0;
+};
+std::vector<FalseAlarms> count_false_alarms(Runtime& runtime, const KernelConfig& config,
+                                            const Problem& problem, int runs, uint64_t seed);
+
+struct TrialResult {
+  uint64_t index = 0;
+  FaultPlan plan;
+  Outcome outcome = Outcome::masked;
+  FaultReport report;
+  Deviation deviation;
+};
+
+struct CampaignOptions {
+  FaultSite site = FaultSite::scores;
+  long long trials = 1000;
+  BitRange bits;
+  uint64_t seed = 1;
+};
+
+struct CampaignResult {
+  Tally tally;
+  std::vector<TrialResult> trials;
+  double seconds = 0.0;
+};
+
+// Runs the trials on `backend` against the fault-free output `clean` and its per-element
+// `tolerance`. `progress` (may be empty) is called after each trial.
+CampaignResult run_campaign(TrialBackend& backend, const InjectionSpace& space,
+                            const std::vector<float>& clean, const std::vector<float>& tolerance,
+                            const CampaignOptions& options,
+                            const std::function<void(const TrialResult&)>& progress = {});
+
+// Table and CSV forms of a campaign.
+std::string summary_table(const Tally& tally);
+std::string trials_csv_header();
+std::string trials_csv_row(const TrialResult& t);
+
+}  // namespace ftattn::campaign

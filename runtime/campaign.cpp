@@ -1,0 +1,375 @@
+#include "ftattn/campaign.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <thread>
+
+#include "ftattn/errors.hpp"
+#include "runtime/decoupled_launch.hpp"
+
+namespace ftattn::campaign {
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Site names as the command line spells them.
+constexpr std::array<std::pair<FaultSite, std::string_view>, 9> kSiteNames = {{
+    {FaultSite::none, "none"},
+    {FaultSite::scores, "scores"},
+    {FaultSite::probs, "probs"},
+    {FaultSite::row_max, "row_max"},
+    {FaultSite::row_sum, "row_sum"},
+    {FaultSite::rescale, "rescale"},
+    {FaultSite::output, "output"},
+    {FaultSite::checksum, "checksum"},
+    {FaultSite::ir, "ir"},
+}};
+
+// The fused sm80 kernel: grid (m_blocks, heads_q, batch), causal grids longest-first, one
+// iteration per key block (fwd_sm80.cuh).
+InjectionSpace fused_space(const KernelConfig& c, const Problem& pr, FaultSite site) {
+  if (is_block_sparse(c.mask))
+    throw ConfigError("campaigns run dense masks (none or causal): block-sparse is not planned");
+  InjectionSpace s;
+  s.threads = 32 * c.num_warps;
+  const int m_tiles = c.block_m / (16 * c.num_warps);
+  switch (site) {
+    case FaultSite::scores:
+    case FaultSite::probs:
+      s.elements = m_tiles * (c.block_n / 8) * 4;
+      break;
+    case FaultSite::row_max:
+    case FaultSite::row_sum:
+    case FaultSite::rescale:
+      s.elements = m_tiles * 2;
+      break;
+    case FaultSite::output:
+      s.elements = m_tiles * (c.head_dim / 8) * 4;
+      break;
+    case FaultSite::checksum:
+      s.elements = 0;  // scheme-specific: the kernel takes the element modulo its count
+      break;
+    default:
+      throw ConfigError(
+          fmt::format("site {} has no source-level injection point: use scores, "
+                      "probs, row_max, row_sum, rescale, output or checksum",
+                      site_name(site)));
+  }
+  const int m_blocks = (pr.seqlen_q + c.block_m - 1) / c.block_m;
+  const int diag = pr.seqlen_k - pr.seqlen_q;
+  for (int b = 0; b < pr.batch; ++b)
+    for (int h = 0; h < pr.heads_q; ++h)
+      for (int x = 0; x < m_blocks; ++x) {
+        const int m_block = is_causal(c.mask) ? m_blocks - 1 - x : x;
+        int n_blocks = (pr.seqlen_k + c.block_n - 1) / c.block_n;
+        if (is_causal(c.mask)) {
+          const int last_key = m_block * c.block_m + c.block_m - 1 + diag;
+          n_blocks = last_key < 0 ? 0 : std::min(n_blocks, last_key / c.block_n + 1);
+        }
+        s.iterations.push_back(n_blocks);
+      }
+  return s;
+}
+
+}  // namespace
+
+std::string_view site_name(FaultSite s) {
+  for (const auto& [site, name] : kSiteNames)
+    if (site == s) return name;
+  throw ConfigError(fmt::format("invalid FaultSite value {}", static_cast<int>(s)));
+}
+
+FaultSite parse_site(std::string_view text) {
+  for (const auto& [site, name] : kSiteNames)
+    if (name == text && site != FaultSite::none) return site;
+  throw ConfigError(fmt::format(
+      "unknown fault site '{}': use scores, probs, row_max, row_sum, rescale, output, checksum "
+      "(or ir with an IR-level backend)",
+      text));
+}
+
+std::string_view to_string(Outcome o) {
+  switch (o) {
+    case Outcome::masked:
+      return "masked";
+    case Outcome::corrected:
+      return "corrected";
+    case Outcome::detected:
+      return "detected";
+    case Outcome::sdc:
+      return "sdc";
+    case Outcome::false_positive:
+      return "false_positive";
+  }
+  throw ConfigError(fmt::format("invalid Outcome value {}", static_cast<int>(o)));
+}
+
+Outcome classify(const Observation& seen) {
+  if (seen.detected == 0) return seen.within_tolerance ? Outcome::masked : Outcome::sdc;
+  if (!seen.within_tolerance) return Outcome::detected;
+  // Detected and the output is fine: either something fixed it, or the alarm was needless.
+  return seen.corrected > 0 || seen.recomputed_tiles > 0 ? Outcome::corrected
+                                                         : Outcome::false_positive;
+}
+
+float ulp(double magnitude, Precision p) {
+  const int mantissa_bits = p == Precision::bf16 ? 7 : 10;
+  const int min_exponent = p == Precision::bf16 ? -126 : -14;  // smallest normal
+  const double a = std::abs(magnitude);
+  const int e = a > 0 && std::isfinite(a) ? std::max(std::ilogb(a), min_exponent) : min_exponent;
+  return static_cast<float>(std::ldexp(1.0, e - mantissa_bits));
+}
+
+std::vector<float> element_tolerance(const std::vector<float>& clean,
+                                     const std::vector<double>& ref, Precision p) {
+  if (clean.size() != ref.size())
+    throw Error(fmt::format("element_tolerance: {} clean values but {} reference values",
+                            clean.size(), ref.size()));
+  std::vector<float> tol(clean.size());
+  for (size_t i = 0; i < clean.size(); ++i) {
+    const double own = std::abs(static_cast<double>(clean[i]) - ref[i]);
+    // A non-finite fault-free value admits no tolerance: every deviation then counts.
+    tol[i] = std::isfinite(own) ? std::max(static_cast<float>(own), ulp(ref[i], p)) : 0.0f;
+  }
+  return tol;
+}
+
+Deviation deviation(const float* faulty, const float* clean, const float* tolerance, size_t n) {
+  Deviation d;
+  for (size_t i = 0; i < n; ++i) {
+    const float diff = std::abs(faulty[i] - clean[i]);
+    if (!(diff <= tolerance[i])) ++d.over;  // NaN fails too
+    if (std::isnan(diff))
+      d.max_abs = std::numeric_limits<double>::infinity();
+    else
+      d.max_abs = std::max(d.max_abs, static_cast<double>(diff));
+  }
+  return d;
+}
+
+BitRange BitRange::parse(std::string_view text) {
+  auto bad = [&] {
+    return ConfigError(fmt::format(
+        "bad bit range '{}': write lo:hi with 0 <= lo <= hi <= 31 (0 is the mantissa's lowest "
+        "bit, 31 the sign), e.g. 0:31 or 23:30, or one bit",
+        text));
+  };
+  auto number = [&](std::string_view s) {
+    int v = 0;
+    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || ec != std::errc() || end != s.data() + s.size()) throw bad();
+    return v;
+  };
+  BitRange r;
+  const size_t colon = text.find(':');
+  r.lo = number(text.substr(0, colon));
+  r.hi = colon == std::string_view::npos ? r.lo : number(text.substr(colon + 1));
+  if (r.lo < 0 || r.hi > 31 || r.lo > r.hi) throw bad();
+  return r;
+}
+
+long long InjectionSpace::total_iterations() const {
+  long long total = 0;
+  for (int n : iterations) total += n;
+  return total;
+}
+
+InjectionSpace injection_space(const KernelConfig& c, const Problem& pr, FaultSite site) {
+  validate(pr, c);
+  InjectionSpace s = c.protection == Protection::decoupled
+                         ? runtime::decoupled_injection_space(c, pr, site)
+                         : fused_space(c, pr, site);
+  if (s.total_iterations() == 0)
+    throw ConfigError(
+        fmt::format("no CTA runs site {} on this problem: give a larger shape", site_name(site)));
+  return s;
+}
+
+FaultPlan plan_trial(const InjectionSpace& space, FaultSite site, BitRange bits, uint64_t seed,
+                     uint64_t index) {
+  const long long total = space.total_iterations();
+  if (total <= 0 || space.threads <= 0)
+    throw ConfigError("plan_trial: the injection space is empty");
+  uint64_t state = splitmix64(seed ^ splitmix64(index + 1));
+  auto draw = [&](uint64_t n) {  // uniform in [0, n); n is small, the modulo bias is < 2^-32
+    state = splitmix64(state);
+    return state % n;
+  };
+  FaultPlan plan;
+  plan.site = site;
+  // A uniform (CTA, iteration) pair: walk the per-CTA counts.
+  long long pick = static_cast<long long>(draw(static_cast<uint64_t>(total)));
+  int cta = 0;
+  while (pick >= space.iterations[cta]) pick -= space.iterations[cta++];
+  plan.cta = cta;
+  plan.iteration = static_cast<int>(pick);
+  plan.thread = static_cast<int>(draw(static_cast<uint64_t>(space.threads)));
+  // With an unknown count, a large range keeps the kernel's modulo nearly uniform.
+  plan.element = static_cast<int>(draw(space.elements > 0 ? space.elements : 1u << 20));
+  plan.bit = bits.lo + static_cast<int>(draw(static_cast<uint64_t>(bits.hi - bits.lo + 1)));
+  return plan;
+}
+
+void Tally::add(Outcome o) {
+  ++counts[static_cast<size_t>(o)];
+  ++trials;
+}
+
+long long Tally::count(Outcome o) const { return counts[static_cast<size_t>(o)]; }
+
+double Tally::share(Outcome o) const {
+  return trials > 0 ? static_cast<double>(count(o)) / static_cast<double>(trials) : 0.0;
+}
+
+double wilson_upper_95(long long hits, long long n) {
+  if (n <= 0) return 1.0;
+  const double z = 1.6448536269514722;  // one-sided 95%
+  const double p = static_cast<double>(hits) / static_cast<double>(n);
+  const double nn = static_cast<double>(n);
+  const double center = p + z * z / (2 * nn);
+  const double spread = z * std::sqrt(p * (1 - p) / nn + z * z / (4 * nn * nn));
+  return std::min(1.0, (center + spread) / (1 + z * z / nn));
+}
+
+std::string_view to_string(Distribution d) {
+  switch (d) {
+    case Distribution::normal:
+      return "normal(0,1)";
+    case Distribution::uniform:
+      return "uniform(x0=0,Am=1)";
+    case Distribution::uniform_biased:
+      return "uniform(x0=20,Am=0.5)";
+    case Distribution::hybrid:
+      return "hybrid(x0=0,Am=10)";
+    case Distribution::hybrid_biased:
+      return "hybrid(x0=20,Am=10)";
+  }
+  throw ConfigError(fmt::format("invalid Distribution value {}", static_cast<int>(d)));
+}
+
+reference::Tensor16 random_tensor(Distribution d, std::mt19937_64& rng, Precision p,
+                                  const Strides& strides, int batch, int heads, int seqlen,
+                                  int head_dim) {
+  if (d == Distribution::normal)
+    return reference::random_tensor(rng, p, strides, batch, heads, seqlen, head_dim);
+  // PASA's generators (seed-numerics B.7): uniform U(x0 - Am, x0 + Am); hybrid
+  // N(x0, 1) + N(0, Am^2) * Bernoulli(0.001).
+  const bool uniform = d == Distribution::uniform || d == Distribution::uniform_biased;
+  const bool biased = d == Distribution::uniform_biased || d == Distribution::hybrid_biased;
+  const double x0 = biased ? 20.0 : 0.0;
+  const double am = uniform ? (biased ? 0.5 : 1.0) : 10.0;
+  reference::Tensor16 t;
+  t.strides = strides;
+  t.data.assign(reference::span_elements(strides, batch, heads, seqlen, head_dim),
+                reference::to_bits(std::numeric_limits<float>::quiet_NaN(), p));
+  std::uniform_real_distribution<double> u(x0 - am, x0 + am);
+  std::normal_distribution<double> n(x0, 1.0), outlier(0.0, am);
+  std::bernoulli_distribution rare(0.001);
+  for (int b = 0; b < batch; ++b)
+    for (int h = 0; h < heads; ++h)
+      for (int s = 0; s < seqlen; ++s)
+        for (int x = 0; x < head_dim; ++x) {
+          const double v = uniform ? u(rng) : n(rng) + (rare(rng) ? outlier(rng) : 0.0);
+          t.data[b * strides.batch + h * strides.head + s * strides.seq + x] =
+              reference::to_bits(static_cast<float>(v), p);
+        }
+  return t;
+}
+
+std::vector<double> reference_output(const Problem& pr, Precision p, Mask mask,
+                                     const reference::Tensor16& q, const reference::Tensor16& k,
+                                     const reference::Tensor16& v) {
+  const long long rows = 1LL * pr.batch * pr.heads_q * pr.seqlen_q;
+  const int d = pr.head_dim;
+  std::vector<double> out(static_cast<size_t>(rows) * d);
+  auto work = [&](long long begin, long long end) {
+    for (long long r = begin; r < end; ++r) {
+      const int s = static_cast<int>(r % pr.seqlen_q);
+      const int h = static_cast<int>((r / pr.seqlen_q) % pr.heads_q);
+      const int b = static_cast<int>(r / (1LL * pr.seqlen_q * pr.heads_q));
+      const std::vector<double> row = reference::attention_row(pr, p, mask, q, k, v, b, h, s);
+      std::copy(row.begin(), row.end(), out.begin() + r * d);
+    }
+  };
+  const unsigned workers = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> threads;
+  for (unsigned w = 0; w < workers; ++w)
+    threads.emplace_back(work, rows * w / workers, rows * (w + 1) / workers);
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+std::vector<float> dense_output(const Problem& pr, Precision p, const reference::Tensor16& o) {
+  std::vector<float> out(static_cast<size_t>(pr.batch) * pr.heads_q * pr.seqlen_q * pr.head_dim);
+  size_t i = 0;
+  for (int b = 0; b < pr.batch; ++b)
+    for (int h = 0; h < pr.heads_q; ++h)
+      for (int s = 0; s < pr.seqlen_q; ++s)
+        for (int x = 0; x < pr.head_dim; ++x) out[i++] = o.at(p, b, h, s, x);
+  return out;
+}
+
+CampaignResult run_campaign(TrialBackend& backend, const InjectionSpace& space,
+                            const std::vector<float>& clean, const std::vector<float>& tolerance,
+                            const CampaignOptions& o,
+                            const std::function<void(const TrialResult&)>& progress) {
+  if (clean.size() != tolerance.size())
+    throw Error("run_campaign: the clean output and its tolerance differ in size");
+  const auto start = std::chrono::steady_clock::now();
+  CampaignResult result;
+  result.trials.reserve(static_cast<size_t>(o.trials));
+  std::vector<float> out;
+  for (long long i = 0; i < o.trials; ++i) {
+    TrialResult t;
+    t.index = static_cast<uint64_t>(i);
+    t.plan = plan_trial(space, o.site, o.bits, o.seed, t.index);
+    t.report = backend.run(t.plan, out);
+    if (out.size() != clean.size())
+      throw Error(fmt::format("run_campaign: the backend returned {} values, expected {}",
+                              out.size(), clean.size()));
+    t.deviation = deviation(out.data(), clean.data(), tolerance.data(), clean.size());
+    t.outcome = classify(
+        {t.report.detected, t.report.corrected, t.report.recomputed_tiles, t.deviation.within()});
+    result.tally.add(t.outcome);
+    if (progress) progress(t);
+    result.trials.push_back(std::move(t));
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+std::string summary_table(const Tally& t) {
+  std::string out =
+      fmt::format("{:<16} {:>8} {:>9} {:>16}\n", "outcome", "trials", "share", "95% upper bound");
+  for (Outcome o : kOutcomes)
+    out += fmt::format("{:<16} {:>8} {:>8.3f}% {:>15.3f}%\n", to_string(o), t.count(o),
+                       100.0 * t.share(o), 100.0 * wilson_upper_95(t.count(o), t.trials));
+  out += fmt::format("{:<16} {:>8}\n", "total", t.trials);
+  return out;
+}
+
+std::string trials_csv_header() {
+  return "trial,site,cta,thread,iteration,element,bit,outcome,detected,corrected,"
+         "recomputed_tiles,elements_over,max_abs_deviation,first_stage,first_row,first_col";
+}
+
+std::string trials_csv_row(const TrialResult& t) {
+  const FaultEvent* e = t.report.events.empty() ? nullptr : &t.report.events.front();
+  return fmt::format(
+      "{},{},{},{},{},{},{},{},{},{},{},{},{:.6g},{},{},{}", t.index, site_name(t.plan.site),
+      t.plan.cta, t.plan.thread, t.plan.iteration, t.plan.element, t.plan.bit, to_string(t.outcome),
+      t.report.detected, t.report.corrected, t.report.recomputed_tiles, t.deviation.over,
+      t.deviation.max_abs, e ? static_cast<int>(e->stage) : 0, e ? e->row : -1, e ? e->col : -1);
+}
+
+}  // namespace ftattn::campaign

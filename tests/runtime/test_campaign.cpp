@@ -1,0 +1,297 @@
+// Campaign logic without a GPU: classification, the tolerance, trial planning, bit ranges,
+// tallies, and a whole campaign over a fake backend.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "ftattn/campaign.hpp"
+#include "ftattn/errors.hpp"
+#include "tests/support/configs.hpp"
+
+using namespace ftattn;
+using namespace ftattn::campaign;
+
+namespace {
+
+KernelConfig fused(int head_dim, int block_m, int block_n, int warps, Mask mask) {
+  KernelConfig c = test::tile_config(head_dim, block_m, block_n, warps, 1, Arch::parse("sm_80"));
+  c.mask = mask;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("classification follows detection, correction and the tolerance", "[campaign]") {
+  CHECK(classify({0, 0, 0, true}) == Outcome::masked);
+  CHECK(classify({0, 0, 0, false}) == Outcome::sdc);
+  CHECK(classify({1, 1, 0, true}) == Outcome::corrected);
+  CHECK(classify({2, 1, 0, true}) == Outcome::corrected);
+  CHECK(classify({1, 0, 3, true}) == Outcome::corrected);  // fixed by recompute
+  CHECK(classify({1, 0, 0, true}) == Outcome::false_positive);
+  CHECK(classify({1, 0, 0, false}) == Outcome::detected);
+  CHECK(classify({1, 1, 0, false}) == Outcome::detected);  // a wrong correction is still told
+  // A recorded correction of an output nobody can see wrong is not a false positive.
+  CHECK(classify({3, 3, 0, true}) != Outcome::false_positive);
+}
+
+TEST_CASE("ulp is the 16-bit spacing at the magnitude", "[campaign]") {
+  CHECK(ulp(1.0, Precision::f16) == Approx(std::ldexp(1.0, -10)));
+  CHECK(ulp(1.5, Precision::f16) == Approx(std::ldexp(1.0, -10)));
+  CHECK(ulp(2.0, Precision::f16) == Approx(std::ldexp(1.0, -9)));
+  CHECK(ulp(-0.3, Precision::bf16) == Approx(std::ldexp(1.0, -2 - 7)));
+  // Below the smallest normal the spacing stops shrinking.
+  CHECK(ulp(0.0, Precision::f16) == Approx(std::ldexp(1.0, -24)));
+  CHECK(ulp(1e-30, Precision::f16) == Approx(std::ldexp(1.0, -24)));
+}
+
+TEST_CASE("the tolerance is the kernel's own error with a one-ulp floor", "[campaign]") {
+  const std::vector<float> clean = {1.0f, 0.5f, 2.0f, std::numeric_limits<float>::quiet_NaN()};
+  const std::vector<double> ref = {1.01, 0.5, 2.0, 1.0};
+  const auto tol = element_tolerance(clean, ref, Precision::f16);
+  CHECK(tol[0] == Approx(0.01).epsilon(1e-3));    // own error above one ulp
+  CHECK(tol[1] == Approx(std::ldexp(1.0, -11)));  // exact: one ulp at 0.5
+  CHECK(tol[2] == Approx(std::ldexp(1.0, -9)));   // one ulp at 2
+  CHECK(tol[3] == 0.0f);                          // a NaN baseline tolerates nothing
+  CHECK_THROWS_AS(element_tolerance(clean, {1.0}, Precision::f16), Error);
+
+  const std::vector<float> same = {1.0f, 0.5f, 2.0f, 0.0f};
+  std::vector<float> base = {1.0f, 0.5f, 2.0f, 0.0f};
+  const std::vector<float> t = {0.01f, 0.001f, 0.002f, 0.0f};
+  CHECK(deviation(same.data(), base.data(), t.data(), 4).within());
+  std::vector<float> moved = {1.009f, 0.5f, 2.0f, 0.0f};
+  CHECK(deviation(moved.data(), base.data(), t.data(), 4).within());
+  moved[1] = 0.502f;  // 2e-3 > 1e-3
+  Deviation d = deviation(moved.data(), base.data(), t.data(), 4);
+  CHECK(d.over == 1);
+  CHECK(d.max_abs == Approx(0.009).epsilon(0.01));
+  moved[3] = std::numeric_limits<float>::quiet_NaN();
+  d = deviation(moved.data(), base.data(), t.data(), 4);
+  CHECK(d.over == 2);
+  CHECK(std::isinf(d.max_abs));
+}
+
+TEST_CASE("bit ranges parse lo:hi or one bit and reject the rest", "[campaign]") {
+  CHECK(BitRange::parse("0:31").lo == 0);
+  CHECK(BitRange::parse("0:31").hi == 31);
+  CHECK(BitRange::parse("23:30").lo == 23);
+  CHECK(BitRange::parse("30").hi == 30);
+  CHECK(BitRange::parse("30").lo == 30);
+  for (const char* bad : {"", "a:b", "0:32", "-1:3", "5:4", "1:2:3", "3x"})
+    CHECK_THROWS_AS(BitRange::parse(bad), ConfigError);
+}
+
+TEST_CASE("site names round-trip and typos are refused", "[campaign]") {
+  for (FaultSite s : {FaultSite::scores, FaultSite::probs, FaultSite::row_max, FaultSite::row_sum,
+                      FaultSite::rescale, FaultSite::output, FaultSite::checksum, FaultSite::ir})
+    CHECK(parse_site(site_name(s)) == s);
+  CHECK_THROWS_AS(parse_site("none"), ConfigError);
+  CHECK_THROWS_AS(parse_site("score"), ConfigError);
+}
+
+TEST_CASE("the fused injection space follows the kernel's grid and causal schedule", "[campaign]") {
+  const Problem pr = Problem::bhsd(2, 3, 3, 300, 300, 64);
+  SECTION("no mask: every CTA sees every key block") {
+    const KernelConfig c = fused(64, 128, 64, 4, Mask::none);
+    const InjectionSpace s = injection_space(c, pr, FaultSite::scores);
+    CHECK(s.iterations.size() == 3u * 3 * 2);  // ceil(300/128) x heads x batch
+    for (int n : s.iterations) CHECK(n == 5);  // ceil(300/64)
+    CHECK(s.threads == 128);
+    CHECK(s.elements == 2 * 8 * 4);  // m_tiles x s_tiles x 4
+    CHECK(injection_space(c, pr, FaultSite::output).elements == 2 * 8 * 4);
+    CHECK(injection_space(c, pr, FaultSite::row_sum).elements == 4);
+  }
+  SECTION("causal: longest first, the triangle's counts") {
+    const KernelConfig c = fused(64, 128, 64, 4, Mask::causal);
+    const InjectionSpace s = injection_space(c, pr, FaultSite::probs);
+    // blockIdx.x 0 runs m_block 2 (rows 256..383: keys up to 299 -> 5 blocks), then rows
+    // 128..255 (keys up to 255 -> 4 blocks), then rows 0..127 (2 blocks).
+    REQUIRE(s.iterations.size() >= 3);
+    CHECK(s.iterations[0] == 5);
+    CHECK(s.iterations[1] == 4);
+    CHECK(s.iterations[2] == 2);
+  }
+  SECTION("causal with more queries than keys leaves the first rows empty") {
+    const Problem tall = Problem::bhsd(1, 1, 1, 512, 64, 64);
+    const KernelConfig c = fused(64, 128, 64, 4, Mask::causal);
+    const InjectionSpace s = injection_space(c, tall, FaultSite::scores);
+    // Rows 0..447 see no key: m_blocks 0..2 (x = 3, 2, 1) have nothing to run.
+    CHECK(s.iterations == std::vector<int>{1, 0, 0, 0});
+  }
+  CHECK_THROWS_AS(injection_space(fused(64, 128, 64, 4, Mask::none), pr, FaultSite::ir),
+                  ConfigError);
+  CHECK_THROWS_AS(injection_space(fused(64, 128, 64, 4, Mask::none), pr, FaultSite::none),
+                  ConfigError);
+}
+
+TEST_CASE("the decoupled injection space names each site's kernel", "[campaign]") {
+  KernelConfig c = fused(128, 128, 64, 4, Mask::none);
+  c.protection = Protection::decoupled;
+  const Problem pr = Problem::bhsd(1, 2, 2, 256, 256, 128);
+  const InjectionSpace scores = injection_space(c, pr, FaultSite::scores);
+  CHECK(scores.iterations.size() == 2u * 2 * 2);         // 2 x 2 tiles of 128 per head
+  for (int n : scores.iterations) CHECK(n == 128 / 32);  // k steps over head_dim
+  CHECK(scores.threads == 256);
+  const InjectionSpace probs = injection_space(c, pr, FaultSite::probs);
+  CHECK(probs.iterations.size() == 2u * 256 / 4);  // 4 rows per CTA
+  for (int n : probs.iterations) CHECK(n == 2);    // 256 keys in chunks of 128
+  const InjectionSpace out = injection_space(c, pr, FaultSite::output);
+  for (int n : out.iterations) CHECK(n == 256 / 32);
+  CHECK_THROWS_AS(injection_space(c, pr, FaultSite::rescale), ConfigError);
+
+  SECTION("causal skips the tiles above the diagonal") {
+    c.mask = Mask::causal;
+    const InjectionSpace s = injection_space(c, pr, FaultSite::scores);
+    int empty = 0;
+    for (int n : s.iterations) empty += n == 0;
+    CHECK(empty == 2);  // the upper-right tile of each head
+    const InjectionSpace p = injection_space(c, pr, FaultSite::probs);
+    CHECK(p.iterations.front() == 1);  // rows 0..3: 4 keys at most, one chunk
+    CHECK(p.iterations.back() == 2);
+  }
+}
+
+TEST_CASE("trial plans are reproducible, in range and spread over the space", "[campaign]") {
+  InjectionSpace s;
+  s.iterations = {0, 3, 1, 0, 4};
+  s.threads = 64;
+  s.elements = 10;
+  const BitRange bits{20, 27};
+  std::map<std::pair<int, int>, int> hits;
+  std::set<int> bits_seen;
+  for (uint64_t i = 0; i < 8000; ++i) {
+    const FaultPlan p = plan_trial(s, FaultSite::probs, bits, 42, i);
+    REQUIRE(p.site == FaultSite::probs);
+    REQUIRE(p.cta >= 0);
+    REQUIRE(p.cta < 5);
+    REQUIRE(p.iteration < s.iterations[p.cta]);
+    REQUIRE(p.thread < 64);
+    REQUIRE(p.element < 10);
+    REQUIRE(p.bit >= 20);
+    REQUIRE(p.bit <= 27);
+    ++hits[{p.cta, p.iteration}];
+    bits_seen.insert(p.bit);
+    const FaultPlan again = plan_trial(s, FaultSite::probs, bits, 42, i);
+    REQUIRE((again.cta == p.cta && again.thread == p.thread && again.iteration == p.iteration &&
+             again.element == p.element && again.bit == p.bit));
+  }
+  // 8 (CTA, iteration) pairs, each near 1000 hits: CTAs weigh by their work.
+  CHECK(hits.size() == 8u);
+  for (const auto& [key, n] : hits) CHECK(std::abs(n - 1000) < 150);
+  CHECK(bits_seen.size() == 8u);
+  InjectionSpace empty;
+  empty.threads = 32;
+  empty.iterations = {0, 0};
+  CHECK_THROWS_AS(plan_trial(empty, FaultSite::scores, bits, 1, 0), ConfigError);
+}
+
+TEST_CASE("tallies count and bound rates", "[campaign]") {
+  Tally t;
+  for (int i = 0; i < 90; ++i) t.add(Outcome::masked);
+  for (int i = 0; i < 10; ++i) t.add(Outcome::corrected);
+  CHECK(t.trials == 100);
+  CHECK(t.share(Outcome::corrected) == Approx(0.1));
+  CHECK(t.count(Outcome::sdc) == 0);
+  // Zero of 10,000: the bound is near 2.7e-4 (one-sided 95%), not 0.
+  CHECK(wilson_upper_95(0, 10000) == Approx(2.705e-4).epsilon(0.01));
+  CHECK(wilson_upper_95(50, 100) > 0.5);
+  CHECK(wilson_upper_95(50, 100) < 0.6);
+  CHECK(wilson_upper_95(0, 0) == 1.0);
+  const std::string table = summary_table(t);
+  CHECK(table.find("corrected") != std::string::npos);
+  CHECK(table.find("10.000%") != std::string::npos);
+}
+
+TEST_CASE("the false-alarm distributions have the asked mean and spread", "[campaign]") {
+  const Problem pr = Problem::bhsd(1, 1, 1, 64, 64, 64);
+  for (Distribution d : kDistributions) {
+    std::mt19937_64 rng(7);
+    const auto t = random_tensor(d, rng, Precision::f16, pr.q, 1, 1, 64, 64);
+    double sum = 0, lo = 1e9, hi = -1e9;
+    for (uint16_t bits : t.data) {
+      const double x = reference::from_bits(bits, Precision::f16);
+      REQUIRE(std::isfinite(x));
+      sum += x;
+      lo = std::min(lo, x);
+      hi = std::max(hi, x);
+    }
+    const double mean = sum / static_cast<double>(t.data.size());
+    INFO(to_string(d));
+    if (d == Distribution::uniform_biased) {
+      CHECK(mean == Approx(20).margin(0.05));
+      CHECK(lo >= 19.5);
+      CHECK(hi <= 20.5);
+    } else if (d == Distribution::hybrid_biased) {
+      CHECK(mean == Approx(20).margin(0.2));
+    } else {
+      CHECK(std::abs(mean) < 0.2);
+    }
+    if (d == Distribution::uniform) {
+      CHECK(lo >= -1.0);
+      CHECK(hi <= 1.0);
+    }
+  }
+}
+
+namespace {
+
+// Output = clean plus a fault effect the plan's bit decides; reports as told.
+class FakeBackend final : public TrialBackend {
+ public:
+  std::vector<float> clean{1.0f, 2.0f, 3.0f};
+  FaultReport run(const std::optional<FaultPlan>& plan, std::vector<float>& out) override {
+    out = clean;
+    FaultReport r;
+    if (!plan) return r;
+    ++runs;
+    if (plan->bit >= 30) {  // big fault, detected and corrected
+      r.detected = r.corrected = 1;
+    } else if (plan->bit >= 20) {  // big fault nobody sees
+      out[1] += 1.0f;
+    } else if (plan->bit >= 10) {  // detected, left wrong
+      r.detected = 1;
+      out[2] = std::numeric_limits<float>::quiet_NaN();
+    } else if (plan->bit == 0) {  // an alarm about nothing
+      r.detected = 1;
+    }
+    return r;
+  }
+  int runs = 0;
+};
+
+}  // namespace
+
+TEST_CASE("a campaign runs every trial and tallies what the backend did", "[campaign]") {
+  FakeBackend backend;
+  InjectionSpace s;
+  s.iterations = {2, 2};
+  s.threads = 32;
+  const std::vector<float> tol = {1e-3f, 1e-3f, 1e-3f};
+  CampaignOptions o;
+  o.site = FaultSite::scores;
+  o.trials = 640;
+  o.bits = {0, 31};
+  int seen = 0;
+  const CampaignResult r =
+      run_campaign(backend, s, backend.clean, tol, o, [&](const TrialResult&) { ++seen; });
+  CHECK(backend.runs == 640);
+  CHECK(seen == 640);
+  CHECK(r.tally.trials == 640);
+  long long expected[5] = {};
+  for (const TrialResult& t : r.trials) {
+    const int b = t.plan.bit;
+    const Outcome want = b >= 30   ? Outcome::corrected
+                         : b >= 20 ? Outcome::sdc
+                         : b >= 10 ? Outcome::detected
+                         : b == 0  ? Outcome::false_positive
+                                   : Outcome::masked;
+    REQUIRE(t.outcome == want);
+    ++expected[static_cast<int>(want)];
+  }
+  for (Outcome out : kOutcomes) CHECK(r.tally.count(out) == expected[static_cast<int>(out)]);
+  CHECK(r.tally.count(Outcome::sdc) > 0);
+  const std::string row = trials_csv_row(r.trials.front()), header = trials_csv_header();
+  CHECK(std::count(row.begin(), row.end(), ',') == std::count(header.begin(), header.end(), ','));
+  CHECK_THROWS_AS(run_campaign(backend, s, backend.clean, {1.0f}, o), Error);
+}
