@@ -142,6 +142,7 @@ KernelSource generate(const KernelConfig& config) {
                  : generate_16bit(config, precision, protect, out.name, out.symbol);
   out.options = {"--gpu-architecture=" + nvrtc_arch(config.arch), "--std=c++17", "-lineinfo",
                  "-Xptxas=-v", "-default-device"};
+  if (config.backend == Backend::llvm) use_llvm_route(config, out);
   return out;
 }
 

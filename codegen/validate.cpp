@@ -121,6 +121,29 @@ void validate(const KernelConfig& c) {
     }
   }
 
+  if (c.backend == Backend::llvm && !llvm_route_built()) {
+    throw ConfigError(
+        "backend llvm: this ftattn was built without the LLVM route (LLVM 22 not found, or "
+        "FTATTN_WITH_LLVM=OFF): install LLVM 22 (scripts/setup.sh) and rebuild, or use backend "
+        "nvrtc");
+  }
+  if (c.backend != Backend::llvm &&
+      (c.ir_inject != IrClass::none || c.ir_harden != IrClass::none)) {
+    throw ConfigError(
+        "ir_inject and ir_harden are IR passes of the LLVM route: set backend llvm, or leave them "
+        "at none");
+  }
+  if (c.backend == Backend::llvm && c.protection == Protection::decoupled) {
+    throw ConfigError(
+        "protection decoupled runs three separate kernels, and the LLVM route builds the fused "
+        "kernel only: use backend nvrtc, or the LLVM route's DMR hardening (ir_harden)");
+  }
+  if (c.ir_harden == IrClass::load) {
+    throw ConfigError(
+        "ir_harden load is not supported (a duplicated load reads the same memory): harden "
+        "fp_arith, int_arith, exp_max or mma");
+  }
+
   if (!contains(kHeadDims, c.head_dim)) {
     throw ConfigError(fmt::format(
         "head_dim {} is not supported: use one of 32, 64, 96, 128, 192, 256", c.head_dim));
