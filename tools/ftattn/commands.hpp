@@ -30,5 +30,6 @@ Command add_demo_command(CLI::App& parent, const GlobalOptions& global);
 Command add_bench_command(CLI::App& parent, const GlobalOptions& global);
 Command add_tune_command(CLI::App& parent, const GlobalOptions& global);
 Command add_accuracy_command(CLI::App& parent, const GlobalOptions& global);
+Command add_inject_command(CLI::App& parent, const GlobalOptions& global);
 
 }  // namespace ftattn::cli

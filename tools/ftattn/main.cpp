@@ -48,8 +48,8 @@ int run(int argc, char** argv) {
       ftattn::cli::add_inspect_command(app, global), ftattn::cli::add_compile_command(app, global),
       ftattn::cli::add_run_command(app, global),     ftattn::cli::add_cache_command(app, global),
       ftattn::cli::add_demo_command(app, global),    ftattn::cli::add_bench_command(app, global),
-      ftattn::cli::add_tune_command(app, global),
-      ftattn::cli::add_accuracy_command(app, global)};
+      ftattn::cli::add_tune_command(app, global),    ftattn::cli::add_accuracy_command(app, global),
+      ftattn::cli::add_inject_command(app, global)};
 
   try {
     app.parse(argc, argv);
@@ -64,8 +64,8 @@ int run(int argc, char** argv) {
     if (command.app->parsed()) return command.run();
   }
   throw ftattn::Error(
-      "give a command: inspect, compile, run, bench, tune, accuracy, cache or demo (see ftattn "
-      "--help)");
+      "give a command: inspect, compile, run, bench, tune, accuracy, inject, cache or demo (see "
+      "ftattn --help)");
 }
 
 }  // namespace

@@ -1,0 +1,67 @@
+// `ftattn inject` as a user meets it without a GPU: bad flags exit 2 with a reason that says
+// what to change, checked before the device is; a good command line says no GPU was found.
+#include <sys/wait.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/support/temp_dir.hpp"
+
+#ifndef FTATTN_CLI_PATH
+#error "FTATTN_CLI_PATH must name the built ftattn executable"
+#endif
+
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string err;
+};
+
+// Runs the CLI as on a machine without a GPU (the driver library points nowhere).
+Result inject(const ftattn::test::TempDir& dir, const std::string& args) {
+  const std::string err = (dir.path() / "err.txt").string();
+  const std::string command = "FTATTN_LIBCUDA=" + (dir.path() / "none.so").string() + " " +
+                              FTATTN_CLI_PATH + " --cache-dir " + (dir.path() / "c").string() +
+                              " inject " + args + " >/dev/null 2>" + err;
+  const int status = std::system(command.c_str());
+  Result r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(err);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  r.err = ss.str();
+  UNSCOPED_INFO("command: " << command << "\nstderr: " << r.err);
+  return r;
+}
+
+bool says(const Result& r, const std::string& text) {
+  return r.exit_code == 2 && r.err.find(text) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("cli inject: bad flags say what to change", "[cli][campaign]") {
+  ftattn::test::TempDir dir;
+  CHECK(says(inject(dir, "--head-dim 64 --site score"), "unknown fault site 'score'"));
+  CHECK(says(inject(dir, "--head-dim 64 --site scores --bits 0:32"), "bad bit range"));
+  CHECK(says(inject(dir, "--head-dim 64 --site scores --shape 1,4"), "bad --shape"));
+  CHECK(says(inject(dir, "--head-dim 64 --site scores --shape 1,x,8"), "bad --shape"));
+  CHECK(says(inject(dir, "--head-dim 64 --site scores --on-fault throw"), "report or recompute"));
+  CHECK(says(inject(dir, "--head-dim 64"), "--site"));
+  CHECK(says(inject(dir, "--site scores"), "head_dim"));
+  CHECK(says(inject(dir, "--head-dim 64 --site scores --trials 0"), "--trials"));
+  CHECK(says(inject(dir, "--head-dim 64 --site scores --protection efta"), "protection"));
+}
+
+TEST_CASE("cli inject: a good command line needs a GPU and says so", "[cli][campaign]") {
+  ftattn::test::TempDir dir;
+  const Result r = inject(dir,
+                          "--head-dim 64 --protection decoupled --site scores,probs,output "
+                          "--trials 10 --bits 20:30 --false-alarms 5");
+  CHECK(says(r, "no CUDA driver"));
+}

@@ -1,0 +1,223 @@
+// ftattn inject: fault-injection campaigns. One compile, inputs and the fault-free output made
+// once, then one launch and one output readback per trial; each trial classified against the
+// fault-free output (campaign.hpp says how). Also counts false alarms on clean inputs.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include "ftattn/campaign.hpp"
+#include "tools/ftattn/commands.hpp"
+#include "tools/ftattn/config_flags.hpp"
+#include "tools/ftattn/device_run.hpp"
+#include "tools/ftattn/shapes.hpp"
+
+namespace ftattn::cli {
+namespace {
+
+struct InjectOptions {
+  ConfigFlags config;
+  std::string sites, bits = "0:31", shape = "1,4,1024", csv, summary_csv, on_fault = "report";
+  long long trials = 1000;
+  int false_alarms = 0;
+  uint64_t seed = 1;
+};
+
+// "batch,heads,seqlen" or "batch,heads,seqlen,heads_kv".
+Problem parse_shape(const std::string& text, int head_dim) {
+  std::vector<int> v;
+  bool ok = true;
+  for (const std::string& part : split(text, ',')) {
+    char* end = nullptr;
+    const long x = std::strtol(part.c_str(), &end, 10);
+    ok = ok && *end == '\0' && x > 0 && x <= (1 << 24);
+    v.push_back(static_cast<int>(x));
+  }
+  if (!ok || (v.size() != 3 && v.size() != 4))
+    throw ConfigError(fmt::format(
+        "bad --shape '{}': write batch,heads,seqlen (or batch,heads,seqlen,heads_kv) with "
+        "positive numbers, e.g. 1,8,1024",
+        text));
+  return Problem::bhsd(v[0], v[1], v.size() == 4 ? v[3] : v[1], v[2], v[2], head_dim);
+}
+
+// Campaigns run on: report (count and classify) or recompute (the runtime relaunches tiles).
+OnFault parse_campaign_on_fault(const std::string& text) {
+  if (text == "report") return OnFault::report;
+  if (text == "recompute") return OnFault::recompute;
+  throw ConfigError(fmt::format(
+      "bad --on-fault '{}' for a campaign: use report or recompute (throw would end it at the "
+      "first detection)",
+      text));
+}
+
+std::string shape_text(const Problem& p) {
+  return fmt::format("{}x{}x{}x{} (kv heads {})", p.batch, p.heads_q, p.seqlen_q, p.head_dim,
+                     p.heads_kv);
+}
+
+// Appends to a summary CSV, writing the header when the file is new.
+class SummaryCsv {
+ public:
+  explicit SummaryCsv(const std::string& path) {
+    if (path.empty()) return;
+    const bool fresh = !std::filesystem::exists(path) || std::filesystem::file_size(path) == 0;
+    out_.open(path, std::ios::app);
+    if (!out_) throw Error(fmt::format("cannot write {}: check the folder", path));
+    if (fresh)
+      out_ << "config,protection,precision,head_dim,mask,shape,site,bits,trials,masked,corrected,"
+              "detected,sdc,false_positive,sdc_upper95,seconds\n";
+  }
+  void add(const KernelConfig& c, const Problem& p, const std::string& site,
+           const std::string& bits, const campaign::Tally& t, double seconds) {
+    if (!out_.is_open()) return;
+    using campaign::Outcome;
+    out_ << fmt::format("{},{},{},{},{},{}x{}x{},{},{},{},{},{},{},{},{},{:.3e},{:.2f}\n", c.name(),
+                        to_string(c.protection), to_string(c.precision), c.head_dim,
+                        to_string(c.mask), p.batch, p.heads_q, p.seqlen_q, site, bits, t.trials,
+                        t.count(Outcome::masked), t.count(Outcome::corrected),
+                        t.count(Outcome::detected), t.count(Outcome::sdc),
+                        t.count(Outcome::false_positive),
+                        campaign::wilson_upper_95(t.count(Outcome::sdc), t.trials), seconds);
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+int run_inject(const InjectOptions& o, const GlobalOptions& global) {
+  KernelConfig wanted = config_from_flags(o.config);
+  if (wanted.head_dim == 0)
+    throw ConfigError("inject needs a head_dim: give --head-dim or a kernel name");
+  if (o.sites.empty() && o.false_alarms == 0)
+    throw ConfigError("give --site (a campaign) or --false-alarms N (clean runs), or both");
+  if (o.trials <= 0) throw ConfigError("--trials must be positive");
+  const campaign::BitRange bits = campaign::BitRange::parse(o.bits);
+  std::vector<FaultSite> sites;
+  for (const std::string& s : split(o.sites, ',')) sites.push_back(campaign::parse_site(s));
+  const OnFault on_fault = parse_campaign_on_fault(o.on_fault);
+  const Problem problem = parse_shape(o.shape, wanted.head_dim);
+
+  const std::string device = describe_device();  // "no GPU" before any other work
+  Runtime rt(global.runtime_options());
+  const KernelConfig clean_config = rt.resolve(wanted, &problem);
+  KernelConfig config = clean_config;
+  config.fault_injection = true;
+  validate(problem, config);
+  fmt::print("device    {}\nkernel    {}\nproblem   {}, {}\n", device, config.name(),
+             shape_text(problem), to_string(config.mask));
+  SummaryCsv summary(o.summary_csv);
+  int exit_code = 0;
+
+  if (!sites.empty()) {
+    // Inputs, FP64 reference and the fault-free output, once.
+    std::mt19937_64 rng(o.seed);
+    const Precision p = config.precision;
+    auto q = reference::random_tensor(rng, p, problem.q, problem.batch, problem.heads_q,
+                                      problem.seqlen_q, problem.head_dim);
+    auto k = reference::random_tensor(rng, p, problem.k, problem.batch, problem.heads_kv,
+                                      problem.seqlen_k, problem.head_dim);
+    auto v = reference::random_tensor(rng, p, problem.v, problem.batch, problem.heads_kv,
+                                      problem.seqlen_k, problem.head_dim);
+    auto backend = campaign::source_backend(rt, config, problem, q, k, v, on_fault);
+    std::vector<float> clean, again;
+    const FaultReport first = backend->run(std::nullopt, clean);
+    backend->run(std::nullopt, again);
+    if (!first.clean())
+      std::cerr << fmt::format(
+          "ftattn: warning: the fault-free run reported {} detection(s): false alarms at these "
+          "thresholds count as detections below\n",
+          first.detected);
+    if (clean != again)
+      std::cerr << "ftattn: warning: two fault-free runs differ: the kernel is not "
+                   "deterministic, so some masked faults may read as corruption\n";
+    const std::vector<double> ref = campaign::reference_output(problem, p, config.mask, q, k, v);
+    const std::vector<float> tolerance = campaign::element_tolerance(clean, ref, p);
+    fmt::print("tolerance |faulty - clean| <= max(|clean - fp64 reference|, 1 ulp), per element\n");
+
+    std::ofstream trials_csv;
+    if (!o.csv.empty()) {
+      trials_csv.open(o.csv);
+      if (!trials_csv) throw Error(fmt::format("cannot write {}: check the folder", o.csv));
+      trials_csv << campaign::trials_csv_header() << "\n";
+    }
+    for (FaultSite site : sites) {
+      const campaign::InjectionSpace space = campaign::injection_space(config, problem, site);
+      campaign::CampaignOptions co;
+      co.site = site;
+      co.trials = o.trials;
+      co.bits = bits;
+      co.seed = o.seed + static_cast<uint64_t>(site) * 0x9e3779b97f4a7c15ull;
+      long long done = 0;
+      const campaign::CampaignResult r = campaign::run_campaign(
+          *backend, space, clean, tolerance, co, [&](const campaign::TrialResult&) {
+            if (++done % std::max<long long>(1, o.trials / 10) == 0)
+              std::cerr << fmt::format("  {}: {}/{}\n", campaign::site_name(site), done, o.trials);
+          });
+      fmt::print(
+          "\ncampaign  {}, site {}, bits {}:{}, {} trials over {} CTAs ({:.1f} s, {:.2f} "
+          "ms/trial), on_fault {}\n{}",
+          to_string(config.protection), campaign::site_name(site), bits.lo, bits.hi, o.trials,
+          space.iterations.size(), r.seconds, 1e3 * r.seconds / o.trials, o.on_fault,
+          campaign::summary_table(r.tally));
+      for (const campaign::TrialResult& t : r.trials)
+        if (trials_csv.is_open()) trials_csv << campaign::trials_csv_row(t) << "\n";
+      summary.add(config, problem, std::string(campaign::site_name(site)), o.bits, r.tally,
+                  r.seconds);
+    }
+  }
+
+  if (o.false_alarms > 0) {
+    const auto rows =
+        campaign::count_false_alarms(rt, clean_config, problem, o.false_alarms, o.seed + 1000003);
+    fmt::print("\nfalse alarms  {} clean runs of {}\n{:<24} {:>6} {:>8} {:>10} {:>10}\n",
+               o.false_alarms, clean_config.name(), "distribution", "runs", "flagged", "detections",
+               "corrected");
+    int flagged = 0;
+    for (const campaign::FalseAlarms& r : rows) {
+      fmt::print("{:<24} {:>6} {:>8} {:>10} {:>10}\n", campaign::to_string(r.distribution), r.runs,
+                 r.flagged, r.detected, r.corrected);
+      flagged += r.flagged;
+      campaign::Tally t;
+      for (int i = 0; i < r.runs; ++i)
+        t.add(i < r.flagged ? campaign::Outcome::false_positive : campaign::Outcome::masked);
+      summary.add(clean_config, problem,
+                  fmt::format("clean:{}", campaign::to_string(r.distribution)), "-", t, 0.0);
+    }
+    if (flagged > 0) exit_code = 1;  // a false alarm at the default thresholds is a failure
+  }
+  return exit_code;
+}
+
+}  // namespace
+
+Command add_inject_command(CLI::App& parent, const GlobalOptions& global) {
+  auto o = std::make_shared<InjectOptions>();
+  CLI::App* cmd = parent.add_subcommand(
+      "inject",
+      "Fault-injection campaigns: single bit flips, classified against the fault-free "
+      "output; false alarms on clean inputs");
+  add_config_flags(*cmd, o->config, Positional::none);
+  cmd->add_option("--site", o->sites,
+                  "value class(es) to flip, comma-separated: scores, probs, row_max, row_sum, "
+                  "rescale, output, checksum");
+  cmd->add_option("--trials", o->trials, "trials per site")->capture_default_str();
+  cmd->add_option("--bits", o->bits, "bit range lo:hi (0: mantissa LSB, 31: sign)")
+      ->capture_default_str();
+  cmd->add_option("--seed", o->seed, "seed of the inputs and of the trial plans")
+      ->capture_default_str();
+  cmd->add_option("--shape", o->shape, "batch,heads,seqlen[,heads_kv]")->capture_default_str();
+  cmd->add_option("--on-fault", o->on_fault, "report or recompute")->capture_default_str();
+  cmd->add_option("--csv", o->csv, "write every trial (plan, outcome, report) to this CSV");
+  cmd->add_option("--summary-csv", o->summary_csv,
+                  "append one row per site (and per false-alarm distribution) to this CSV");
+  cmd->add_option("--false-alarms", o->false_alarms,
+                  "also run N clean inputs (normal, uniform and PASA's biased distributions) and "
+                  "count detections; exit 1 if any")
+      ->check(CLI::NonNegativeNumber);
+  return {cmd, [o, &global] { return run_inject(*o, global); }};
+}
+
+}  // namespace ftattn::cli
