@@ -43,7 +43,14 @@ int run_bench(const BenchOptions& o, const GlobalOptions& global) {
   std::vector<Mask> masks;
   for (const auto& m : split(o.masks, ',')) masks.push_back(parse_mask(m));
   const std::vector<std::string> tiles = split(o.tiles, ',');
-  const KernelConfig base = config_from_flags(o.config);
+  // --protection may list several schemes: each is timed on the same inputs, and its overhead
+  // against `none` of the same shape and tile is reported when `none` is in the list.
+  std::vector<Protection> protections;
+  for (const auto& p : split(o.config.protection, ',')) protections.push_back(parse_protection(p));
+  if (protections.empty()) protections.push_back(Protection::none);
+  ConfigFlags one_protection = o.config;
+  one_protection.protection.clear();
+  const KernelConfig base = config_from_flags(one_protection);
 
   const std::string device = describe_device();
   Runtime runtime(global.runtime_options());
@@ -59,36 +66,50 @@ int run_bench(const BenchOptions& o, const GlobalOptions& global) {
       auto inputs = make_inputs(problem, p, o.device.seed);
       for (Mask m : masks)
         for (size_t t = 0; t < std::max<size_t>(1, tiles.size()); ++t) {
-          KernelConfig c = base;
-          c.head_dim = s.head_dim;
-          c.precision = p;
-          c.mask = m;
-          if (!tiles.empty()) c = apply_tile(c, tiles[t]);
-          DeviceRunResult r;
-          try {
-            r = run_on_device(runtime, c, problem, *inputs, o.device);
-          } catch (const ConfigError& e) {  // a tile that does not fit this shape: skip it
-            log << fmt::format("skip  d{} s{} {}: {}\n", s.head_dim, s.seqlen, tiles[t], e.what());
-            continue;
+          double none_ms = 0.0;  // this shape and tile without protection, when timed
+          for (Protection prot : protections) {
+            KernelConfig c = base;
+            c.head_dim = s.head_dim;
+            c.precision = p;
+            c.mask = m;
+            c.protection = prot;
+            if (!tiles.empty()) c = apply_tile(c, tiles[t]);
+            DeviceRunResult r;
+            try {
+              r = run_on_device(runtime, c, problem, *inputs, o.device);
+            } catch (const ConfigError& e) {  // a tile (or a scheme) that does not fit: skip it
+              log << fmt::format("skip  d{} s{} {} {}: {}\n", s.head_dim, s.seqlen,
+                                 tiles.empty() ? "" : tiles[t], to_string(prot), e.what());
+              continue;
+            }
+            failures += !r.check.passed;
+            if (prot == Protection::none && r.timed) none_ms = r.median_ms;
+            const double overhead = none_ms > 0 && r.timed && prot != Protection::none
+                                        ? r.median_ms / none_ms - 1
+                                        : 0.0;
+            log << fmt::format(
+                "d{:<3} h{:<2} s{:<5} b{:<2} {:<4} {:<6} {:>8.4f} ms {:>6.1f} TFLOP/s {:>8}  "
+                "{}{}\n",
+                s.head_dim, s.heads, s.seqlen, s.batch, to_string(p), to_string(m), r.median_ms,
+                r.tflops,
+                prot == Protection::none || none_ms <= 0 ? std::string()
+                                                         : fmt::format("{:+.1f}%", 100 * overhead),
+                r.config.name(), r.check.passed ? "" : "  CHECK FAILED: " + r.check.summary());
+            rows.push_back({{"head_dim", s.head_dim},
+                            {"seqlen", s.seqlen},
+                            {"batch", s.batch},
+                            {"heads", s.heads},
+                            {"causal", is_causal(m) ? 1 : 0},
+                            {"dtype", std::string(to_string(p))},
+                            {"config", r.config.name()},
+                            {"ms", r.median_ms},
+                            {"min_ms", r.min_ms},
+                            {"tflops", r.tflops},
+                            {"rel_l2_error", r.check.rel_l2_error},
+                            {"passed", r.check.passed},
+                            {"protection", std::string(to_string(prot))},
+                            {"overhead_vs_none", overhead}});
           }
-          failures += !r.check.passed;
-          log << fmt::format(
-              "d{:<3} h{:<2} s{:<5} b{:<2} {:<4} {:<6} {:>8.4f} ms {:>6.1f} TFLOP/s  {}{}\n",
-              s.head_dim, s.heads, s.seqlen, s.batch, to_string(p), to_string(m), r.median_ms,
-              r.tflops, r.config.name(),
-              r.check.passed ? "" : "  CHECK FAILED: " + r.check.summary());
-          rows.push_back({{"head_dim", s.head_dim},
-                          {"seqlen", s.seqlen},
-                          {"batch", s.batch},
-                          {"heads", s.heads},
-                          {"causal", is_causal(m) ? 1 : 0},
-                          {"dtype", std::string(to_string(p))},
-                          {"config", r.config.name()},
-                          {"ms", r.median_ms},
-                          {"min_ms", r.min_ms},
-                          {"tflops", r.tflops},
-                          {"rel_l2_error", r.check.rel_l2_error},
-                          {"passed", r.check.passed}});
         }
     }
 
@@ -96,13 +117,15 @@ int run_bench(const BenchOptions& o, const GlobalOptions& global) {
     std::ofstream file;
     if (o.csv != "-") file.open(o.csv);
     std::ostream& out = o.csv == "-" ? std::cout : file;
-    out << "head_dim,seqlen,batch,heads,causal,dtype,config,ms,min_ms,tflops,rel_l2_error,passed\n";
+    out << "head_dim,seqlen,batch,heads,causal,dtype,config,ms,min_ms,tflops,rel_l2_error,passed,"
+           "protection,overhead_vs_none\n";
     for (const auto& r : rows)
-      out << fmt::format("{},{},{},{},{},{},{},{:.5f},{:.5f},{:.2f},{:.3e},{}\n",
+      out << fmt::format("{},{},{},{},{},{},{},{:.5f},{:.5f},{:.2f},{:.3e},{},{},{:.4f}\n",
                          int(r["head_dim"]), int(r["seqlen"]), int(r["batch"]), int(r["heads"]),
                          int(r["causal"]), std::string(r["dtype"]), std::string(r["config"]),
                          double(r["ms"]), double(r["min_ms"]), double(r["tflops"]),
-                         double(r["rel_l2_error"]), bool(r["passed"]) ? 1 : 0);
+                         double(r["rel_l2_error"]), bool(r["passed"]) ? 1 : 0,
+                         std::string(r["protection"]), double(r["overhead_vs_none"]));
   }
   if (!o.json.empty())
     std::ofstream(o.json) << nlohmann::json{{"device", device}, {"runs", rows}}.dump(2);

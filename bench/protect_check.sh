@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# What the GPU owes for the protection work (issue 4), in one call on the device machine:
+#   1. the GPU tests of the protected kernels, the decoupled baseline and the campaign runner;
+#   2. the overhead table: none, flash_abft, efta_detect, efta_correct and decoupled timed in the
+#      same run (EFTA's grid: 16k tokens, hidden 1024 = 16 x d64 and 4096 = 32 x d128);
+#   3. campaigns: 10,000 single-bit flips per site into S, P, O and the row sum for efta_correct
+#      (the "no silent corruption" goal), every site of every scheme at 2,000 flips (including
+#      the sites a scheme cannot see), and false alarms on clean inputs.
+#   bash bench/protect_check.sh <folder with ftattn and ftattn_gpu_tests> <results folder>
+# Environment: TRIALS (10000), OTHER_TRIALS (2000), CLEAN_RUNS (100), SHAPE (1,4,1024).
+set -o pipefail
+bin=$(cd "$1" && pwd)
+out=$(mkdir -p "$2" && cd "$2" && pwd)
+export FTATTN_CACHE_DIR=${FTATTN_CACHE_DIR:-/tmp/ftattn-cache}
+trials=${TRIALS:-10000}
+other_trials=${OTHER_TRIALS:-2000}
+clean_runs=${CLEAN_RUNS:-100}
+shape=${SHAPE:-1,4,1024}
+cd "$bin"
+
+./ftattn_gpu_tests "[decoupled],[campaign],[protect]" --durations yes 2>&1 | tail -60 \
+  > "$out/protect_gpu_tests.log"
+echo "gpu tests rc=$?" | tee -a "$out/protect_gpu_tests.log"
+
+shapes="64,16,512,32;64,16,1024,16;64,16,2048,8;64,16,4096,4;64,16,8192,2;64,16,16384,1"
+shapes="$shapes;128,32,512,32;128,32,1024,16;128,32,2048,8;128,32,4096,4;128,32,8192,2"
+shapes="$shapes;128,32,16384,1"
+./ftattn bench --shapes "$shapes" --precisions f16 --masks none,causal \
+  --protection none,flash_abft,efta_detect,efta_correct,decoupled \
+  --csv "$out/protect_overhead.csv" > "$out/protect_overhead.log" 2>&1
+echo "overhead bench rc=$?"
+
+summary="$out/campaign_summary.csv"
+rm -f "$summary"
+# The goal: efta_correct, no silent corruption among $trials flips each into S, P, O, row sum.
+./ftattn inject --head-dim 128 --protection efta_correct --site scores,probs,output,row_sum \
+  --trials "$trials" --bits 0:31 --shape "$shape" --seed 1 --false-alarms "$clean_runs" \
+  --csv "$out/campaign_efta_correct_trials.csv" --summary-csv "$summary" \
+  > "$out/campaign_efta_correct.log" 2>&1
+echo "efta_correct campaign rc=$?"
+# Every site of every scheme, honestly: what each one can and cannot see.
+for scheme in none flash_abft efta_detect efta_correct; do
+  ./ftattn inject --head-dim 128 --protection $scheme \
+    --site scores,probs,row_max,row_sum,rescale,output,checksum --trials "$other_trials" \
+    --shape "$shape" --seed 2 --summary-csv "$summary" > "$out/campaign_$scheme.log" 2>&1
+  echo "$scheme campaign rc=$?"
+done
+./ftattn inject --head-dim 128 --protection decoupled \
+  --site scores,probs,row_max,row_sum,output,checksum --trials "$other_trials" \
+  --shape "$shape" --seed 2 --false-alarms "$clean_runs" --summary-csv "$summary" \
+  > "$out/campaign_decoupled.log" 2>&1
+echo "decoupled campaign rc=$?"
+for p in bf16; do
+  ./ftattn inject --head-dim 128 --precision $p --mask causal --protection efta_correct \
+    --site scores,probs,output,row_sum --trials "$other_trials" --shape "$shape" --seed 3 \
+    --false-alarms "$clean_runs" --summary-csv "$summary" > "$out/campaign_efta_correct_$p.log" 2>&1
+  echo "efta_correct $p causal campaign rc=$?"
+done
+column -s, -t < "$summary" | cut -c1-220
