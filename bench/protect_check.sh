@@ -6,7 +6,9 @@
 #   3. campaigns: 10,000 single-bit flips per site into S, P, O and the row sum for efta_correct
 #      (the "no silent corruption" goal), every site of every scheme at 2,000 flips (including
 #      the sites a scheme cannot see), and false alarms on clean inputs.
-#   bash bench/protect_check.sh <folder with ftattn and ftattn_gpu_tests> <results folder>
+#   bash bench/protect_check.sh <folder with ftattn and ftattn_gpu_tests> <results folder> [stage]
+# stage: tests, bench, goal (the efta_correct campaign), sites (every scheme and site), or all
+# (the default); one stage at a time fits a 10-minute command limit.
 # Environment: TRIALS (10000), OTHER_TRIALS (2000), CLEAN_RUNS (100), SHAPE (1,4,1024).
 set -o pipefail
 bin=$(cd "$1" && pwd)
@@ -16,32 +18,41 @@ trials=${TRIALS:-10000}
 other_trials=${OTHER_TRIALS:-2000}
 clean_runs=${CLEAN_RUNS:-100}
 shape=${SHAPE:-1,4,1024}
+stage=${3:-all}
+want() { [[ $stage == all || $stage == "$1" ]]; }
 cd "$bin"
+summary="$out/campaign_summary.csv"
+[[ $stage == all || $stage == goal ]] && rm -f "$summary"
 
-./ftattn_gpu_tests "[decoupled],[campaign],[protect]" --durations yes 2>&1 | tail -60 \
-  > "$out/protect_gpu_tests.log"
-echo "gpu tests rc=$?" | tee -a "$out/protect_gpu_tests.log"
+if want tests; then
+  ./ftattn_gpu_tests "[decoupled],[campaign],[protect]" --durations yes 2>&1 | tail -60 \
+    > "$out/protect_gpu_tests.log"
+  echo "gpu tests rc=$?" | tee -a "$out/protect_gpu_tests.log"
+fi
 
 shapes="64,16,512,32;64,16,1024,16;64,16,2048,8;64,16,4096,4;64,16,8192,2;64,16,16384,1"
 shapes="$shapes;128,32,512,32;128,32,1024,16;128,32,2048,8;128,32,4096,4;128,32,8192,2"
 shapes="$shapes;128,32,16384,1"
-./ftattn bench --shapes "$shapes" --precisions f16 --masks none,causal \
-  --protection none,flash_abft,efta_detect,efta_correct,decoupled \
-  --csv "$out/protect_overhead.csv" > "$out/protect_overhead.log" 2>&1
-echo "overhead bench rc=$?"
-
-summary="$out/campaign_summary.csv"
-rm -f "$summary"
+if want bench; then
+  ./ftattn bench --shapes "$shapes" --precisions f16 --masks none,causal \
+    --protection none,flash_abft,efta_detect,efta_correct,decoupled \
+    --csv "$out/protect_overhead.csv" > "$out/protect_overhead.log" 2>&1
+  echo "overhead bench rc=$?"
+fi
 # The goal: efta_correct, no silent corruption among $trials flips each into S, P, O, row sum.
-./ftattn inject --head-dim 128 --protection efta_correct --site scores,probs,output,row_sum \
-  --trials "$trials" --bits 0:31 --shape "$shape" --seed 1 --false-alarms "$clean_runs" \
-  --csv "$out/campaign_efta_correct_trials.csv" --summary-csv "$summary" \
-  > "$out/campaign_efta_correct.log" 2>&1
-echo "efta_correct campaign rc=$?"
+if want goal; then
+  ./ftattn inject --head-dim 128 --protection efta_correct --site scores,probs,output,row_sum \
+    --trials "$trials" --bits 0:31 --shape "$shape" --seed 1 --false-alarms "$clean_runs" \
+    --csv "$out/campaign_efta_correct_trials.csv" --summary-csv "$summary" \
+    > "$out/campaign_efta_correct.log" 2>&1
+  echo "efta_correct campaign rc=$?"
+fi
+want sites || { [[ -f $summary ]] && column -s, -t < "$summary" | cut -c1-220; exit 0; }
 # Every site of every scheme, honestly: what each one can and cannot see.
 for scheme in none flash_abft efta_detect efta_correct; do
-  ./ftattn inject --head-dim 128 --protection $scheme \
-    --site scores,probs,row_max,row_sum,rescale,output,checksum --trials "$other_trials" \
+  sites=scores,probs,row_max,row_sum,rescale,output
+  [[ $scheme == none ]] || sites=$sites,checksum  # none has no checksum to hit
+  ./ftattn inject --head-dim 128 --protection $scheme --site $sites --trials "$other_trials" \
     --shape "$shape" --seed 2 --summary-csv "$summary" > "$out/campaign_$scheme.log" 2>&1
   echo "$scheme campaign rc=$?"
 done
