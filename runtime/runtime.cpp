@@ -129,8 +129,15 @@ KernelConfig Runtime::resolve(KernelConfig config, const Problem* problem) const
       std::call_once(noted, [&] { std::fprintf(stderr, "ftattn: note: %s\n", text.c_str()); });
     };
     if (auto tuned = impl_->tuning.find(impl_->device_key, family,
-                                        tuner::Bucket::of(*problem, config.mask), note))
-      return *tuned;
+                                        tuner::Bucket::of(*problem, config.mask), note)) {
+      // The DB holds tiles: what is not a tile (route, IR passes, injection) stays the caller's.
+      KernelConfig chosen = *tuned;
+      chosen.fault_injection = config.fault_injection;
+      chosen.backend = config.backend;
+      chosen.ir_inject = config.ir_inject;
+      chosen.ir_harden = config.ir_harden;
+      return chosen;
+    }
   }
   return with_defaults(config, device, problem);
 }

@@ -5,6 +5,7 @@
 #include <llvm/IR/Dominators.h>
 #include <llvm/IR/Instructions.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
+#include <llvm/Transforms/Utils/BasicBlockUtils.h>
 #include <llvm/Transforms/Utils/PromoteMemToReg.h>
 
 #include "codegen/llvm/bits.hpp"
@@ -41,6 +42,7 @@ struct Plan {
   llvm::Value* iteration = nullptr;  // i32
   llvm::Value* element = nullptr;    // i32
   llvm::Value* bit = nullptr;        // i32
+  llvm::Value* log = nullptr;        // FaultLog*, may be null
   llvm::AllocaInst* counter = nullptr;
 };
 
@@ -58,6 +60,7 @@ Plan build_plan(llvm::Function& kernel, llvm::Argument* params, const ParamsLayo
   plan.iteration = load_param_i32(b, params, layout.iteration);
   plan.element = load_param_i32(b, params, layout.element);
   plan.bit = load_param_i32(b, params, layout.bit);
+  plan.log = load_param_ptr(b, params, layout.fault_log);
   auto sreg = [&](llvm::Intrinsic::ID id) {
     return ours(b.CreateCall(llvm::Intrinsic::getOrInsertDeclaration(&module, id)));
   };
@@ -126,6 +129,28 @@ bool instrument(llvm::Instruction& inst, const Plan& plan) {
   return true;
 }
 
+// Counting mode (iteration < 0): the planned thread adds its number of dynamic instances to
+// fault_log->detected on the way out, so a campaign can learn the space it draws from.
+void add_count_report(llvm::Function& kernel, const Plan& plan, const ParamsLayout& layout) {
+  llvm::SmallVector<llvm::ReturnInst*, 4> exits;
+  for (llvm::BasicBlock& block : kernel)
+    if (auto* ret = llvm::dyn_cast<llvm::ReturnInst>(block.getTerminator())) exits.push_back(ret);
+  for (llvm::ReturnInst* ret : exits) {
+    llvm::IRBuilder<> b(ret);
+    llvm::Value* counting = ours(b.CreateAnd(
+        plan.armed, ours(b.CreateAnd(ours(b.CreateICmpSLT(plan.iteration, b.getInt32(0))),
+                                     ours(b.CreateIsNotNull(plan.log))))));
+    llvm::Value* seen = ours(b.CreateLoad(b.getInt32Ty(), plan.counter));
+    llvm::Instruction* then = llvm::SplitBlockAndInsertIfThen(counting, ret->getIterator(), false);
+    b.SetInsertPoint(then);
+    llvm::Value* detected =
+        ours(b.CreateConstInBoundsGEP1_64(b.getInt8Ty(), plan.log, layout.log_detected));
+    mark_ours(llvm::cast<llvm::Instruction>(b.CreateAtomicRMW(llvm::AtomicRMWInst::Add, detected,
+                                                              seen, llvm::Align(4),
+                                                              llvm::AtomicOrdering::Monotonic)));
+  }
+}
+
 }  // namespace
 
 llvm::PreservedAnalyses FaultInjectPass::run(llvm::Module& module,
@@ -144,6 +169,7 @@ llvm::PreservedAnalyses FaultInjectPass::run(llvm::Module& module,
       if (targets.empty()) continue;
       const Plan plan = build_plan(f, params, *layout);
       for (llvm::Instruction* inst : targets) count += instrument(*inst, plan);
+      add_count_report(f, plan, *layout);
       // The counter lives in a register: promote it now so no later pass has to.
       llvm::DominatorTree dominators(f);
       llvm::PromoteMemToReg({plan.counter}, dominators);

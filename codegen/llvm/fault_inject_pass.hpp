@@ -1,7 +1,9 @@
 // IR-level fault injection: every value of one class, in the chosen functions of each kernel,
 // gets a check after its definition; the `iteration`-th dynamic instance (per thread) in thread
 // `thread` of CTA `cta` has bit `bit` flipped, when the launch's plan says site == ir.
-// Aggregates (MMA results) flip element `element` modulo their size.
+// Aggregates (MMA results) flip element `element` modulo their size. With iteration < 0 nothing
+// flips: the planned thread adds the number of instances it ran to fault_log->detected instead
+// (how a campaign measures the space it draws from).
 #pragma once
 
 #include <llvm/IR/PassManager.h>

@@ -100,6 +100,8 @@ TEST_CASE("injection instruments exactly its class, in kernels only") {
       // The helper is no kernel: it has no plan to read and stays as it was.
       CHECK(count_opcode(run.helper(), llvm::Instruction::FAdd).original == 1);
       CHECK(count_opcode(run.helper(), llvm::Instruction::Xor).ours == 0);
+      // Counting mode: one report of the instance count per exit.
+      CHECK(count_opcode(run.kernel(), llvm::Instruction::AtomicRMW).ours == 1);
       // The instance counter was promoted: no alloca is left behind.
       CHECK(count_opcode(run.kernel(), llvm::Instruction::Alloca).ours == 0);
     }
