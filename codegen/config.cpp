@@ -518,16 +518,26 @@ int KernelConfig::shared_memory_bytes() const {
     return static_cast<int>(std::min<int64_t>(std::max(loop, out), INT_MAX));
   }
   // Q tile plus num_stages buffers each of K and V; rows padded by 8 elements against bank
-  // conflicts.
-  const int64_t rows = int64_t{block_m} + 2 * int64_t{num_stages} * block_n;
-  const double approx = double(rows) * (double(head_dim) + 8) * element_bytes(precision);
+  // conflicts. Checksum protections append 8 rows per K checksum to each K tile and 8 columns
+  // per V checksum to every row (FwdTraits in kernel/fwd_sm80.cuh; generated units assert it).
+  const int k_atoms = protection == Protection::efta_correct  ? 2
+                      : protection == Protection::efta_detect ? 1
+                                                              : 0;
+  const int v_atoms =
+      protection == Protection::efta_correct || protection == Protection::efta_detect ? 2
+      : protection == Protection::flash_abft                                          ? 1
+                                                                                      : 0;
+  const int64_t stride = int64_t{head_dim} + (v_atoms <= 1 ? 8 : 24);
+  const int64_t rows =
+      int64_t{block_m} + int64_t{num_stages} * (2 * int64_t{block_n} + 8 * k_atoms);
+  const double approx = double(rows) * double(stride) * element_bytes(precision);
   if (approx > double(INT_MAX)) {
     throw ConfigError(fmt::format(
         "shared memory for block_m {}, block_n {}, num_stages {}, head_dim {} overflows int: "
         "lower them",
         block_m, block_n, num_stages, head_dim));
   }
-  return static_cast<int>(rows * (int64_t{head_dim} + 8) * element_bytes(precision));
+  return static_cast<int>(rows * stride * element_bytes(precision));
 }
 
 Problem Problem::bhsd(int batch, int heads_q, int heads_kv, int seqlen_q, int seqlen_k,

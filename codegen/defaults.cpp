@@ -63,6 +63,16 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
     if (open_n && c.precision == Precision::fp8_e4m3 && c.head_dim > 128) c.block_n = 32;
   }
 
+  // Checksum schemes add accumulators (up to 16 registers per 16-row MMA tile) and checks: one
+  // MMA tile per warp and 64-key blocks keep every head dim free of spills (ptxas -v, sm_90a).
+  const bool checksums = c.protection == Protection::flash_abft ||
+                         c.protection == Protection::efta_detect ||
+                         c.protection == Protection::efta_correct;
+  if (checksums && !short_causal) {
+    if (open_n) c.block_n = 64;
+    if (open_w && c.block_m == 128) c.num_warps = 8;
+  }
+
   // Only adjust once every knob is positive; a negative user knob is left for validate() to
   // report.
   const bool adjustable =

@@ -32,7 +32,21 @@ PrecisionPolicy precision_policy(Precision p) {
 }
 
 PrecisionPolicy protection_policy(Protection p) {
-  if (p == Protection::none) return {"ftattn/protect/none.cuh", "ftattn::protect::None"};
+  switch (p) {
+    case Protection::none:
+      return {"ftattn/protect/none.cuh", "ftattn::protect::None"};
+    case Protection::flash_abft:
+      return {"ftattn/protect/checksum.cuh",
+              "ftattn::protect::Checksum<ftattn::protect::Scheme::flash_abft>"};
+    case Protection::efta_detect:
+      return {"ftattn/protect/checksum.cuh",
+              "ftattn::protect::Checksum<ftattn::protect::Scheme::efta_detect>"};
+    case Protection::efta_correct:
+      return {"ftattn/protect/checksum.cuh",
+              "ftattn::protect::Checksum<ftattn::protect::Scheme::efta_correct>"};
+    default:
+      break;
+  }
   throw ConfigError(fmt::format("protection {} has no code generator", to_string(p)));
 }
 
@@ -92,13 +106,15 @@ std::string generate_16bit(const KernelConfig& config, const PrecisionPolicy& pr
 using Traits = ftattn::FwdTraits<
     /*head_dim=*/{head_dim}, /*block_m=*/{block_m}, /*block_n=*/{block_n},
     /*num_warps=*/{num_warps}, /*num_stages=*/{num_stages},
-    {precision_type}, {protect_type}, /*causal=*/{causal}, /*block_sparse=*/{block_sparse}>;
+    {precision_type}, {protect_type}, /*causal=*/{causal}, /*block_sparse=*/{block_sparse},
+    /*inject=*/{inject}>;
+static_assert(Traits::smem_bytes == {smem}, "KernelConfig::shared_memory_bytes disagrees");
 
 extern "C" __global__ void __launch_bounds__(Traits::threads)
 {symbol}(const ftattn::AttentionParams params) {{
   ftattn::attention_fwd_sm80<Traits>(params);
 }}
-)",
+{prologue})",
       fmt::arg("name", name), fmt::arg("precision_header", precision.header),
       fmt::arg("protect_header", protect.header), fmt::arg("head_dim", config.head_dim),
       fmt::arg("block_m", config.block_m), fmt::arg("block_n", config.block_n),
@@ -106,13 +122,28 @@ extern "C" __global__ void __launch_bounds__(Traits::threads)
       fmt::arg("precision_type", precision.type), fmt::arg("protect_type", protect.type),
       fmt::arg("causal", is_causal(config.mask) ? "true" : "false"),
       fmt::arg("block_sparse", is_block_sparse(config.mask) ? "true" : "false"),
-      fmt::arg("symbol", symbol));
+      fmt::arg("inject", config.fault_injection ? "true" : "false"), fmt::arg("symbol", symbol),
+      fmt::arg("smem", config.shared_memory_bytes()),
+      fmt::arg("prologue",
+               config.protection == Protection::none
+                   ? std::string()
+                   : fmt::format("\n// The checksums of every KV head, written before the "
+                                 "attention kernel runs.\n"
+                                 "extern \"C\" __global__ void __launch_bounds__(Traits::threads)\n"
+                                 "{}(const ftattn::AttentionParams params) {{\n"
+                                 "  ftattn::protect::checksum_prologue<Traits>(params);\n}}\n",
+                                 checksum_symbol(symbol))));
 }
 
 }  // namespace
 
 std::string nvrtc_arch(Arch arch) {
   return fmt::format("sm_{}{}", arch.sm, arch.arch_specific ? "a" : "");
+}
+
+std::string checksum_symbol(const std::string& kernel_symbol) {
+  // Not prefixed by the kernel's symbol: ptxas logs are read by symbol prefix.
+  return "checksums_" + kernel_symbol;
 }
 
 std::string quantize_symbol(const std::string& kernel_symbol, std::string_view kernel,

@@ -42,7 +42,7 @@ int min_sm(Precision p) { return p == Precision::fp8_e4m3 ? 89 : 80; }
 bool is_built(Precision p) { return p != Precision::f16_pasa; }
 // int8 and fp8_e4m3 run on the 8-bit skeleton (kernel/fwd_q8_sm80.cuh).
 bool is_8bit(Precision p) { return p == Precision::int8 || p == Precision::fp8_e4m3; }
-bool is_built(Protection p) { return p == Protection::none || p == Protection::decoupled; }
+bool is_built(Protection) { return true; }
 
 // a * b + c with int64 overflow detection; false when it does not fit.
 bool mul_add(int64_t a, int64_t b, int64_t c, int64_t& out) {
@@ -99,6 +99,14 @@ void validate(const KernelConfig& c) {
   if (!is_built(c.protection)) {
     throw ConfigError(
         fmt::format("protection {} is not built yet: use none", to_string(c.protection)));
+  }
+  const bool checksums = c.protection == Protection::flash_abft ||
+                         c.protection == Protection::efta_detect ||
+                         c.protection == Protection::efta_correct;
+  if (checksums && (is_8bit(c.precision) || c.precision == Precision::f16_pasa)) {
+    throw ConfigError(fmt::format(
+        "protection {} is not built for precision {} yet: use f16 or bf16, or protection none",
+        to_string(c.protection), to_string(c.precision)));
   }
 
   if (is_8bit(c.precision)) {

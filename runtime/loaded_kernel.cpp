@@ -4,9 +4,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <mutex>
+#include <vector>
 
+#include "ftattn/codegen.hpp"
 #include "runtime/decoupled_launch.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/protected_launch.hpp"
 #include "runtime/quantized_kernel.hpp"
 
 namespace ftattn::runtime {
@@ -32,15 +36,76 @@ class LoadedKernel final : public Kernel {
   explicit LoadedKernel(std::shared_ptr<const CompiledKernel> compiled)
       : compiled_(std::move(compiled)), module_(compiled_->cubin) {
     function_ = module_.function(compiled_->symbol);
+    if (checksum_atoms(compiled_->config.protection).v > 0)
+      prologue_ = module_.function(codegen::checksum_symbol(compiled_->symbol));
   }
 
   const CompiledKernel& compiled() const override { return *compiled_; }
 
   void launch(const Problem& problem, const void* q, const void* k, const void* v, void* o,
               float* lse, CUstream stream, const unsigned char* block_mask) const override {
+    AttentionParams params = make_params(problem, compiled_->config, q, k, v, o, lse, block_mask);
+    ensure_context();
+    std::lock_guard lock(protect_mu_);
+    enqueue(problem, params, stream, ProtectOptions{});
+  }
+
+  FaultReport run(const Problem& problem, const void* q, const void* k, const void* v, void* o,
+                  float* lse, CUstream stream, const unsigned char* block_mask,
+                  const ProtectOptions& protect) const override {
     const KernelConfig& c = compiled_->config;
+    if (c.protection == Protection::none && !protect.inject) {
+      launch(problem, q, k, v, o, lse, stream, block_mask);
+      return {};
+    }
     AttentionParams params = make_params(problem, c, q, k, v, o, lse, block_mask);
     ensure_context();
+    std::lock_guard lock(protect_mu_);
+    enqueue(problem, params, stream, protect);
+    FaultReport report = protector_.collect(stream);
+    const bool uncorrected = report.detected > report.corrected;
+    if (!uncorrected || protect.on_fault == OnFault::report) return report;
+    if (protect.on_fault == OnFault::raise) throw FaultError(c.name() + ": " + report.summary());
+
+    // Recompute: every tile with an uncorrected detection; all tiles when the log overflowed
+    // and some detections went unrecorded. The relaunch carries no fault plan.
+    std::vector<int> tiles;
+    auto add = [&](int m_block, int head, int batch) {
+      for (size_t i = 0; i < tiles.size(); i += 3)
+        if (tiles[i] == m_block && tiles[i + 1] == head && tiles[i + 2] == batch) return;
+      tiles.insert(tiles.end(), {m_block, head, batch});
+    };
+    const bool complete = report.events.size() >= report.detected;
+    for (const FaultEvent& e : report.events)
+      if (!e.corrected || !complete) add(e.row / c.block_m, e.head, e.batch);
+    if (!complete) {
+      tiles.clear();
+      const int m_blocks = (problem.seqlen_q + c.block_m - 1) / c.block_m;
+      for (int b = 0; b < problem.batch; ++b)
+        for (int h = 0; h < problem.heads_q; ++h)
+          for (int m = 0; m < m_blocks; ++m) tiles.insert(tiles.end(), {m, h, b});
+    }
+    protector_.set_tiles(params, tiles);
+    enqueue(problem, params, stream, ProtectOptions{});
+    FaultReport again = protector_.collect(stream);
+    report.recomputed_tiles = static_cast<int>(tiles.size() / 3);
+    // What the relaunch itself detected stays visible.
+    report.detected += again.detected;
+    report.corrected += again.corrected;
+    report.events.insert(report.events.end(), again.events.begin(), again.events.end());
+    return report;
+  }
+
+ private:
+  // The protection set-up, then the kernel (or the decoupled pipeline). Caller holds protect_mu_.
+  void enqueue(const Problem& problem, AttentionParams& params, CUstream stream,
+               const ProtectOptions& protect) const {
+    const KernelConfig& c = compiled_->config;
+    const bool tile_list = params.tile_count > 0;
+    if (c.protection != Protection::none || protect.inject) {
+      protector_.prepare(prologue_, c, problem, params, stream, protect);
+      if (!tile_list) params.tile_list = nullptr;
+    }
     if (c.protection == Protection::decoupled) {  // three kernels over a global S and P
       decoupled_.launch(module_, compiled_->symbol, c, problem, params, stream);
       return;
@@ -48,17 +113,20 @@ class LoadedKernel final : public Kernel {
     const unsigned m_blocks = (problem.seqlen_q + c.block_m - 1) / c.block_m;
     void* args[] = {&params};
     runtime::launch(function_,
-                    Dim3{m_blocks, static_cast<unsigned>(problem.heads_q),
-                         static_cast<unsigned>(problem.batch)},
+                    Dim3{tile_list ? static_cast<unsigned>(params.tile_count) : m_blocks,
+                         tile_list ? 1u : static_cast<unsigned>(problem.heads_q),
+                         tile_list ? 1u : static_cast<unsigned>(problem.batch)},
                     Dim3{static_cast<unsigned>(32 * c.num_warps), 1, 1},
                     static_cast<unsigned>(c.shared_memory_bytes()), stream, args);
   }
 
- private:
   std::shared_ptr<const CompiledKernel> compiled_;
   Module module_;
   CUfunction function_ = nullptr;
-  DecoupledLauncher decoupled_;  // used by Protection::decoupled only
+  CUfunction prologue_ = nullptr;  // checksum schemes: the workspace kernel
+  DecoupledLauncher decoupled_;    // used by Protection::decoupled only
+  mutable std::mutex protect_mu_;  // one workspace and log per kernel object
+  mutable ProtectedLauncher protector_;
 };
 
 }  // namespace

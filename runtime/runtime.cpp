@@ -111,6 +111,16 @@ Runtime::Stats Runtime::stats() const {
   return impl_->stats;
 }
 
+FaultReport Kernel::run(const Problem& problem, const void* q, const void* k, const void* v,
+                        void* o, float* lse, CUstream stream, const unsigned char* block_mask,
+                        const ProtectOptions& protect) const {
+  if (protect.inject)
+    throw ConfigError(config().name() + " takes no fault plan: only 16-bit kernels built with "
+                                        "fault_injection do");
+  launch(problem, q, k, v, o, lse, stream, block_mask);
+  return {};
+}
+
 KernelConfig Runtime::resolve(KernelConfig config, const Problem* problem) const {
   if (problem != nullptr) {
     if (config.head_dim == 0) config.head_dim = problem->head_dim;
@@ -173,10 +183,9 @@ std::shared_ptr<const Kernel> Runtime::kernel(const KernelConfig& config) {
 
 FaultReport Runtime::attention(const Problem& problem, const void* q, const void* k, const void* v,
                                void* o, CUstream stream, KernelConfig config, float* lse,
-                               const unsigned char* block_mask, const ProtectOptions& /*protect*/) {
+                               const unsigned char* block_mask, const ProtectOptions& protect) {
   const KernelConfig full = resolve(config, &problem);
-  kernel(full)->launch(problem, q, k, v, o, lse, stream, block_mask);
-  return {};
+  return kernel(full)->run(problem, q, k, v, o, lse, stream, block_mask, protect);
 }
 
 }  // namespace ftattn

@@ -4,7 +4,6 @@
 
 #include <string>
 #include <string_view>
-#include <string_view>
 #include <vector>
 
 #include "ftattn/config.hpp"
@@ -36,19 +35,9 @@ void use_llvm_route(const KernelConfig& config, KernelSource& source);
 // int8 and fp8_e4m3 units also hold the quantisation kernels (kernel/quantize_sm80.cuh) for
 // f16 and bf16 inputs: `kernel` is "quantize_rows", "v_channel_max" or "pack_v", `input` f16 or
 // bf16. E.g. "pack_v_bf16_<symbol>".
-std::string quantize_symbol(const std::string& kernel_symbol, std::string_view kernel,
-                            Precision input);
+// The protection prologue that writes a call's checksums (protected configs only).
+std::string checksum_symbol(const std::string& kernel_symbol);
 
-// The LLVM route's IR pass stages for `config`: inline, O3, hardening and injection when asked
-// for, statistics. Part of the cache key.
-std::vector<std::string> llvm_passes(const KernelConfig& config);
-
-// Turns NVRTC's source into the LLVM route's: clang options (its -D defines kept) and passes.
-void use_llvm_route(const KernelConfig& config, KernelSource& source);
-
-// int8 and fp8_e4m3 units also hold the quantisation kernels (kernel/quantize_sm80.cuh) for
-// f16 and bf16 inputs: `kernel` is "quantize_rows", "v_channel_max" or "pack_v", `input` f16 or
-// bf16. E.g. "pack_v_bf16_<symbol>".
 std::string quantize_symbol(const std::string& kernel_symbol, std::string_view kernel,
                             Precision input);
 

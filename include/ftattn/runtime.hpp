@@ -35,6 +35,14 @@ class Kernel {
   virtual void launch(const Problem& problem, const void* q, const void* k, const void* v, void* o,
                       float* lse, CUstream stream,
                       const unsigned char* block_mask = nullptr) const = 0;
+
+  // launch(), then for protected kernels (or a fault plan) waits for `stream`, reads the
+  // kernel's fault log and acts on it as `protect.on_fault` says: OnFault::recompute relaunches
+  // the (batch, head, query block) tiles with uncorrected detections, OnFault::raise throws
+  // FaultError. Unprotected kernels return an empty report without waiting.
+  virtual FaultReport run(const Problem& problem, const void* q, const void* k, const void* v,
+                          void* o, float* lse, CUstream stream, const unsigned char* block_mask,
+                          const ProtectOptions& protect) const;
 };
 
 class Runtime {

@@ -6,7 +6,8 @@ namespace ftattn::gpu_test {
 
 CaseResult run_case(Runtime& rt, const KernelConfig& config, const Problem& problem, bool with_lse,
                     int rows, uint64_t seed, bool via_attention,
-                    const std::vector<uint8_t>* block_mask) {
+                    const std::vector<uint8_t>* block_mask, const ProtectOptions* protect,
+                    FaultReport* fault) {
   const KernelConfig full = rt.resolve(config, &problem);
   const Precision p = full.precision;
   std::mt19937_64 rng(seed);
@@ -37,7 +38,11 @@ CaseResult run_case(Runtime& rt, const KernelConfig& config, const Problem& prob
   const auto* mask_ptr = block_mask ? static_cast<const unsigned char*>(dmask.data()) : nullptr;
 
   float* lse_ptr = with_lse ? static_cast<float*>(dlse.data()) : nullptr;
-  if (via_attention)
+  if (protect != nullptr) {
+    FaultReport r = rt.kernel(full)->run(problem, dq.data(), dk.data(), dv.data(), dout.data(),
+                                         lse_ptr, nullptr, mask_ptr, *protect);
+    if (fault != nullptr) *fault = std::move(r);
+  } else if (via_attention)
     rt.attention(problem, dq.data(), dk.data(), dv.data(), dout.data(), nullptr, config, lse_ptr,
                  mask_ptr);
   else

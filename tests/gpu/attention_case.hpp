@@ -15,8 +15,10 @@ struct CaseResult {
 // `rows` as in reference::check (<= 0: every row). `with_lse` also checks the log-sum-exp.
 // `via_attention` launches through Runtime::attention with `config` as given (maybe open).
 // `block_mask` (host bytes laid out as the problem says) goes with block-sparse masks.
+// `protect`, when given, launches through Kernel::run with it and stores the report in `fault`.
 CaseResult run_case(Runtime& rt, const KernelConfig& config, const Problem& problem, bool with_lse,
                     int rows, uint64_t seed, bool via_attention = false,
-                    const std::vector<uint8_t>* block_mask = nullptr);
+                    const std::vector<uint8_t>* block_mask = nullptr,
+                    const ProtectOptions* protect = nullptr, FaultReport* fault = nullptr);
 
 }  // namespace ftattn::gpu_test

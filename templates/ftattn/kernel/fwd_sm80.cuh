@@ -10,14 +10,17 @@
 #include "ftattn/arch/sm80/cp_async.cuh"
 #include "ftattn/arch/sm80/ldmatrix.cuh"
 #include "ftattn/arch/sm80/shared.cuh"
+#include "ftattn/common/faults.cuh"
 #include "ftattn/common/math.cuh"
 #include "ftattn/common/types.cuh"
 #include "ftattn/params.cuh"
+#include "ftattn/protect/checks.cuh"
+#include "ftattn/protect/workspace.cuh"
 
 namespace ftattn {
 
 template <int HeadDim, int BlockM, int BlockN, int NumWarps, int NumStages, class PrecisionT,
-          class ProtectT, bool Causal, bool BlockSparse = false>
+          class ProtectT, bool Causal, bool BlockSparse = false, bool Inject = false>
 struct FwdTraits {
   static constexpr int head_dim = HeadDim;
   static constexpr int block_m = BlockM;
@@ -26,6 +29,7 @@ struct FwdTraits {
   static constexpr int num_stages = NumStages;
   static constexpr bool causal = Causal;
   static constexpr bool block_sparse = BlockSparse;  // skip key blocks the launch's mask drops
+  static constexpr bool inject = Inject;  // fault-injection points compiled in (launch-time plan)
   using Precision = PrecisionT;
   using Protect = ProtectT;
 
@@ -34,8 +38,12 @@ struct FwdTraits {
   static constexpr int s_tiles = BlockN / 8;                // n8 tiles of S per row tile
   static constexpr int o_tiles = HeadDim / 8;               // n8 tiles of O per row tile
   // Rows padded by 16 bytes: 8 consecutive rows then start in 8 different 16-byte bank groups,
-  // so ldmatrix and cp.async are free of bank conflicts without a swizzle.
-  static constexpr int row_stride = HeadDim + 8;
+  // so ldmatrix and cp.async are free of bank conflicts without a swizzle. One V checksum tile
+  // lives in that padding; two take 16 more columns, and + 24 is again conflict-free.
+  static constexpr int row_stride = HeadDim + (ProtectT::v_atoms <= 1 ? 8 : 24);
+  static constexpr int k_rows = BlockN + 8 * ProtectT::k_atoms;  // K tile + checksum rows
+  static constexpr int smem_bytes =
+      (BlockM + NumStages * (k_rows + BlockN)) * row_stride * PrecisionT::element_bytes;
   static constexpr int chunks_per_row = HeadDim / 8;  // 16-byte chunks
   // Skip O's rescale when no row of a warp has a new max. Measured on an H200: it helps at head
   // dims 96-128; at 64 and 256 the branch costs registers (spills) and ~5-9% of speed.
@@ -113,13 +121,21 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const u32 sQ = sm80::smem_addr(smem_raw);
   const u32 sK = sQ + T::block_m * T::row_stride * 2;
-  const u32 sV = sK + kStages * T::block_n * T::row_stride * 2;
+  constexpr u32 k_stage_bytes = T::k_rows * T::row_stride * 2;
   constexpr u32 kv_stage_bytes = T::block_n * T::row_stride * 2;
+  const u32 sV = sK + kStages * k_stage_bytes;
 
-  // Causal grids run longest-first: the last query blocks see the most keys.
-  const int m_block = T::causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int head = blockIdx.y;
-  const int batch = blockIdx.z;
+  // Causal grids run longest-first: the last query blocks see the most keys. A recompute launch
+  // walks its list of (query block, head, batch) tiles instead.
+  int m_block = T::causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  int head = blockIdx.y;
+  int batch = blockIdx.z;
+  if (p.tile_count > 0) {
+    const int* tile = p.tile_list + 3 * blockIdx.x;
+    m_block = tile[0];
+    head = tile[1];
+    batch = tile[2];
+  }
   const int head_kv = head / p.group_size;
   const int tid = threadIdx.x;
   const int warp = tid / 32;
@@ -155,17 +171,46 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
     return n_block;
   };
 
-  // Each load is one cp.async group.
+  // Protection: this KV head's checksums (protect/workspace.cuh).
+  const ChecksumWorkspace cs = checksum_workspace(p.batch, p.heads_kv, p.seqlen_k, T::head_dim,
+                                                  T::block_n, Protect::k_atoms, Protect::v_atoms);
+  const long long cs_head = static_cast<long long>(batch) * p.heads_kv + head_kv;
+  const unsigned char* cs_base = static_cast<const unsigned char*>(p.checksums);
+
+  // Each load is one cp.async group; a K tile brings its checksum rows, a V tile its checksum
+  // columns.
   auto load_k = [&](int stage, int n_block) {
     const int key0 = n_block * T::block_n;
-    detail::load_tile<T, T::block_n>(sK + stage * kv_stage_bytes, k + key0 * p.k_seq_stride,
-                                     p.k_seq_stride, p.seqlen_k - key0);
+    const u32 dst = sK + stage * k_stage_bytes;
+    detail::load_tile<T, T::block_n>(dst, k + key0 * p.k_seq_stride, p.k_seq_stride,
+                                     p.seqlen_k - key0);
+    if constexpr (Protect::k_atoms > 0) {
+      constexpr int chunks = 8 * Protect::k_atoms * T::chunks_per_row;
+      const unsigned char* src = cs_base + cs.k_offset + cs_head * cs.k_per_head +
+                                 static_cast<long long>(n_block) * chunks * 16;
+      for (int c = threadIdx.x; c < chunks; c += T::threads)
+        sm80::cp_async_16(dst + ((T::block_n + c / T::chunks_per_row) * T::row_stride +
+                                 (c % T::chunks_per_row) * 8) *
+                                    2,
+                          src + c * 16, true);
+    }
     sm80::cp_async_commit();
   };
   auto load_v = [&](int stage, int n_block) {
     const int key0 = n_block * T::block_n;
-    detail::load_tile<T, T::block_n>(sV + stage * kv_stage_bytes, v + key0 * p.v_seq_stride,
-                                     p.v_seq_stride, p.seqlen_k - key0);
+    const u32 dst = sV + stage * kv_stage_bytes;
+    detail::load_tile<T, T::block_n>(dst, v + key0 * p.v_seq_stride, p.v_seq_stride,
+                                     p.seqlen_k - key0);
+    if constexpr (Protect::v_atoms > 0) {
+      constexpr int chunks = T::block_n * Protect::v_atoms;
+      const unsigned char* src =
+          cs_base + cs_head * cs.v_per_head + static_cast<long long>(key0) * 16 * Protect::v_atoms;
+      for (int c = threadIdx.x; c < chunks; c += T::threads)
+        sm80::cp_async_16(dst + ((c / Protect::v_atoms) * T::row_stride + T::head_dim +
+                                 (c % Protect::v_atoms) * 8) *
+                                    2,
+                          src + c * 16, true);
+    }
     sm80::cp_async_commit();
   };
   auto load_kv = [&](int stage, int n_block) {
@@ -213,7 +258,37 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) o[mt][nt][i] = 0.f;
   }
-  typename Protect::State protect_state;
+  // Protection state: GEMM II checksum accumulators (rescaled like O), SNVR's lower bound of
+  // l from per-block maxima, |q| of this thread's rows.
+  float oc[kMT][Protect::v_atoms > 0 ? Protect::v_atoms : 1][4];
+  float lower_bound[kMT][2];
+  float q_norm[kMT][2];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      lower_bound[mt][r] = 0.f;
+      q_norm[mt][r] = 0.f;
+#pragma unroll
+      for (int g = 0; g < (Protect::v_atoms > 0 ? Protect::v_atoms : 1); ++g) {
+        oc[mt][g][2 * r] = 0.f;
+        oc[mt][g][2 * r + 1] = 0.f;
+      }
+    }
+  const int quad_t = lane % 4;  // this thread's column group within every 8-wide tile
+  auto global_row = [&](int mt, int r) {
+    return row0 + warp * kMT * 16 + mt * 16 + lane / 4 + r * 8;
+  };
+  // Fault injection: flip the planned bit of one of `n` values of a class (injection builds only).
+  auto inject = [&](int site, int it, float* values, int n) {
+    if constexpr (T::inject) {
+      if (plan_hits(p.fault, site) && p.fault.iteration == it) {
+        const int e = p.fault.element % n;
+        for (int i = 0; i < n; ++i)
+          if (i == e) values[i] = flip_bit(values[i], p.fault.bit);
+      }
+    }
+  };
 
   const int warp_row = warp * kMT * 16;  // first row of this warp within the CTA
   // ldmatrix lane addressing (see the fragment layouts of mma.m16n8k16).
@@ -246,8 +321,42 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
       }
     }
 
+    // |q| of this thread's rows, once Q has landed: each lane of a quad sums a quarter of a row.
+    if constexpr (Protect::k_atoms > 0) {
+      if (it == 0) {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int tile_row = warp_row + mt * 16 + lane / 4 + r * 8;
+            float sq = 0.f;
+#pragma unroll
+            for (int i = 0; i < T::head_dim / 8; ++i) {
+              float x0, x1;
+              unpack2<protect::IsBf16<P>::value>(
+                  sm80::ld_shared_u32(
+                      sQ + (tile_row * T::row_stride + quad_t * (T::head_dim / 4) + 2 * i) * 2),
+                  x0, x1);
+              sq += x0 * x0 + x1 * x1;
+            }
+            q_norm[mt][r] = sqrtf(quad_sum(sq));
+          }
+      }
+    }
+    float k_norm = 0.f;  // sum of |k| over this thread's keys of the block
+    if constexpr (Protect::k_atoms > 0)
+      k_norm = reinterpret_cast<const float*>(cs_base + cs.knorm_offset +
+                                              cs_head * cs.knorm_per_head)[n_block * 4 + quad_t];
+
     // GEMM I: S = Q K^T for this warp's rows and the block's keys.
     float s[kMT][kST][4];
+    float sc[kMT][Protect::k_atoms > 0 ? Protect::k_atoms : 1][4];  // S's checksum columns
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int g = 0; g < (Protect::k_atoms > 0 ? Protect::k_atoms : 1); ++g)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) sc[mt][g][i] = 0.f;
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -255,7 +364,7 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) s[mt][nt][i] = 0.f;
 
-    const u32 sKs = sK + stage * kv_stage_bytes;
+    const u32 sKs = sK + stage * k_stage_bytes;
 #pragma unroll
     for (int ks = 0; ks < T::head_dim / 16; ++ks) {
       u32 a[kMT][4];
@@ -273,8 +382,67 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
           P::mma(s[mt][2 * np + 1], a[mt], b[2], b[3]);
         }
       }
+      // The checksum rows below the K tile: one more 8-wide MMA tile per checksum.
+      if constexpr (Protect::k_atoms > 0) {
+        const u32 addr = sKs + ((T::block_n + k_row) * T::row_stride + ks * 16 + k_col) * 2;
+        if constexpr (Protect::k_atoms == 1) {
+          u32 b[2];
+          sm80::ldmatrix_x2(b, addr);
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) P::mma(sc[mt][0], a[mt], b[0], b[1]);
+        } else {
+          u32 b[4];
+          sm80::ldmatrix_x4(b, addr);
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            P::mma(sc[mt][0], a[mt], b[0], b[1]);
+            P::mma(sc[mt][1], a[mt], b[2], b[3]);
+          }
+        }
+      }
     }
-    Protect::after_scores(protect_state, s, n_block);
+    inject(fault_site_scores, it, &s[0][0][0], kMT * kST * 4);
+    // The checksum site is the concatenation [S checksums, O checksums]: S's are hit here.
+    constexpr int n_sc = Protect::k_atoms * kMT * 4, n_oc = Protect::v_atoms * kMT * 4;
+    if constexpr (T::inject && n_sc > 0)
+      if (p.fault.element % (n_sc + n_oc) < n_sc)
+        inject(fault_site_checksum, it, &sc[0][0][0], n_sc);
+
+    // efta_correct: check GEMM I on the raw scores and rebuild a single faulty element from the
+    // checksum before the softmax consumes it.
+    if constexpr (Protect::correct) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float sum = 0.f;
+#pragma unroll
+          for (int nt = 0; nt < kST; ++nt) sum += s[mt][nt][2 * r] + s[mt][nt][2 * r + 1];
+          const float ref = sc[mt][0][2 * r] + sc[mt][0][2 * r + 1];
+          const float tol = p.tol_scores * q_norm[mt][r] * k_norm + p.tol_floor;
+          const float e1 = ref - sum;
+          if (!(fabsf(e1) <= tol)) {
+            float g[2 * kST];
+            float wsum = 0.f;
+#pragma unroll
+            for (int j = 0; j < 2 * kST; ++j) {
+              g[j] = s[mt][j / 2][2 * r + j % 2];
+              wsum += (j + 1) / float(2 * kST) * g[j];
+            }
+            const float e2 = sc[mt][1][2 * r] + sc[mt][1][2 * r + 1] - wsum;
+            const int bad = protect::locate<2 * kST>(g, e1, e2);
+            if (bad >= 0) {
+              protect::rebuild<2 * kST>(g, bad, ref);
+#pragma unroll
+              for (int j = 0; j < 2 * kST; ++j) s[mt][j / 2][2 * r + j % 2] = g[j];
+            }
+            record_fault(
+                p.fault_log, batch, head, global_row(mt, r),
+                bad >= 0 ? n_block * T::block_n + (bad / 2) * 8 + 2 * quad_t + bad % 2 : -1,
+                fault_stage_scores, bad >= 0, fabsf(e1), tol);
+          }
+        }
+    }
     if constexpr (kStages == 1) {
       sm80::cp_async_wait<0>();
       __syncthreads();  // V landed, and every warp is done with K: load the next block's K
@@ -286,6 +454,17 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
 
     // Mask keys past the sequence end and, for causal, past each row's diagonal. Only blocks
     // that straddle a boundary pay for it.
+    // The product check needs, per row, the masked raw scores (they are in the checksum but
+    // not in P) and how many elements stay.
+    float masked_sum[kMT][2];
+    int n_valid[kMT][2];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        masked_sum[mt][r] = 0.f;
+        n_valid[mt][r] = 2 * kST;
+      }
     if (kMasked) {
       const int key0 = n_block * T::block_n;
 #pragma unroll
@@ -297,25 +476,39 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
             const int row = row0 + warp_row + mt * 16 + lane / 4 + (i / 2) * 8;
             const int key = key0 + nt * 8 + (lane % 4) * 2 + (i % 2);
             const bool masked = key >= p.seqlen_k || (T::causal && key > row + diag);
-            if (masked) s[mt][nt][i] = neg_inf();
+            if (masked) {
+              if constexpr (Protect::k_atoms > 0) {
+                masked_sum[mt][i / 2] += s[mt][nt][i];
+                --n_valid[mt][i / 2];
+              }
+              s[mt][nt][i] = neg_inf();
+            }
           }
     }
 
     // Online softmax: new running max, rescale of the old state, P = 2^(S*scale - max).
     float rescale[kMT][2];
+    float shifts[kMT][2];
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        float mx = row_max[mt][r];
+        float block_max = neg_inf();
 #pragma unroll
         for (int nt = 0; nt < kST; ++nt)
-          mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
-        mx = quad_max(mx);
+          block_max = fmaxf(block_max, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
+        block_max = quad_max(block_max);
+        const float mx = fmaxf(row_max[mt][r], block_max);
         // A fully masked row keeps max -inf; shifting by 0 then keeps its P at exactly 0.
         const float shift = mx == neg_inf() ? 0.f : mx * p.scale_log2;
         rescale[mt][r] = fast_exp2(row_max[mt][r] * p.scale_log2 - shift);
+        if constexpr (T::inject) inject(fault_site_rescale, it, &rescale[mt][r], 1);
         row_max[mt][r] = mx;
+        shifts[mt][r] = shift;
+        if constexpr (Protect::k_atoms > 0)  // SNVR: l >= sum over blocks of e^(block max - max)
+          lower_bound[mt][r] =
+              lower_bound[mt][r] * rescale[mt][r] +
+              (block_max == neg_inf() ? 0.f : fast_exp2(block_max * p.scale_log2 - shift));
         float sum = 0.f;
 #pragma unroll
         for (int nt = 0; nt < kST; ++nt)
@@ -327,6 +520,50 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
           }
         row_sum[mt][r] = row_sum[mt][r] * rescale[mt][r] + sum;
       }
+    if constexpr (T::inject) {
+      inject(fault_site_row_max, it, &row_max[0][0], kMT * 2);
+      inject(fault_site_row_sum, it, &row_sum[0][0], kMT * 2);
+      inject(fault_site_probs, it, &s[0][0][0], kMT * kST * 4);
+    }
+
+    // EFTA's product check: prod over the thread's P of one row equals 2^(the sum of their
+    // exponents), and that sum is the GEMM I checksum scaled, less n * max. Each factor is
+    // multiplied by 2^-(mean exponent) so the product stays near 1 instead of underflowing.
+    if constexpr (Protect::k_atoms > 0) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int n = n_valid[mt][r];
+          if (n == 0 || row_max[mt][r] == neg_inf()) continue;
+          const float ref = sc[mt][0][2 * r] + sc[mt][0][2 * r + 1] - masked_sum[mt][r];
+          const float mean = (ref * p.scale_log2 - n * shifts[mt][r]) / n;
+          if (!(mean > -100.f)) continue;  // every factor tiny: nothing checkable (see README)
+          const float norm = fast_exp2(-mean);
+          float prod = 1.f;
+#pragma unroll
+          for (int nt = 0; nt < kST; ++nt) {
+            float a = s[mt][nt][2 * r], b = s[mt][nt][2 * r + 1];
+            if (kMasked) {  // masked elements are P == 0 and not in n: factor 1
+              const int key = n_block * T::block_n + nt * 8 + 2 * quad_t;
+              const int row = global_row(mt, r);
+              if (key >= p.seqlen_k || (T::causal && key > row + diag))
+                a = norm > 0.f ? 1.f / norm : 1.f;
+              if (key + 1 >= p.seqlen_k || (T::causal && key + 1 > row + diag))
+                b = norm > 0.f ? 1.f / norm : 1.f;
+            }
+            prod *= (a * norm) * (b * norm);
+          }
+          if (prod == 0.f) continue;  // a factor flushed to zero: unverifiable, not wrong
+          const float exp_tol =
+              p.scale_log2 * (p.tol_scores * q_norm[mt][r] * k_norm + p.tol_floor);
+          const float tol = fast_exp2(exp_tol) - 1.f + n * 4e-7f + p.tol_probs;
+          const float dev = fabsf(prod - 1.f);
+          if (!(dev <= tol))
+            record_fault(p.fault_log, batch, head, global_row(mt, r), -1, fault_stage_probs, false,
+                         dev, tol);
+        }
+    }
     // Rescale O only when some row of the warp has a new max: once the running max settles (most
     // blocks of a long row) every factor is exactly 1 and the multiplies would change nothing.
     bool new_max = !T::lazy_rescale;
@@ -339,8 +576,13 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
         for (int nt = 0; nt < kOT; ++nt)
 #pragma unroll
           for (int i = 0; i < 4; ++i) o[mt][nt][i] *= rescale[mt][i / 2];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int g = 0; g < Protect::v_atoms; ++g)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) oc[mt][g][i] *= rescale[mt][i / 2];
     }
-    Protect::after_probs(protect_state, s, rescale);
 
     if constexpr (kStages > 1) {  // wait for V of this block
       sm80::cp_async_wait<2 * kStages - 2>();
@@ -369,8 +611,38 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
           P::mma(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
         }
       }
+      // The checksum columns beside the V tile.
+      if constexpr (Protect::v_atoms > 0) {
+        const u32 addr = sVs + ((kp * 16 + v_row) * T::row_stride + T::head_dim + v_col) * 2;
+        if constexpr (Protect::v_atoms == 1) {
+          u32 b[2];
+          sm80::ldmatrix_x2_trans(b, addr);
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) P::mma(oc[mt][0], a[mt], b[0], b[1]);
+        } else {
+          u32 b[4];
+          sm80::ldmatrix_x4_trans(b, addr);
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            P::mma(oc[mt][0], a[mt], b[0], b[1]);
+            P::mma(oc[mt][1], a[mt], b[2], b[3]);
+          }
+        }
+      }
     }
-    Protect::after_pv(protect_state, o, n_block);
+    if constexpr (T::inject) {
+      inject(fault_site_output, it, &o[0][0][0], kMT * kOT * 4);
+      if constexpr (n_oc > 0)
+        if (p.fault.element % (n_sc + n_oc) >= n_sc) {
+          // Shift the element index past the S checksums so it lands on an O checksum.
+          if (plan_hits(p.fault, fault_site_checksum) && p.fault.iteration == it) {
+            const int e = (p.fault.element % (n_sc + n_oc)) - n_sc;
+            float* values = &oc[0][0][0];
+            for (int i = 0; i < n_oc; ++i)
+              if (i == e) values[i] = flip_bit(values[i], p.fault.bit);
+          }
+        }
+    }
   };
 
   // Blocks that need no mask come first (keys below every row's diagonal and inside the
@@ -398,7 +670,83 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
   sm80::cp_async_wait<0>();
   __syncthreads();
 
-  Protect::finish(protect_state, o, row_sum);
+  // Row sums, checked: the ones column's accumulator is sum(P) through the tensor cores; SNVR's
+  // range LB <= l <= (unmasked keys) decides which of the two is wrong when they disagree.
+  float l_final[kMT][2];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float l = quad_sum(row_sum[mt][r]);
+      if constexpr (Protect::k_atoms > 0) {
+        const int row = global_row(mt, r);
+        const int keys = T::causal ? max(0, min(p.seqlen_k, row + diag + 1)) : p.seqlen_k;
+        const float ones = oc[mt][1][2 * r + 1];
+        const float lb = lower_bound[mt][r];
+        auto in_range = [&](float x) {
+          return x >= lb * (1.f - 1e-4f) && x <= keys * (1.f + 1e-4f);
+        };
+        const float tol = 2e-3f * fmaxf(fabsf(l), fabsf(ones)) + p.tol_floor;
+        if (row < p.seqlen_q && row_max[mt][r] != neg_inf()) {
+          if (!(fabsf(l - ones) <= tol)) {
+            const bool fix = !in_range(l) && in_range(ones);
+            if (lane % 4 == 0)
+              record_fault(p.fault_log, batch, head, row, -1, fault_stage_row_sum, fix,
+                           fabsf(l - ones), tol);
+            if (fix) l = ones;
+          } else if (!in_range(l)) {
+            if (lane % 4 == 0)
+              record_fault(p.fault_log, batch, head, row, -1, fault_stage_row_sum, false, l, lb);
+            l = lb;  // EFTA's SNVR restriction
+          }
+        }
+      }
+      l_final[mt][r] = l;
+    }
+
+  // GEMM II check: the O checksum columns against the O elements they sum (per thread for EFTA,
+  // per row for Flash-ABFT); efta_correct rebuilds a single faulty element.
+  if constexpr (Protect::v_atoms > 0) {
+    const float* vmax =
+        reinterpret_cast<const float*>(cs_base + cs.vmax_offset + cs_head * cs.vmax_per_head);
+    const float v_bound = vmax[quad_t];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < kOT; ++nt) sum += o[mt][nt][2 * r] + o[mt][nt][2 * r + 1];
+        if constexpr (Protect::row_check) sum = quad_sum(sum);
+        const float ref = oc[mt][0][2 * r] + oc[mt][0][2 * r + 1];
+        const float tol =
+            p.tol_output * fabsf(l_final[mt][r]) * v_bound * (n_blocks + 16) + p.tol_floor;
+        const float e1 = ref - sum;
+        const int row = global_row(mt, r);
+        if (!(fabsf(e1) <= tol) && row < p.seqlen_q) {
+          int bad = -1;
+          if constexpr (Protect::correct) {
+            float g[2 * kOT];
+            float wsum = 0.f;
+#pragma unroll
+            for (int j = 0; j < 2 * kOT; ++j) {
+              g[j] = o[mt][j / 2][2 * r + j % 2];
+              wsum += (j + 1) / float(2 * kOT) * g[j];
+            }
+            bad = protect::locate<2 * kOT>(g, e1, oc[mt][1][2 * r] - wsum);
+            if (bad >= 0) {
+              protect::rebuild<2 * kOT>(g, bad, ref);
+#pragma unroll
+              for (int j = 0; j < 2 * kOT; ++j) o[mt][j / 2][2 * r + j % 2] = g[j];
+            }
+          }
+          if (!Protect::row_check || lane % 4 == 0)
+            record_fault(p.fault_log, batch, head, row,
+                         bad >= 0 ? (bad / 2) * 8 + 2 * quad_t + bad % 2 : -1, fault_stage_output,
+                         bad >= 0, fabsf(e1), tol);
+        }
+      }
+  }
 
   // Epilogue: O / l, converted, staged in this warp's own rows of the Q tile (no other warp
   // reads them), then written out in coalesced 16-byte rows. LSE = (max * scale) + ln(l).
@@ -406,7 +754,7 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const float l = quad_sum(row_sum[mt][r]);
+      const float l = l_final[mt][r];
       const float inv = l > 0.f ? 1.f / l : 0.f;  // rows that see no key give 0
       const int tile_row = warp_row + mt * 16 + lane / 4 + r * 8;
       const u32 dst = sQ + (tile_row * T::row_stride + (lane % 4) * 2) * 2;

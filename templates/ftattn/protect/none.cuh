@@ -6,6 +6,12 @@
 namespace ftattn::protect {
 
 struct None {
+  static constexpr bool enabled = false;
+  static constexpr bool row_check = false;
+  static constexpr bool correct = false;
+  static constexpr int k_atoms = 0;  // checksum tiles appended to K (GEMM I)
+  static constexpr int v_atoms = 0;  // checksum tiles appended to V (GEMM II)
+
   struct State {};
 
   // After GEMM I: raw scores S = Q K^T of one key block, before masking and scaling.

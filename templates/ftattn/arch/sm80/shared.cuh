@@ -9,6 +9,12 @@ __device__ __forceinline__ void st_shared_u32(u32 addr, u32 v) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v));
 }
 
+__device__ __forceinline__ u32 ld_shared_u32(u32 addr) {
+  u32 v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  return v;
+}
+
 __device__ __forceinline__ uint4_ ld_shared_u128(u32 addr) {
   uint4_ v;
   asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"

@@ -1,0 +1,127 @@
+#include "runtime/protected_launch.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "ftattn/protect/workspace.cuh"
+
+namespace ftattn::runtime {
+
+ChecksumAtoms checksum_atoms(Protection p) {
+  switch (p) {
+    case Protection::flash_abft:
+      return {0, 1};
+    case Protection::efta_detect:
+      return {1, 2};
+    case Protection::efta_correct:
+      return {2, 2};
+    default:
+      return {};
+  }
+}
+
+// Relative to the bounds the kernel forms (|q| sum|k| for S, l * max sum|v| * (blocks + 16) for
+// O). Derived from the rounding of what each check compares: FP32 tensor-core accumulation
+// (about 2^-23 per step over head_dim / 16 MMAs) and the hi + lo split of the 16-bit checksum
+// operands (2^-22 of the checksum for f16, 2^-16 for bf16), times a safety factor of 4-8.
+Thresholds default_thresholds(Precision precision) {
+  if (precision == Precision::bf16) return {1e-4f, 1e-5f, 4e-6f};
+  return {2e-5f, 1e-5f, 1e-6f};
+}
+
+Thresholds effective_thresholds(Precision precision, const Thresholds& given) {
+  Thresholds t = default_thresholds(precision);
+  if (given.scores > 0) t.scores = given.scores;
+  if (given.probs > 0) t.probs = given.probs;
+  if (given.output > 0) t.output = given.output;
+  return t;
+}
+
+void ProtectedLauncher::prepare(CUfunction prologue, const KernelConfig& config,
+                                const Problem& problem, AttentionParams& params, CUstream stream,
+                                const ProtectOptions& options) {
+  const DriverApi& api = driver();
+  if (options.max_events < 0) throw ConfigError("ProtectOptions::max_events must be >= 0");
+  // The log: counters reset on the stream; capacity written once per size.
+  const unsigned capacity = static_cast<unsigned>(options.max_events);
+  const std::size_t log_bytes = sizeof(FaultLog) + capacity * sizeof(FaultRecord);
+  if (log_.bytes() < log_bytes || capacity_ != capacity) {
+    log_ = DeviceBuffer(log_bytes);
+    FaultLog header{0, 0, 0, capacity};
+    log_.upload(&header, sizeof header);
+    capacity_ = capacity;
+  }
+  check(api.cuMemsetD8Async(log_.ptr(), 0, 3 * sizeof(unsigned), stream), "cuMemsetD8Async");
+  params.fault_log = static_cast<FaultLog*>(log_.data());
+
+  const Thresholds t = effective_thresholds(config.precision, options.thresholds);
+  params.tol_scores = t.scores;
+  params.tol_probs = t.probs;
+  params.tol_output = t.output;
+  params.tol_floor = 1e-6f;
+
+  if (options.inject) {
+    if (!config.fault_injection)
+      throw ConfigError(fmt::format(
+          "{} has no injection points: set KernelConfig::fault_injection (CLI: --inject) to run "
+          "a fault plan",
+          config.name()));
+    const FaultPlan& f = *options.inject;
+    if (f.bit < 0 || f.bit > 31) throw ConfigError("FaultPlan::bit must be in 0..31");
+    params.fault =
+        FaultPlanParams{static_cast<int>(f.site), f.cta, f.thread, f.iteration, f.element, f.bit};
+  } else {
+    params.fault = FaultPlanParams{};
+  }
+
+  const ChecksumAtoms atoms = checksum_atoms(config.protection);
+  if (atoms.k == 0 && atoms.v == 0) return;
+  const ChecksumWorkspace w = checksum_workspace(problem.batch, problem.heads_kv, problem.seqlen_k,
+                                                 config.head_dim, config.block_n, atoms.k, atoms.v);
+  if (workspace_.bytes() < static_cast<std::size_t>(w.bytes))
+    workspace_ = DeviceBuffer(static_cast<std::size_t>(w.bytes));
+  // The V maxima are built with atomicMax from zero.
+  check(api.cuMemsetD8Async(workspace_.ptr() + w.vmax_offset, 0,
+                            static_cast<std::size_t>(w.bytes - w.vmax_offset), stream),
+        "cuMemsetD8Async");
+  params.checksums = workspace_.data();
+  void* args[] = {&params};
+  launch(prologue,
+         Dim3{static_cast<unsigned>(w.n_blocks), static_cast<unsigned>(problem.heads_kv),
+              static_cast<unsigned>(problem.batch)},
+         Dim3{static_cast<unsigned>(32 * config.num_warps), 1, 1}, 0, stream, args);
+}
+
+void ProtectedLauncher::set_tiles(AttentionParams& params, const std::vector<int>& tiles) {
+  const std::size_t bytes = tiles.size() * sizeof(int);
+  if (tiles_.bytes() < bytes) tiles_ = DeviceBuffer(bytes);
+  tiles_.upload(tiles.data(), bytes);
+  params.tile_list = static_cast<const int*>(tiles_.data());
+  params.tile_count = static_cast<int>(tiles.size() / 3);
+}
+
+FaultReport ProtectedLauncher::collect(CUstream stream) const {
+  const DriverApi& api = driver();
+  check(api.cuStreamSynchronize(stream), "cuStreamSynchronize");
+  FaultLog header{};
+  log_.download(&header, sizeof header);
+  FaultReport report;
+  report.detected = header.detected;
+  report.corrected = header.corrected;
+  const unsigned n = std::min(header.recorded, capacity_);
+  if (n > 0) {
+    std::vector<unsigned char> raw(sizeof(FaultLog) + n * sizeof(FaultRecord));
+    log_.download(raw.data(), raw.size());
+    const auto* records = reinterpret_cast<const FaultRecord*>(raw.data() + sizeof(FaultLog));
+    for (unsigned i = 0; i < n; ++i) {
+      const FaultRecord& r = records[i];
+      report.events.push_back(FaultEvent{r.batch, r.head, r.row, r.col,
+                                         static_cast<FaultStage>(r.stage), r.corrected != 0,
+                                         r.magnitude, r.threshold});
+    }
+  }
+  return report;
+}
+
+}  // namespace ftattn::runtime

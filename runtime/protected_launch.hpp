@@ -1,0 +1,44 @@
+// What a protected launch adds around the attention kernel: the checksum workspace and its
+// prologue kernel, the device fault log, thresholds, the injection plan, and reading the log
+// back into a FaultReport.
+#pragma once
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ftattn/config.hpp"
+#include "ftattn/fault.hpp"
+#include "ftattn/params.cuh"
+#include "runtime/driver.hpp"
+
+namespace ftattn::runtime {
+
+// Checksum tiles appended to K and V by each scheme (protect/checksum.cuh).
+struct ChecksumAtoms {
+  int k = 0, v = 0;
+};
+ChecksumAtoms checksum_atoms(Protection p);
+
+// The calibrated defaults (README, "Protection"); a nonzero field of `given` overrides.
+Thresholds default_thresholds(Precision precision);
+Thresholds effective_thresholds(Precision precision, const Thresholds& given);
+
+class ProtectedLauncher {
+ public:
+  // Fills the protection fields of `params` and enqueues on `stream` what must run before the
+  // attention kernel: the log reset and, for checksum schemes, the prologue. `prologue` is the
+  // module's checksum kernel (null for schemes without one).
+  void prepare(CUfunction prologue, const KernelConfig& config, const Problem& problem,
+               AttentionParams& params, CUstream stream, const ProtectOptions& options);
+  // Uploads a recompute list of (query block, head, batch) triples and points `params` at it.
+  void set_tiles(AttentionParams& params, const std::vector<int>& tiles);
+  // Waits for `stream`, then reads the log.
+  FaultReport collect(CUstream stream) const;
+
+ private:
+  DeviceBuffer workspace_, log_, tiles_;
+  unsigned capacity_ = 0;
+};
+
+}  // namespace ftattn::runtime

@@ -1,0 +1,62 @@
+// Device helpers every protected kernel shares: the fault log, the injection plan's bit flips,
+// and 16-bit unpacking for checks that need the rounded operands.
+#pragma once
+
+#include "ftattn/common/types.cuh"
+#include "ftattn/params.cuh"
+
+namespace ftattn {
+
+__device__ __forceinline__ int linear_cta() {
+  return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+}
+
+// The plan targets this thread (of this CTA) for one of `sites`.
+__device__ __forceinline__ bool plan_hits(const FaultPlanParams& f, int site_a, int site_b = -1) {
+  return (f.site == site_a || f.site == site_b) && f.cta == linear_cta() &&
+         f.thread == static_cast<int>(threadIdx.x);
+}
+
+__device__ __forceinline__ float flip_bit(float x, int bit) {
+  return __uint_as_float(__float_as_uint(x) ^ (1u << (bit & 31)));
+}
+
+__device__ __forceinline__ bool finite(float x) { return fabsf(x) <= 3.402823466e38f; }
+
+// Counts a detection (and a correction) and keeps the first `capacity` records.
+__device__ __forceinline__ void record_fault(FaultLog* log, int batch, int head, int row, int col,
+                                             int stage, bool corrected, float magnitude,
+                                             float threshold) {
+  if (log == nullptr) return;
+  atomicAdd(&log->detected, 1u);
+  if (corrected) atomicAdd(&log->corrected, 1u);
+  const unsigned slot = atomicAdd(&log->recorded, 1u);
+  if (slot < log->capacity) {
+    FaultRecord& r = reinterpret_cast<FaultRecord*>(log + 1)[slot];
+    r.batch = batch;
+    r.head = head;
+    r.row = row;
+    r.col = col;
+    r.stage = stage;
+    r.corrected = corrected ? 1 : 0;
+    r.magnitude = magnitude;
+    r.threshold = threshold;
+  } else {
+    atomicSub(&log->recorded, 1u);  // the count settles at capacity
+  }
+}
+
+// One register of two 16-bit values -> two floats (`lo` at the lower address).
+template <bool Bf16>
+__device__ __forceinline__ void unpack2(u32 x, float& lo, float& hi) {
+  if constexpr (Bf16) {
+    lo = __uint_as_float(x << 16);
+    hi = __uint_as_float(x & 0xffff0000u);
+  } else {
+    asm("{\n .reg .f16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;\n}"
+        : "=f"(lo), "=f"(hi)
+        : "r"(x));
+  }
+}
+
+}  // namespace ftattn
