@@ -31,6 +31,17 @@ __device__ __forceinline__ float fmaxf(float a, float b) { return __builtin_fmax
 __device__ __forceinline__ float fminf(float a, float b) { return __builtin_fminf(a, b); }
 __device__ __forceinline__ float fabsf(float a) { return __builtin_fabsf(a); }
 __device__ __forceinline__ float sqrtf(float a) { return __builtin_sqrtf(a); }
+__device__ __forceinline__ float rintf(float a) { return __builtin_rintf(a); }
+__device__ __forceinline__ float floorf(float a) { return __builtin_floorf(a); }
+__device__ __forceinline__ float ceilf(float a) { return __builtin_ceilf(a); }
+// The SFU approximations, as CUDA defines the intrinsics: log(x) = log2(x) ln 2.
+__device__ __forceinline__ float __log2f(float a) { return __nvvm_lg2_approx_f(a); }
+__device__ __forceinline__ float __logf(float a) {
+  return __nvvm_lg2_approx_f(a) * 0.6931471805599453f;
+}
+__device__ __forceinline__ float __expf(float a) {
+  return __nvvm_ex2_approx_f(a * 1.4426950408889634f);
+}
 __device__ __forceinline__ float rsqrtf(float a) { return __nvvm_rsqrt_approx_f(a); }
 __device__ __forceinline__ bool isfinite(float a) { return __builtin_isfinite(a); }
 __device__ __forceinline__ bool isnan(float a) { return __builtin_isnan(a); }
@@ -68,6 +79,25 @@ __device__ __forceinline__ unsigned atomicAdd(unsigned* p, unsigned v) {
   return __nvvm_atom_add_gen_i(reinterpret_cast<int*>(p), static_cast<int>(v));
 }
 __device__ __forceinline__ int atomicAdd(int* p, int v) { return __nvvm_atom_add_gen_i(p, v); }
+__device__ __forceinline__ float atomicAdd(float* p, float v) {
+  return __nvvm_atom_add_gen_f(p, v);
+}
+__device__ __forceinline__ unsigned atomicSub(unsigned* p, unsigned v) {
+  return atomicAdd(p, 0u - v);
+}
+__device__ __forceinline__ int atomicSub(int* p, int v) { return atomicAdd(p, -v); }
+__device__ __forceinline__ int atomicMax(int* p, int v) { return __nvvm_atom_max_gen_i(p, v); }
+__device__ __forceinline__ unsigned atomicMax(unsigned* p, unsigned v) {
+  return __nvvm_atom_max_gen_ui(p, v);
+}
+__device__ __forceinline__ int atomicMin(int* p, int v) { return __nvvm_atom_min_gen_i(p, v); }
+__device__ __forceinline__ unsigned atomicMin(unsigned* p, unsigned v) {
+  return __nvvm_atom_min_gen_ui(p, v);
+}
 __device__ __forceinline__ unsigned long long __cvta_generic_to_shared(const void* p) {
   return (unsigned long long)(__attribute__((address_space(3))) const void*)p;
 }
+
+// NVRTC compiles with -default-device: functions without an execution space are device
+// functions. Clang's equivalent: everything after this point is __host__ __device__.
+#pragma clang force_cuda_host_device begin
