@@ -130,16 +130,23 @@ float ulp(double magnitude, Precision p) {
   return static_cast<float>(std::ldexp(1.0, e - mantissa_bits));
 }
 
+double accuracy_bar(Precision p) { return p == Precision::bf16 ? 1e-2 : 2e-3; }
+
 std::vector<float> element_tolerance(const std::vector<float>& clean,
-                                     const std::vector<double>& ref, Precision p) {
+                                     const std::vector<double>& ref, Precision p, bool strict) {
   if (clean.size() != ref.size())
     throw Error(fmt::format("element_tolerance: {} clean values but {} reference values",
                             clean.size(), ref.size()));
+  double sq = 0.0;
+  for (double r : ref) sq += r * r;
+  const float floor = strict || ref.empty()
+                          ? 0.0f
+                          : static_cast<float>(accuracy_bar(p) * std::sqrt(sq / ref.size()));
   std::vector<float> tol(clean.size());
   for (size_t i = 0; i < clean.size(); ++i) {
     const double own = std::abs(static_cast<double>(clean[i]) - ref[i]);
     // A non-finite fault-free value admits no tolerance: every deviation then counts.
-    tol[i] = std::isfinite(own) ? std::max(static_cast<float>(own), ulp(ref[i], p)) : 0.0f;
+    tol[i] = std::isfinite(own) ? std::max({static_cast<float>(own), ulp(ref[i], p), floor}) : 0.0f;
   }
   return tol;
 }

@@ -57,8 +57,15 @@ Outcome classify(const Observation& seen);
 // rounding by one ulp). Then |faulty - ref| <= 2 max(|clean - ref|, ulp): no worse than twice
 // what the unprotected kernel itself delivers, element by element.
 float ulp(double magnitude, Precision p);  // spacing of 16-bit values at |magnitude|
+//
+// Unless `strict`, every element also tolerates accuracy_bar(p) * rms(ref): the relative L2
+// error every GPU test accepts from a fault-free kernel (2e-3 f16, 1e-2 bf16), spread over the
+// elements. A fault inside it leaves an output that would pass the same accuracy check. The
+// strict form counts a two-ulp change of one element as corruption.
 std::vector<float> element_tolerance(const std::vector<float>& clean,
-                                     const std::vector<double>& ref, Precision p);
+                                     const std::vector<double>& ref, Precision p,
+                                     bool strict = false);
+double accuracy_bar(Precision p);
 
 struct Deviation {
   long long over = 0;    // elements beyond their tolerance (NaN/Inf counts as beyond)
@@ -135,8 +142,8 @@ class TrialBackend {
 };
 
 // The source-level backend: Runtime::attention on inputs uploaded once, the plan passed as
-// ProtectOptions::inject (the config must have fault_injection), a readback of the output per
-// trial. `config` is complete.
+// ProtectOptions::inject (the config must have fault_injection, or ir_inject for FaultSite::ir:
+// see campaign_ir.hpp), a readback of the output per trial. `config` is complete.
 std::unique_ptr<TrialBackend> source_backend(Runtime& runtime, const KernelConfig& config,
                                              const Problem& problem, const reference::Tensor16& q,
                                              const reference::Tensor16& k,

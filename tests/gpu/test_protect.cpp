@@ -2,7 +2,9 @@
 // nothing; faults planted at every site are detected, corrected or recomputed as each scheme
 // promises, and its documented blind spots stay blind.
 #include <catch2/catch.hpp>
+#include <random>
 
+#include "ftattn/campaign.hpp"
 #include "ftattn/runtime.hpp"
 #include "tests/gpu/attention_case.hpp"
 
@@ -122,4 +124,25 @@ TEST_CASE("a clean run of an injection build with no plan is clean", "[gpu][prot
           problem, {});
   CHECK(o.result.report.passed);
   CHECK(o.fault.clean());
+}
+
+TEST_CASE("no false alarms on PASA's biased and hybrid inputs", "[gpu][protect]") {
+  const Problem problem = Problem::bhsd(1, 4, 4, 1024, 1024, 128);
+  for (Protection prot :
+       {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct})
+    for (Precision p : {Precision::f16, Precision::bf16})
+      for (campaign::Distribution dist : campaign::kDistributions) {
+        const KernelConfig c =
+            protect_runtime().resolve(protected_config(128, p, Mask::causal, prot), &problem);
+        std::mt19937_64 rng(11);
+        auto q = campaign::random_tensor(dist, rng, p, problem.q, 1, 4, 1024, 128);
+        auto k = campaign::random_tensor(dist, rng, p, problem.k, 1, 4, 1024, 128);
+        auto v = campaign::random_tensor(dist, rng, p, problem.v, 1, 4, 1024, 128);
+        auto backend =
+            campaign::source_backend(protect_runtime(), c, problem, q, k, v, OnFault::report);
+        std::vector<float> out;
+        const FaultReport r = backend->run(std::nullopt, out);
+        INFO(c.name() << " " << campaign::to_string(dist) << ": " << r.summary());
+        CHECK(r.clean());
+      }
 }

@@ -49,12 +49,18 @@ TEST_CASE("ulp is the 16-bit spacing at the magnitude", "[campaign]") {
 TEST_CASE("the tolerance is the kernel's own error with a one-ulp floor", "[campaign]") {
   const std::vector<float> clean = {1.0f, 0.5f, 2.0f, std::numeric_limits<float>::quiet_NaN()};
   const std::vector<double> ref = {1.01, 0.5, 2.0, 1.0};
-  const auto tol = element_tolerance(clean, ref, Precision::f16);
+  const auto tol = element_tolerance(clean, ref, Precision::f16, /*strict=*/true);
   CHECK(tol[0] == Approx(0.01).epsilon(1e-3));    // own error above one ulp
   CHECK(tol[1] == Approx(std::ldexp(1.0, -11)));  // exact: one ulp at 0.5
   CHECK(tol[2] == Approx(std::ldexp(1.0, -9)));   // one ulp at 2
   CHECK(tol[3] == 0.0f);                          // a NaN baseline tolerates nothing
   CHECK_THROWS_AS(element_tolerance(clean, {1.0}, Precision::f16), Error);
+  // The default adds the accuracy bar: 2e-3 of the reference's RMS for f16, 1e-2 for bf16.
+  const std::vector<double> flat = {1.0, 1.0, 1.0, 1.0};
+  const std::vector<float> exact = {1.0f, 1.0f, 1.0f, 1.0f};
+  CHECK(element_tolerance(exact, flat, Precision::f16)[0] == Approx(2e-3));
+  CHECK(element_tolerance(exact, flat, Precision::bf16)[0] == Approx(1e-2));
+  CHECK(element_tolerance(exact, flat, Precision::f16, true)[0] == Approx(std::ldexp(1.0, -10)));
 
   const std::vector<float> same = {1.0f, 0.5f, 2.0f, 0.0f};
   std::vector<float> base = {1.0f, 0.5f, 2.0f, 0.0f};

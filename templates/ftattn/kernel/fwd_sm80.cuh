@@ -508,7 +508,7 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
         if constexpr (Protect::k_atoms > 0)  // SNVR: l >= sum over blocks of e^(block max - max)
           lower_bound[mt][r] =
               lower_bound[mt][r] * rescale[mt][r] +
-              (block_max == neg_inf() ? 0.f : fast_exp2(block_max * p.scale_log2 - shift));
+              (block_max == neg_inf() ? 0.f : fast_exp2(fmaf(block_max, p.scale_log2, -shift)));
         float sum = 0.f;
 #pragma unroll
         for (int nt = 0; nt < kST; ++nt)
@@ -686,7 +686,7 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
         auto in_range = [&](float x) {
           return x >= lb * (1.f - 1e-4f) && x <= keys * (1.f + 1e-4f);
         };
-        const float tol = 2e-3f * fmaxf(fabsf(l), fabsf(ones)) + p.tol_floor;
+        const float tol = 1e-3f * fmaxf(fabsf(l), fabsf(ones)) + p.tol_floor;  // P16: 2^-11
         if (row < p.seqlen_q && row_max[mt][r] != neg_inf()) {
           if (!(fabsf(l - ones) <= tol)) {
             const bool fix = !in_range(l) && in_range(ones);
