@@ -1,5 +1,5 @@
-// The source-level trial backend: the kernel compiled with fault_injection, launched through
-// Runtime::attention with the plan in ProtectOptions, inputs uploaded once.
+// The trial backend: the kernel compiled with fault_injection (source sites) or ir_inject (site
+// ir), launched through Runtime::attention with the plan in ProtectOptions, inputs uploaded once.
 #include "ftattn/campaign.hpp"
 #include "runtime/driver.hpp"
 
@@ -12,8 +12,10 @@ class SourceBackend final : public TrialBackend {
                 const reference::Tensor16& q, const reference::Tensor16& k,
                 const reference::Tensor16& v, OnFault on_fault)
       : rt_(rt), config_(config), problem_(problem), on_fault_(on_fault) {
-    if (!config.fault_injection)
-      throw ConfigError("the source-level backend needs a config compiled with fault_injection");
+    if (!config.fault_injection && config.ir_inject == IrClass::none)
+      throw ConfigError(
+          "the campaign backend needs a config with injection points: fault_injection (source "
+          "sites) or ir_inject (LLVM route, site ir)");
     auto upload = [](const reference::Tensor16& t) {
       runtime::DeviceBuffer b(t.data.size() * sizeof(uint16_t));
       b.upload(t.data.data(), b.bytes());

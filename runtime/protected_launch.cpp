@@ -62,12 +62,20 @@ void ProtectedLauncher::prepare(CUfunction prologue, const KernelConfig& config,
   params.tol_floor = 1e-6f;
 
   if (options.inject) {
-    if (!config.fault_injection)
-      throw ConfigError(fmt::format(
-          "{} has no injection points: set KernelConfig::fault_injection (CLI: --inject) to run "
-          "a fault plan",
-          config.name()));
     const FaultPlan& f = *options.inject;
+    // Source-level sites need the source hooks; FaultSite::ir needs the IR instrumentation.
+    if (f.site == FaultSite::ir && config.ir_inject == IrClass::none)
+      throw ConfigError(fmt::format(
+          "{} has no IR-level injection points: FaultSite::ir needs KernelConfig::ir_inject "
+          "(CLI: --backend llvm --ir-inject <class>)",
+          config.name()));
+    if (f.site != FaultSite::ir && !config.fault_injection)
+      throw ConfigError(fmt::format(
+          "{} has no source-level injection points: set KernelConfig::fault_injection (CLI: "
+          "--inject) to run a fault plan at site {}{}",
+          config.name(), to_string(f.site),
+          config.ir_inject == IrClass::none ? ""
+                                            : ", or plan FaultSite::ir for its IR-level ones"));
     if (f.bit < 0 || f.bit > 31) throw ConfigError("FaultPlan::bit must be in 0..31");
     params.fault =
         FaultPlanParams{static_cast<int>(f.site), f.cta, f.thread, f.iteration, f.element, f.bit};
@@ -86,7 +94,11 @@ void ProtectedLauncher::prepare(CUfunction prologue, const KernelConfig& config,
                             static_cast<std::size_t>(w.bytes - w.vmax_offset), stream),
         "cuMemsetD8Async");
   params.checksums = workspace_.data();
-  void* args[] = {&params};
+  // The plan is the attention kernel's: the prologue has no source-level sites, and IR-level
+  // instance counts are the attention kernel's alone (else a plan would flip in both kernels).
+  AttentionParams prologue_params = params;
+  prologue_params.fault = FaultPlanParams{};
+  void* args[] = {&prologue_params};
   launch(prologue,
          Dim3{static_cast<unsigned>(w.n_blocks), static_cast<unsigned>(problem.heads_kv),
               static_cast<unsigned>(problem.batch)},

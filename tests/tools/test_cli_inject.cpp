@@ -65,3 +65,22 @@ TEST_CASE("cli inject: a good command line needs a GPU and says so", "[cli][camp
                           "--trials 10 --bits 20:30 --false-alarms 5");
   CHECK(says(r, "no CUDA driver"));
 }
+
+TEST_CASE("cli inject: site ir needs the IR instrumentation and runs alone", "[cli][campaign]") {
+  ftattn::test::TempDir dir;
+  CHECK(says(inject(dir, "--head-dim 64 --site ir"), "--backend llvm --ir-inject"));
+  CHECK(says(inject(dir, "--head-dim 64 --backend llvm --ir-inject fp_arith --site ir,scores"),
+             "--site ir runs alone"));
+  CHECK(says(inject(dir, "--head-dim 64 --backend llvm --ir-inject fp_arith --site scores"),
+             "drop --ir-inject"));
+  CHECK(says(inject(dir,
+                    "--head-dim 64 --backend llvm --ir-inject fp_arith --site ir "
+                    "--ir-count lane"),
+             "bad --ir-count 'lane'"));
+  CHECK(says(inject(dir, "--head-dim 64 --backend llvm --ir-inject flops --site ir"), "flops"));
+  // A good IR-level command line gets as far as the device.
+  CHECK(says(inject(dir,
+                    "--head-dim 64 --backend llvm --ir-inject mma --ir-harden mma "
+                    "--protection efta_detect --site ir --ir-count thread --trials 10"),
+             "no CUDA driver"));
+}
