@@ -214,9 +214,8 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
         if (ir_space) t.plan = ir_space->locate(t.plan);  // the thread and instance that flipped
         if (trials_csv.is_open()) trials_csv << campaign::trials_csv_row(t) << "\n";
       }
-      const std::string site_label =
-          ir_space ? fmt::format("ir:{}", to_string(config.ir_inject))
-                   : std::string(campaign::site_name(site));
+      const std::string site_label = ir_space ? fmt::format("ir:{}", to_string(config.ir_inject))
+                                              : std::string(campaign::site_name(site));
       summary.add(config, problem, site_label, o.bits, r.tally, r.seconds);
     }
   }
