@@ -63,14 +63,16 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
     if (open_n && c.precision == Precision::fp8_e4m3 && c.head_dim > 128) c.block_n = 32;
   }
 
-  // Checksum schemes add accumulators (up to 16 registers per 16-row MMA tile) and checks: one
-  // MMA tile per warp and 64-key blocks keep every head dim free of spills (ptxas -v, sm_90a).
-  const bool checksums = c.protection == Protection::flash_abft ||
-                         c.protection == Protection::efta_detect ||
-                         c.protection == Protection::efta_correct;
-  if (checksums && !short_causal) {
-    if (open_n) c.block_n = 64;
-    if (open_w && c.block_m == 128) c.num_warps = 8;
+  // EFTA adds accumulators (up to 16 registers per 16-row MMA tile) and checks: with two MMA
+  // tiles per warp it spills, so one tile per warp (64 x 128 with 4 warps won `ftattn tune` at
+  // d128 on an H200, bench/results/nvidia-h200/tune_protect.csv). Flash-ABFT's one checksum
+  // fits the unprotected tiles.
+  const bool efta =
+      c.protection == Protection::efta_detect || c.protection == Protection::efta_correct;
+  if (efta && !short_causal) {
+    if (open_m) c.block_m = 64;
+    if (open_n) c.block_n = c.head_dim <= 128 ? 128 : 64;
+    if (open_w) c.num_warps = 4;
   }
 
   // Only adjust once every knob is positive; a negative user knob is left for validate() to

@@ -132,8 +132,8 @@ TEST_CASE("no false alarms on PASA's biased and hybrid inputs", "[gpu][protect]"
        {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct})
     for (Precision p : {Precision::f16, Precision::bf16})
       for (campaign::Distribution dist : campaign::kDistributions) {
-        const KernelConfig c =
-            protect_runtime().resolve(protected_config(128, p, Mask::causal, prot), &problem);
+        const KernelConfig c = protect_runtime().resolve(
+            protected_config(128, p, Mask::causal, prot, /*inject=*/true), &problem);
         std::mt19937_64 rng(11);
         auto q = campaign::random_tensor(dist, rng, p, problem.q, 1, 4, 1024, 128);
         auto k = campaign::random_tensor(dist, rng, p, problem.k, 1, 4, 1024, 128);
