@@ -42,29 +42,43 @@ TEST_CASE("8-bit precisions match the FP64 reference within their quantisation e
           "[gpu][q8]") {
   Runtime& rt = q8_runtime();
   REQUIRE(rt.has_device());
-  for (Precision p : q8_precisions(rt))
-    for (int d : {32, 64, 96, 128, 192, 256})
-      for (Mask m : {Mask::none, Mask::causal}) {
-        // Odd lengths: neither a multiple of block_m, block_n nor the 16-key V^T group; GQA.
-        const Problem pr = Problem::bhsd(2, 4, 2, 203, 517, d);
-        const auto r = gpu_test::run_case(rt, q8_config(d, p, m), pr, true, 0, 3000 + d);
-        INFO(r.config_name << ": " << r.report.summary());
-        CHECK(r.report.passed);
-      }
+  // Every head dim for each precision; the mask alternates (between precisions too), so each
+  // (precision, mask) and each (head dim, mask) pair is covered while a run stays short. 256
+  // rows, always including the ends, are checked against the reference.
+  const std::vector<Precision> precisions = q8_precisions(rt);
+  for (size_t pi = 0; pi < precisions.size(); ++pi) {
+    const std::array<int, 6> dims = {32, 64, 96, 128, 192, 256};
+    for (size_t di = 0; di < dims.size(); ++di) {
+      const int d = dims[di];
+      const Mask m = (pi + di) % 2 == 0 ? Mask::none : Mask::causal;
+      // Odd lengths: neither a multiple of block_m, block_n nor the 16-key V^T group; GQA.
+      const Problem pr = Problem::bhsd(2, 4, 2, 203, 517, d);
+      const auto r =
+          gpu_test::run_case(rt, q8_config(d, precisions[pi], m), pr, true, 256, 3000 + d);
+      INFO(r.config_name << ": " << r.report.summary());
+      CHECK(r.report.passed);
+    }
+  }
 }
 
 TEST_CASE("8-bit tiles and stages all give the same answer", "[gpu][q8]") {
   Runtime& rt = q8_runtime();
-  for (Precision p : q8_precisions(rt))
+  // One and several stages for each precision (one stage is where K's scales share a buffer
+  // with the next K); together they cover every tile.
+  for (Precision p : q8_precisions(rt)) {
+    const bool int8 = p == Precision::int8;
     for (auto [m, n, w, s] : std::vector<std::array<int, 4>>{
-             {64, 64, 4, 1}, {64, 64, 4, 2}, {128, 64, 8, 3}, {128, 128, 8, 2}, {128, 32, 4, 1}}) {
+             {64, 64, 4, 1},
+             int8 ? std::array{128, 64, 8, 3} : std::array{64, 64, 4, 2},
+             int8 ? std::array{128, 32, 4, 1} : std::array{128, 128, 8, 2}}) {
       KernelConfig c = q8_config(128, p, Mask::causal);
       c.block_m = m, c.block_n = n, c.num_warps = w, c.num_stages = s;
       const Problem pr = Problem::bhsd(1, 2, 2, 333, 333, 128);
-      const auto r = gpu_test::run_case(rt, c, pr, true, 0, 77);
+      const auto r = gpu_test::run_case(rt, c, pr, true, 256, 77);
       INFO(r.config_name << ": " << r.report.summary());
       CHECK(r.report.passed);
     }
+  }
 }
 
 TEST_CASE("8-bit kernels follow the host model of their numerics closely; bf16 in and out",

@@ -228,13 +228,10 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
     }
     // Raw scores before dequantisation: INT32 for int8, so checksums over them are exact.
     Protect::after_scores(protect_state, s, n_block);
-    if constexpr (kStages == 1) {
-      sm80::cp_async_wait<0>();
-      __syncthreads();  // V landed and every warp is done with K: fetch the next K
-      if (ahead < n_blocks) load_k(0, ahead++);
-    }
 
-    // Dequantise into base-2 logits: S * s_Q[row] * s_K[key] * scale * log2(e).
+    // Dequantise into base-2 logits: S * s_Q[row] * s_K[key] * scale * log2(e). The key scales
+    // live in the K buffer: with one stage, the next K is fetched only once every warp has read
+    // them (below, with P in registers).
     const u32 sKscale = sKs + T::block_n * T::qk_stride;
     float x[kMT][kST][4];
 #pragma unroll
@@ -311,7 +308,11 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
           pa[mt][kc][2 * h + 1] = P::pack4(t0[2], t0[3], t1[2], t1[3]);  // row lane / 4 + 8
         }
 
-    if constexpr (kStages > 1) {  // wait for V of this block
+    if constexpr (kStages == 1) {
+      sm80::cp_async_wait<0>();
+      __syncthreads();  // V landed and every warp is done with K and its scales: fetch the next K
+      if (ahead < n_blocks) load_k(0, ahead++);
+    } else {  // wait for V of this block
       sm80::cp_async_wait<2 * kStages - 2>();
       __syncthreads();
     }
