@@ -280,6 +280,13 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
     return row0 + warp * kMT * 16 + mt * 16 + lane / 4 + r * 8;
   };
   // Fault injection: flip the planned bit of one of `n` values of a class (injection builds only).
+  // One value of a class, by its index among the class's n values of this thread.
+  auto inject_at = [&](int site, int it, int index, int n, float& value) {
+    if constexpr (T::inject) {
+      if (plan_hits(p.fault, site) && p.fault.iteration == it && p.fault.element % n == index)
+        value = flip_bit(value, p.fault.bit);
+    }
+  };
   auto inject = [&](int site, int it, float* values, int n) {
     if constexpr (T::inject) {
       if (plan_hits(p.fault, site) && p.fault.iteration == it) {
@@ -321,28 +328,6 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
       }
     }
 
-    // |q| of this thread's rows, once Q has landed: each lane of a quad sums a quarter of a row.
-    if constexpr (Protect::k_atoms > 0) {
-      if (it == 0) {
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int tile_row = warp_row + mt * 16 + lane / 4 + r * 8;
-            float sq = 0.f;
-#pragma unroll
-            for (int i = 0; i < T::head_dim / 8; ++i) {
-              float x0, x1;
-              unpack2<protect::IsBf16<P>::value>(
-                  sm80::ld_shared_u32(
-                      sQ + (tile_row * T::row_stride + quad_t * (T::head_dim / 4) + 2 * i) * 2),
-                  x0, x1);
-              sq += x0 * x0 + x1 * x1;
-            }
-            q_norm[mt][r] = sqrtf(quad_sum(sq));
-          }
-      }
-    }
     float k_norm = 0.f;  // sum of |k| over this thread's keys of the block
     if constexpr (Protect::k_atoms > 0)
       k_norm = reinterpret_cast<const float*>(cs_base + cs.knorm_offset +
@@ -488,7 +473,6 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
 
     // Online softmax: new running max, rescale of the old state, P = 2^(S*scale - max).
     float rescale[kMT][2];
-    float shifts[kMT][2];
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -504,84 +488,54 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
         rescale[mt][r] = fast_exp2(row_max[mt][r] * p.scale_log2 - shift);
         if constexpr (T::inject) inject(fault_site_rescale, it, &rescale[mt][r], 1);
         row_max[mt][r] = mx;
-        shifts[mt][r] = shift;
         if constexpr (Protect::k_atoms > 0)  // SNVR: l >= sum over blocks of e^(block max - max)
           lower_bound[mt][r] =
               lower_bound[mt][r] * rescale[mt][r] +
               (block_max == neg_inf() ? 0.f : fast_exp2(fmaf(block_max, p.scale_log2, -shift)));
-        float sum = 0.f;
+        // EFTA's product check, fused into the exps: prod over the thread's P of this row equals
+        // 2^(the sum of their exponents), and that sum is the GEMM I checksum scaled, less n *
+        // max. Each factor is multiplied by 2^-(mean exponent) so the product stays near 1
+        // instead of underflowing; masked elements (P == 0, not in n) count as 1.
+        float norm = 1.f;
+        bool check = false;
+        if constexpr (Protect::k_atoms > 0) {
+          const int n = n_valid[mt][r];
+          const float ref = sc[mt][0][2 * r] + sc[mt][0][2 * r + 1] - masked_sum[mt][r];
+          const float mean = n > 0 ? (ref * p.scale_log2 - n * shift) / n : 0.f;
+          // Every factor tiny (mean below 2^-100): nothing checkable, see the README.
+          check = n > 0 && mx != neg_inf() && mean > -100.f;
+          norm = check ? fast_exp2(-mean) : 1.f;
+        }
+        float sum = 0.f, prod = 1.f;
 #pragma unroll
         for (int nt = 0; nt < kST; ++nt)
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             float& x = s[mt][nt][2 * r + c];
+            const bool masked = kMasked && x == neg_inf();
             x = fast_exp2(fmaf(x, p.scale_log2, -shift));
+            if constexpr (T::inject)
+              inject_at(fault_site_probs, it, (mt * kST + nt) * 4 + 2 * r + c, kMT * kST * 4, x);
             sum += x;
+            if constexpr (Protect::k_atoms > 0) prod *= masked ? 1.f : x * norm;
           }
         row_sum[mt][r] = row_sum[mt][r] * rescale[mt][r] + sum;
+        if constexpr (Protect::k_atoms > 0) {
+          // A factor flushed to zero makes the product unverifiable, not wrong.
+          if (check && prod != 0.f) {
+            const float exp_tol =
+                p.scale_log2 * (p.tol_scores * q_norm[mt][r] * k_norm + p.tol_floor);
+            const float tol = fast_exp2(exp_tol) - 1.f + n_valid[mt][r] * 4e-7f + p.tol_probs;
+            const float dev = fabsf(prod - 1.f);
+            if (!(dev <= tol))
+              record_fault(p.fault_log, batch, head, global_row(mt, r), -1, fault_stage_probs,
+                           false, dev, tol);
+          }
+        }
       }
     if constexpr (T::inject) {
       inject(fault_site_row_max, it, &row_max[0][0], kMT * 2);
       inject(fault_site_row_sum, it, &row_sum[0][0], kMT * 2);
-      inject(fault_site_probs, it, &s[0][0][0], kMT * kST * 4);
-    }
-
-    // EFTA's product check: prod over the thread's P of one row equals 2^(the sum of their
-    // exponents), and that sum is the GEMM I checksum scaled, less n * max. Each factor is
-    // multiplied by 2^-(mean exponent) so the product stays near 1 instead of underflowing.
-    if constexpr (Protect::k_atoms > 0) {
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int n = n_valid[mt][r];
-          if (n == 0 || row_max[mt][r] == neg_inf()) continue;
-          const float ref = sc[mt][0][2 * r] + sc[mt][0][2 * r + 1] - masked_sum[mt][r];
-          const float mean = (ref * p.scale_log2 - n * shifts[mt][r]) / n;
-          if (!(mean > -100.f)) continue;  // every factor tiny: nothing checkable (see README)
-          const float norm = fast_exp2(-mean);
-          float prod = 1.f;
-#pragma unroll
-          for (int nt = 0; nt < kST; ++nt) {
-            float a = s[mt][nt][2 * r], b = s[mt][nt][2 * r + 1];
-            if (kMasked) {  // masked elements are P == 0 and not in n: factor 1
-              const int key = n_block * T::block_n + nt * 8 + 2 * quad_t;
-              const int row = global_row(mt, r);
-              if (key >= p.seqlen_k || (T::causal && key > row + diag))
-                a = norm > 0.f ? 1.f / norm : 1.f;
-              if (key + 1 >= p.seqlen_k || (T::causal && key + 1 > row + diag))
-                b = norm > 0.f ? 1.f / norm : 1.f;
-            }
-            prod *= (a * norm) * (b * norm);
-          }
-          if (prod == 0.f) continue;  // a factor flushed to zero: unverifiable, not wrong
-          const float exp_tol =
-              p.scale_log2 * (p.tol_scores * q_norm[mt][r] * k_norm + p.tol_floor);
-          const float tol = fast_exp2(exp_tol) - 1.f + n * 4e-7f + p.tol_probs;
-          const float dev = fabsf(prod - 1.f);
-          if (!(dev <= tol))
-            record_fault(p.fault_log, batch, head, global_row(mt, r), -1, fault_stage_probs, false,
-                         dev, tol);
-        }
-    }
-    // Rescale O only when some row of the warp has a new max: once the running max settles (most
-    // blocks of a long row) every factor is exactly 1 and the multiplies would change nothing.
-    bool new_max = !T::lazy_rescale;
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt) new_max |= rescale[mt][0] != 1.f || rescale[mt][1] != 1.f;
-    if (!T::lazy_rescale || __any_sync(0xffffffffu, new_max)) {
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kOT; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) o[mt][nt][i] *= rescale[mt][i / 2];
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int g = 0; g < Protect::v_atoms; ++g)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) oc[mt][g][i] *= rescale[mt][i / 2];
     }
 
     if constexpr (kStages > 1) {  // wait for V of this block
@@ -644,6 +598,30 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
         }
     }
   };
+
+  // |q| of this thread's rows (for the S thresholds), once Q has landed: each lane of a quad sums
+  // a quarter of a row. Waiting for every prefetch here costs protected kernels one stall.
+  if constexpr (Protect::k_atoms > 0) {
+    sm80::cp_async_wait<0>();
+    __syncthreads();
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int tile_row = warp_row + mt * 16 + lane / 4 + r * 8;
+        float sq = 0.f;
+#pragma unroll
+        for (int i = 0; i < T::head_dim / 8; ++i) {
+          float x0, x1;
+          unpack2<protect::IsBf16<P>::value>(
+              sm80::ld_shared_u32(
+                  sQ + (tile_row * T::row_stride + quad_t * (T::head_dim / 4) + 2 * i) * 2),
+              x0, x1);
+          sq += x0 * x0 + x1 * x1;
+        }
+        q_norm[mt][r] = sqrtf(quad_sum(sq));
+      }
+  }
 
   // Blocks that need no mask come first (keys below every row's diagonal and inside the
   // sequence); only the last few, at the diagonal or the sequence end, pay for masking.
