@@ -538,6 +538,26 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
       inject(fault_site_row_sum, it, &row_sum[0][0], kMT * 2);
     }
 
+    // Rescale O only when some row of the warp has a new max: once the running max settles (most
+    // blocks of a long row) every factor is exactly 1 and the multiplies would change nothing.
+    bool new_max = !T::lazy_rescale;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) new_max |= rescale[mt][0] != 1.f || rescale[mt][1] != 1.f;
+    if (!T::lazy_rescale || __any_sync(0xffffffffu, new_max)) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kOT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) o[mt][nt][i] *= rescale[mt][i / 2];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int g = 0; g < Protect::v_atoms; ++g)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) oc[mt][g][i] *= rescale[mt][i / 2];
+    }
+
     if constexpr (kStages > 1) {  // wait for V of this block
       sm80::cp_async_wait<2 * kStages - 2>();
       __syncthreads();
