@@ -68,9 +68,9 @@ TEST_CASE("protected kernels match the reference and raise no false alarm", "[gp
 TEST_CASE("efta_correct corrects a flipped score and a flipped output element", "[gpu][protect]") {
   const Problem problem = Problem::bhsd(1, 2, 2, 256, 512, 128);
   for (FaultSite site : {FaultSite::scores, FaultSite::output}) {
-    const Outcome o =
-        run(protected_config(128, Precision::f16, Mask::none, Protection::efta_correct, true),
-            problem, plant(site));
+    const Outcome o = run(
+        protected_config(128, Precision::f16, Mask::none, Protection::efta_correct, true), problem,
+        plant(site, 3, 30));  // bit 30: the exponent's top bit, a large change either way
     INFO(to_string(site) << ": " << o.result.report.summary() << "; " << o.fault.summary());
     CHECK(o.fault.detected >= 1);
     CHECK(o.fault.corrected == o.fault.detected);
