@@ -1,0 +1,151 @@
+// The checksum protections on the host side: the kernels they generate (prologue, checksum MMA
+// tiles, injection points), the shared-memory sizes the launch asks for, the workspace layout
+// host and kernel share, thresholds, and the names of the fault enums.
+#include <catch2/catch.hpp>
+
+#include "ftattn/codegen.hpp"
+#include "ftattn/errors.hpp"
+#include "ftattn/fault.hpp"
+#include "ftattn/protect/workspace.cuh"
+#include "runtime/nvrtc_compiler.hpp"
+#include "runtime/protected_launch.hpp"
+
+using namespace ftattn;
+
+namespace {
+
+KernelConfig protected_config(Protection prot, int head_dim = 128, bool inject = false) {
+  KernelConfig c;
+  c.head_dim = head_dim;
+  c.protection = prot;
+  c.fault_injection = inject;
+  c.arch = Arch{90, true};
+  return with_defaults(c, c.arch);
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("checksum schemes generate a prologue and compile with their extra MMA tiles",
+          "[codegen][protect][nvrtc]") {
+  const KernelConfig none = protected_config(Protection::none);
+  const codegen::KernelSource base_src = codegen::generate(none);
+  const runtime::NvrtcOutput base = runtime::compile_with_nvrtc(base_src);
+  const ResourceUsage base_usage = runtime::parse_ptxas_log(base.log, base_src.symbol);
+  const std::string mma = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32";
+  for (Protection prot :
+       {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct}) {
+    const KernelConfig c = protected_config(prot);
+    INFO(c.name());
+    const codegen::KernelSource src = codegen::generate(c);
+    CHECK(src.text.find("ftattn/protect/checksum.cuh") != std::string::npos);
+    const std::string prologue = codegen::checksum_symbol(src.symbol);
+    CHECK(src.text.find(prologue + "(") != std::string::npos);
+    // The unit asserts its shared memory equals KernelConfig::shared_memory_bytes: compiling
+    // it checks the two agree.
+    const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
+    CHECK(out.ptx.find(".entry " + prologue) != std::string::npos);
+    CHECK(out.ptx.find("atom.global") != std::string::npos);  // the fault log
+    // Per key block and 16-row MMA tile: one more 8-wide tile per K checksum on GEMM I
+    // (head_dim / 16 MMAs) and per V checksum on GEMM II (block_n / 16 MMAs).
+    const runtime::ChecksumAtoms atoms = runtime::checksum_atoms(prot);
+    const int tiles = c.block_m / 16 / c.num_warps;
+    const int plain =
+        tiles * ((c.block_n / 8) * (c.head_dim / 16) + (c.head_dim / 8) * (c.block_n / 16));
+    const int extra = tiles * (atoms.k * (c.head_dim / 16) + atoms.v * (c.block_n / 16));
+    CHECK(count(out.ptx, mma) >= size_t(plain + extra));
+    // EFTA's defaults are chosen to fit without spills (defaults.cpp); Flash-ABFT keeps the
+    // unprotected tiles and spills no more than they do.
+    const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
+    if (prot == Protection::flash_abft)
+      CHECK(r.spill_stores <= base_usage.spill_stores);
+    else
+      CHECK(r.spill_stores == 0);
+  }
+  CHECK(count(base.ptx, "atom.global") == 0);  // unprotected kernels carry no log
+}
+
+TEST_CASE("fault injection compiles only into the builds that ask for it", "[codegen][protect]") {
+  const KernelConfig plain = protected_config(Protection::efta_correct);
+  const KernelConfig inject = protected_config(Protection::efta_correct, 128, true);
+  CHECK(inject.name() == plain.name() + "_inj");
+  CHECK(KernelConfig::parse(inject.name()) == inject);
+  CHECK(codegen::generate(plain).text.find("/*inject=*/false") != std::string::npos);
+  CHECK(codegen::generate(inject).text.find("/*inject=*/true") != std::string::npos);
+}
+
+TEST_CASE("protected tiles take more shared memory: checksum rows and columns",
+          "[codegen][protect]") {
+  KernelConfig c;
+  c.head_dim = 128;
+  c.block_m = 64;
+  c.block_n = 128;
+  c.num_warps = 4;
+  c.num_stages = 1;
+  c.arch = Arch{90, true};
+  const int none = c.shared_memory_bytes();
+  CHECK(none == (64 + 2 * 128) * (128 + 8) * 2);
+  c.protection = Protection::flash_abft;  // one V checksum tile fits the row padding
+  CHECK(c.shared_memory_bytes() == none);
+  c.protection = Protection::efta_detect;  // 8 K rows, and V rows widened by 16 columns
+  CHECK(c.shared_memory_bytes() == (64 + 2 * 128 + 8) * (128 + 24) * 2);
+  c.protection = Protection::efta_correct;  // 16 K rows
+  CHECK(c.shared_memory_bytes() == (64 + 2 * 128 + 16) * (128 + 24) * 2);
+}
+
+TEST_CASE("the checksum workspace layout is aligned and sized per head", "[protect]") {
+  CHECK(checksum_workspace(2, 4, 1000, 128, 64, 0, 0).bytes == 0);
+  const ChecksumWorkspace w = checksum_workspace(2, 4, 1000, 128, 64, 2, 2);
+  CHECK(w.n_blocks == 16);
+  CHECK(w.keys == 1024);
+  CHECK(w.v_per_head == 1024 * 16 * 2);      // 16 16-bit columns per key
+  CHECK(w.k_per_head == 16 * 16 * 128 * 2);  // 16 rows of head_dim per key block
+  CHECK(w.knorm_per_head == 16 * 4 * 4);     // 4 floats per key block
+  for (long long offset : {w.k_offset, w.knorm_offset, w.vmax_offset, w.bytes})
+    CHECK(offset % 16 == 0);
+  CHECK(w.k_offset == 8 * w.v_per_head);
+  CHECK(w.bytes == w.vmax_offset + 8 * 16);
+  // Flash-ABFT: V checksums only.
+  const ChecksumWorkspace f = checksum_workspace(1, 1, 100, 64, 64, 0, 1);
+  CHECK(f.k_per_head == 0);
+  CHECK(f.knorm_per_head == 0);
+  CHECK(f.v_per_head == 128 * 16);
+}
+
+TEST_CASE("thresholds: calibrated defaults per precision, overridable field by field",
+          "[protect]") {
+  const Thresholds f16 = runtime::default_thresholds(Precision::f16);
+  const Thresholds bf16 = runtime::default_thresholds(Precision::bf16);
+  CHECK(bf16.scores > f16.scores);  // bf16's hi + lo split keeps 16 bits, f16's 22
+  CHECK(bf16.output > f16.output);
+  Thresholds mine;
+  mine.output = 1e-3f;
+  const Thresholds t = runtime::effective_thresholds(Precision::f16, mine);
+  CHECK(t.output == 1e-3f);
+  CHECK(t.scores == f16.scores);
+  CHECK(t.probs == f16.probs);
+  CHECK(runtime::checksum_atoms(Protection::none).k == 0);
+  CHECK(runtime::checksum_atoms(Protection::decoupled).v == 0);
+}
+
+TEST_CASE("fault enums read and print the command line's spelling", "[protect]") {
+  CHECK(parse_on_fault("throw") == OnFault::raise);
+  CHECK(to_string(OnFault::recompute) == "recompute");
+  CHECK_THROWS_WITH(parse_on_fault("retry"), Catch::Contains("report, recompute, throw"));
+  CHECK(parse_fault_site("row_sum") == FaultSite::row_sum);
+  CHECK(to_string(FaultSite::checksum) == "checksum");
+  CHECK_THROWS_AS(parse_fault_site("alpha"), ConfigError);
+  FaultReport r;
+  CHECK(r.clean());
+  CHECK(r.summary() == "no faults detected");
+  r.detected = 2;
+  r.corrected = 1;
+  r.events.push_back(FaultEvent{0, 3, 17, 42, FaultStage::output, true, 0.5f, 0.01f});
+  CHECK(r.summary().find("2 detected, 1 corrected") != std::string::npos);
+  CHECK(r.summary().find("output at batch 0, head 3, row 17, col 42") != std::string::npos);
+}
