@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "ftattn/errors.hpp"
+#include "runtime/hash.hpp"
 
 namespace ftattn {
 
@@ -115,13 +116,6 @@ int element_bytes(Precision p) {
       return 1;
   }
   throw ConfigError(fmt::format("invalid Precision value {}", static_cast<int>(p)));
-}
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
 }
 
 }  // namespace
@@ -632,7 +626,7 @@ size_t std::hash<ftattn::KernelConfig>::operator()(const ftattn::KernelConfig& c
         int64_t{c.num_stages}, int64_t(c.precision), int64_t(c.protection), int64_t(c.mask),
         int64_t{c.arch.sm}, int64_t{c.arch.arch_specific}, int64_t{c.fault_injection},
         int64_t(c.backend), int64_t(c.ir_inject), int64_t(c.ir_harden)}) {
-    h = ftattn::splitmix64(h ^ static_cast<uint64_t>(field));
+    h = ftattn::runtime::splitmix64(h ^ static_cast<uint64_t>(field));
   }
   return static_cast<size_t>(h);
 }

@@ -11,16 +11,10 @@
 
 #include "ftattn/errors.hpp"
 #include "runtime/decoupled_launch.hpp"
+#include "runtime/hash.hpp"
 
 namespace ftattn::campaign {
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // The fused sm80 kernel: grid (m_blocks, heads_q, batch), causal grids longest-first, one
 // iteration per key block (fwd_sm80.cuh).
@@ -195,9 +189,9 @@ FaultPlan plan_trial(const InjectionSpace& space, FaultSite site, BitRange bits,
   const long long total = space.total_iterations();
   if (total <= 0 || space.threads <= 0)
     throw ConfigError("plan_trial: the injection space is empty");
-  uint64_t state = splitmix64(seed ^ splitmix64(index + 1));
+  uint64_t state = runtime::splitmix64(seed ^ runtime::splitmix64(index + 1));
   auto draw = [&](uint64_t n) {  // uniform in [0, n); n is small, the modulo bias is < 2^-32
-    state = splitmix64(state);
+    state = runtime::splitmix64(state);
     return state % n;
   };
   FaultPlan plan;

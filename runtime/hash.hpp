@@ -2,11 +2,21 @@
 // hex characters (high 64 bits first, as XXH128_canonicalFromHash orders them).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
 
 namespace ftattn::runtime {
+
+// SplitMix64's finaliser: a cheap, well-mixed 64-bit hash of one integer (config hashing,
+// counter-based random numbers).
+constexpr uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
 
 // One-shot XXH3-128 of `data`.
 std::string hash_hex(std::string_view data);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <mutex>
@@ -70,16 +71,16 @@ class LoadedKernel final : public Kernel {
     // Recompute: every tile with an uncorrected detection; all tiles when the log overflowed
     // and some detections went unrecorded. The relaunch carries no fault plan.
     std::vector<int> tiles;
-    auto add = [&](int m_block, int head, int batch) {
-      for (size_t i = 0; i < tiles.size(); i += 3)
-        if (tiles[i] == m_block && tiles[i + 1] == head && tiles[i + 2] == batch) return;
-      tiles.insert(tiles.end(), {m_block, head, batch});
-    };
-    const bool complete = report.events.size() >= report.detected;
-    for (const FaultEvent& e : report.events)
-      if (!e.corrected || !complete) add(e.row / c.block_m, e.head, e.batch);
-    if (!complete) {
-      tiles.clear();
+    if (report.events.size() >= report.detected) {
+      for (const FaultEvent& e : report.events) {
+        if (e.corrected) continue;
+        const int tile[3] = {e.row / c.block_m, e.head, e.batch};
+        bool seen = false;
+        for (size_t i = 0; i < tiles.size() && !seen; i += 3)
+          seen = std::equal(tile, tile + 3, tiles.begin() + i);
+        if (!seen) tiles.insert(tiles.end(), tile, tile + 3);
+      }
+    } else {  // the log overflowed: some detections are unlocated, so every tile
       const int m_blocks = (problem.seqlen_q + c.block_m - 1) / c.block_m;
       for (int b = 0; b < problem.batch; ++b)
         for (int h = 0; h < problem.heads_q; ++h)
@@ -101,22 +102,20 @@ class LoadedKernel final : public Kernel {
   void enqueue(const Problem& problem, AttentionParams& params, CUstream stream,
                const ProtectOptions& protect) const {
     const KernelConfig& c = compiled_->config;
-    const bool tile_list = params.tile_count > 0;
-    if (c.protection != Protection::none || protect.inject) {
+    if (c.protection != Protection::none || protect.inject)
       protector_.prepare(prologue_, c, problem, params, stream, protect);
-      if (!tile_list) params.tile_list = nullptr;
-    }
     if (c.protection == Protection::decoupled) {  // three kernels over a global S and P
       decoupled_.launch(module_, compiled_->symbol, c, problem, params, stream);
       return;
     }
-    const unsigned m_blocks = (problem.seqlen_q + c.block_m - 1) / c.block_m;
+    // A recompute launch walks its tile list in x; a full one covers every tile.
+    const Dim3 grid =
+        params.tile_count > 0
+            ? Dim3{static_cast<unsigned>(params.tile_count), 1, 1}
+            : Dim3{static_cast<unsigned>((problem.seqlen_q + c.block_m - 1) / c.block_m),
+                   static_cast<unsigned>(problem.heads_q), static_cast<unsigned>(problem.batch)};
     void* args[] = {&params};
-    runtime::launch(function_,
-                    Dim3{tile_list ? static_cast<unsigned>(params.tile_count) : m_blocks,
-                         tile_list ? 1u : static_cast<unsigned>(problem.heads_q),
-                         tile_list ? 1u : static_cast<unsigned>(problem.batch)},
-                    Dim3{static_cast<unsigned>(32 * c.num_warps), 1, 1},
+    runtime::launch(function_, grid, Dim3{static_cast<unsigned>(32 * c.num_warps), 1, 1},
                     static_cast<unsigned>(c.shared_memory_bytes()), stream, args);
   }
 

@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "runtime/hash.hpp"
+
 namespace ftattn::reference {
 namespace {
 
@@ -73,15 +75,8 @@ namespace {
 
 // Counter-based normal samples: element i depends only on (seed, i), so the fill can be split
 // across threads and stays reproducible.
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 float normal_sample(uint64_t seed, uint64_t i) {
-  const uint64_t bits = splitmix64(seed ^ splitmix64(i));
+  const uint64_t bits = runtime::splitmix64(seed ^ runtime::splitmix64(i));
   const double u1 = (static_cast<double>(bits >> 40) + 1.0) / 16777217.0;  // (0, 1]
   const double u2 = static_cast<double>(bits & 0xffffffu) / 16777216.0;
   return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
@@ -221,8 +216,8 @@ CheckReport check(const Problem& pr, Precision p, Mask mask, const Tensor16& q, 
   // (quant_model, tests/runtime/test_quantize_model.cpp) gives rel L2 about 2e-2 (int8) and 5e-2
   // (fp8) on N(0, 1) inputs; the bounds leave 2x for other shapes. LSE moves by the dequantised
   // scores' error, a few 1e-2 at most.
-  const double tol = p == Precision::bf16 ? 1e-2
-                     : p == Precision::int8   ? 5e-2
+  const double tol = p == Precision::bf16       ? 1e-2
+                     : p == Precision::int8     ? 5e-2
                      : p == Precision::fp8_e4m3 ? 1e-1
                                                 : 2e-3;
   const double lse_tol = q8 ? 1e-1 : 1e-2;

@@ -6,25 +6,17 @@
 #include "ftattn/codegen.hpp"
 #include "ftattn/errors.hpp"
 #include "runtime/nvrtc_compiler.hpp"
+#include "tests/support/configs.hpp"
 
 using namespace ftattn;
 
 namespace {
 
 KernelConfig make(int head_dim, Precision p, Mask m, Arch arch) {
-  KernelConfig c;
-  c.head_dim = head_dim;
-  c.precision = p;
-  c.mask = m;
-  c.arch = arch;
-  return with_defaults(c, arch);
+  return test::default_config(head_dim, p, m, arch);
 }
 
-int count(const std::string& text, const std::string& needle) {
-  int n = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
-}
+using test::count;
 
 }  // namespace
 

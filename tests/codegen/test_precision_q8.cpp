@@ -12,20 +12,8 @@ namespace {
 
 const Arch kSm80{80, false}, kSm89{89, false}, kSm90a{90, true};
 
-KernelConfig defaults(int head_dim, Precision p, Mask m, Arch arch) {
-  KernelConfig c;
-  c.head_dim = head_dim;
-  c.precision = p;
-  c.mask = m;
-  c.arch = arch;
-  return with_defaults(c, arch);
-}
-
-int count(const std::string& text, const std::string& needle) {
-  int n = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
-}
+using test::count;
+using test::default_config;
 
 }  // namespace
 
@@ -50,7 +38,7 @@ TEST_CASE("8-bit defaults: complete, valid, block_n a multiple of 32", "[codegen
     for (Precision p : {Precision::int8, Precision::fp8_e4m3})
       for (int d : {32, 64, 96, 128, 192, 256}) {
         if (p == Precision::fp8_e4m3 && arch.sm < 89) continue;
-        const KernelConfig c = defaults(d, p, Mask::causal, arch);
+        const KernelConfig c = default_config(d, p, Mask::causal, arch);
         INFO(c.name());
         CHECK(c.is_complete());
         CHECK(c.block_n % 32 == 0);
@@ -61,7 +49,7 @@ TEST_CASE("8-bit defaults: complete, valid, block_n a multiple of 32", "[codegen
 
 TEST_CASE("8-bit unit: the q8 skeleton, the size check and six quantisation kernels",
           "[codegen][q8]") {
-  const KernelConfig c = defaults(128, Precision::int8, Mask::causal, kSm80);
+  const KernelConfig c = default_config(128, Precision::int8, Mask::causal, kSm80);
   const codegen::KernelSource src = codegen::generate(c);
   CHECK(src.text.find("ftattn/kernel/fwd_q8_sm80.cuh") != std::string::npos);
   CHECK(src.text.find("ftattn::precision::Int8") != std::string::npos);
@@ -88,7 +76,7 @@ TEST_CASE("NVRTC compiles every 8-bit config with 8-bit MMAs and no spills",
     for (int d : {32, 64, 96, 128, 192, 256})
       for (Mask m : {Mask::none, Mask::causal}) {
         if (m == Mask::causal && d != 64 && d != 128) continue;  // compile time
-        const KernelConfig c = defaults(d, t.p, m, t.arch);
+        const KernelConfig c = default_config(d, t.p, m, t.arch);
         INFO(c.name());
         const codegen::KernelSource src = codegen::generate(c);
         const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);

@@ -9,25 +9,17 @@
 #include "ftattn/protect/workspace.cuh"
 #include "runtime/nvrtc_compiler.hpp"
 #include "runtime/protected_launch.hpp"
+#include "tests/support/configs.hpp"
 
 using namespace ftattn;
 
 namespace {
 
-KernelConfig protected_config(Protection prot, int head_dim = 128, bool inject = false) {
-  KernelConfig c;
-  c.head_dim = head_dim;
-  c.protection = prot;
-  c.fault_injection = inject;
-  c.arch = Arch{90, true};
-  return with_defaults(c, c.arch);
+KernelConfig protected_config(Protection prot, bool inject = false) {
+  return test::default_config(128, Precision::f16, Mask::none, Arch{90, true}, prot, inject);
 }
 
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
+using test::count;
 
 }  // namespace
 
@@ -58,7 +50,7 @@ TEST_CASE("checksum schemes generate a prologue and compile with their extra MMA
     const int plain =
         tiles * ((c.block_n / 8) * (c.head_dim / 16) + (c.head_dim / 8) * (c.block_n / 16));
     const int extra = tiles * (atoms.k * (c.head_dim / 16) + atoms.v * (c.block_n / 16));
-    CHECK(count(out.ptx, mma) >= size_t(plain + extra));
+    CHECK(count(out.ptx, mma) >= plain + extra);
     // EFTA's defaults are chosen to fit without spills (defaults.cpp); Flash-ABFT keeps the
     // unprotected tiles and spills no more than they do.
     const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
@@ -72,7 +64,7 @@ TEST_CASE("checksum schemes generate a prologue and compile with their extra MMA
 
 TEST_CASE("fault injection compiles only into the builds that ask for it", "[codegen][protect]") {
   const KernelConfig plain = protected_config(Protection::efta_correct);
-  const KernelConfig inject = protected_config(Protection::efta_correct, 128, true);
+  const KernelConfig inject = protected_config(Protection::efta_correct, true);
   CHECK(inject.name() == plain.name() + "_inj");
   CHECK(KernelConfig::parse(inject.name()) == inject);
   CHECK(codegen::generate(plain).text.find("/*inject=*/false") != std::string::npos);

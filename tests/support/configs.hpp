@@ -1,6 +1,9 @@
-// A complete kernel config from its knobs, for tests that name tiles directly, and the check that
-// a call fails with ConfigError and a given message. Include after Catch2.
+// A complete kernel config from its knobs, for tests that name tiles directly, or from the
+// heuristic defaults; the check that a call fails with ConfigError and a given message; counting
+// occurrences in generated text. Include after Catch2.
 #pragma once
+
+#include <string>
 
 #include "ftattn/config.hpp"
 #include "ftattn/errors.hpp"
@@ -28,6 +31,27 @@ inline KernelConfig tile_config(int head_dim, int block_m, int block_n, int num_
   c.mask = mask;
   c.arch = arch;
   return c;
+}
+
+// The heuristic's choice for what the tests name; the tiles are left to with_defaults.
+inline KernelConfig default_config(int head_dim, Precision precision, Mask mask, Arch arch,
+                                   Protection protection = Protection::none,
+                                   bool fault_injection = false) {
+  KernelConfig c;
+  c.head_dim = head_dim;
+  c.precision = precision;
+  c.mask = mask;
+  c.protection = protection;
+  c.fault_injection = fault_injection;
+  c.arch = arch;
+  return with_defaults(c, arch);
+}
+
+// Non-overlapping-start occurrences of `needle` in `text` (e.g. an instruction in PTX).
+inline int count(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
 }
 
 }  // namespace ftattn::test
