@@ -11,7 +11,8 @@ namespace {
 // Accumulator floats per thread, as validate() counts them.
 int accumulators(const KernelConfig& c) {
   const int tiles_per_warp = c.block_m / (16 * c.num_warps);
-  return tiles_per_warp * (c.head_dim / 8 * 4 + c.block_n / 8 * 4);
+  const int s_registers = c.block_n / 8 * (c.precision == Precision::f16_pasa ? 2 : 4);
+  return tiles_per_warp * (c.head_dim / 8 * 4 + s_registers);
 }
 
 }  // namespace
