@@ -220,9 +220,10 @@ CheckReport check(const Problem& pr, Precision p, Mask mask, const Tensor16& q, 
   // (quant_model, tests/runtime/test_quantize_model.cpp) gives rel L2 about 2e-2 (int8) and 5e-2
   // (fp8) on N(0, 1) inputs; the bounds leave 2x for other shapes. LSE moves by the dequantised
   // scores' error, a few 1e-2 at most.
-  // f16_pasa: FP16 scores and FP16 P from ex2.approx.f16x2 give each probability a random
-  // relative error of about 1e-3 (host model, ftattn/pasa.hpp: rel L2 about 1e-3 on N(0, 1)
-  // inputs); the bound leaves 4x.
+  // f16_pasa: FP16 scores and FP16 P give each probability a random relative error near 1e-3;
+  // the host model (ftattn/pasa.hpp, tests/codegen/test_pasa.cpp) gives rel L2 9e-4 on N(0, 1)
+  // at head dim 128 without ex2.approx.f16x2's own error (at most 2^-9.9 relative): 5e-3
+  // leaves room for it and about 2x more.
   const double tol = p == Precision::bf16       ? 1e-2
                      : p == Precision::int8     ? 5e-2
                      : p == Precision::fp8_e4m3 ? 1e-1
