@@ -39,7 +39,7 @@ bool contains(const std::array<int, N>& values, int v) {
 // Minimum sm per precision: bf16 mma.sync needs Ampere, fp8 mma needs Ada.
 int min_sm(Precision p) { return p == Precision::fp8_e4m3 ? 89 : 80; }
 
-bool is_built(Precision p) { return p != Precision::f16_pasa; }
+bool is_built(Precision) { return true; }
 // int8 and fp8_e4m3 run on the 8-bit skeleton (kernel/fwd_q8_sm80.cuh).
 bool is_8bit(Precision p) { return p == Precision::int8 || p == Precision::fp8_e4m3; }
 bool is_built(Protection) { return true; }
@@ -103,10 +103,31 @@ void validate(const KernelConfig& c) {
   const bool checksums = c.protection == Protection::flash_abft ||
                          c.protection == Protection::efta_detect ||
                          c.protection == Protection::efta_correct;
-  if (checksums && (is_8bit(c.precision) || c.precision == Precision::f16_pasa)) {
+  if (checksums && is_8bit(c.precision)) {
     throw ConfigError(fmt::format(
         "protection {} is not built for precision {} yet: use f16 or bf16, or protection none",
         to_string(c.protection), to_string(c.precision)));
+  }
+
+  // f16_pasa runs its own skeleton (kernel/fwd_pasa_sm80.cuh) without protection hooks.
+  if (c.precision == Precision::f16_pasa) {
+    if (c.protection != Protection::none) {
+      throw ConfigError(fmt::format(
+          "protection {} is not built for precision f16_pasa (its FP16 score tile has no "
+          "checksum hooks yet): use protection none with f16_pasa, or precision f16/bf16 with "
+          "protection {}",
+          to_string(c.protection), to_string(c.protection)));
+    }
+    if (c.fault_injection) {
+      throw ConfigError(
+          "precision f16_pasa has no fault-injection points: turn fault_injection off, or use "
+          "precision f16/bf16");
+    }
+    if (c.backend == Backend::llvm) {
+      throw ConfigError(
+          "precision f16_pasa is built for the NVRTC route only: use backend nvrtc, or precision "
+          "f16/bf16 on the LLVM route");
+    }
   }
 
   if (is_8bit(c.precision)) {
@@ -181,8 +202,10 @@ void validate(const KernelConfig& c) {
 
   // Each warp holds, per 16-row tile, the O accumulator (head_dim/8 mma tiles of 4 floats per
   // thread) and the S = QK^T tile (block_n/8 tiles of 4 floats). Past the limit the kernel spills.
+  // f16_pasa's S tile is FP16: two halves per register.
   const int tiles_per_warp = c.block_m / warp_rows;
-  const int accumulators = tiles_per_warp * (c.head_dim / 8 * 4 + c.block_n / 8 * 4);
+  const int s_registers = c.block_n / 8 * (c.precision == Precision::f16_pasa ? 2 : 4);
+  const int accumulators = tiles_per_warp * (c.head_dim / 8 * 4 + s_registers);
   if (accumulators > kAccumulatorLimit) {
     throw ConfigError(fmt::format(
         "block_m {}, block_n {}, num_warps {} with head_dim {} would need {} accumulator "

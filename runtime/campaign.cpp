@@ -251,12 +251,18 @@ reference::Tensor16 random_tensor(Distribution d, std::mt19937_64& rng, Precisio
                                   int head_dim) {
   if (d == Distribution::normal)
     return reference::random_tensor(rng, p, strides, batch, heads, seqlen, head_dim);
-  // PASA's generators (seed-numerics B.7): uniform U(x0 - Am, x0 + Am); hybrid
-  // N(x0, 1) + N(0, Am^2) * Bernoulli(0.001).
   const bool uniform = d == Distribution::uniform || d == Distribution::uniform_biased;
   const bool biased = d == Distribution::uniform_biased || d == Distribution::hybrid_biased;
   const double x0 = biased ? 20.0 : 0.0;
   const double am = uniform ? (biased ? 0.5 : 1.0) : 10.0;
+  return pasa_tensor(uniform, x0, am, rng, p, strides, batch, heads, seqlen, head_dim);
+}
+
+reference::Tensor16 pasa_tensor(bool uniform, double x0, double am, std::mt19937_64& rng,
+                                Precision p, const Strides& strides, int batch, int heads,
+                                int seqlen, int head_dim) {
+  // PASA's generators (seed-numerics B.7): uniform U(x0 - Am, x0 + Am); hybrid
+  // N(x0, 1) + N(0, Am^2) * Bernoulli(0.001).
   reference::Tensor16 t;
   t.strides = strides;
   t.data.assign(reference::span_elements(strides, batch, heads, seqlen, head_dim),

@@ -11,6 +11,7 @@
 #include "ftattn/codegen.hpp"
 #include "runtime/decoupled_launch.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/pasa_kernel.hpp"
 #include "runtime/protected_launch.hpp"
 #include "runtime/quantized_kernel.hpp"
 
@@ -192,6 +193,8 @@ AttentionParams make_params(const Problem& problem, const KernelConfig& config, 
 
 std::shared_ptr<const Kernel> load_kernel(std::shared_ptr<const CompiledKernel> compiled) {
   if (is_quantized(compiled->config.precision)) return load_quantized_kernel(std::move(compiled));
+  if (compiled->config.precision == Precision::f16_pasa)
+    return load_pasa_kernel(std::move(compiled));
   ensure_context();
   return std::make_shared<LoadedKernel>(std::move(compiled));
 }

@@ -123,6 +123,12 @@ std::string_view to_string(Distribution d);  // with its parameters, e.g. "unifo
 reference::Tensor16 random_tensor(Distribution d, std::mt19937_64& rng, Precision p,
                                   const Strides& strides, int batch, int heads, int seqlen,
                                   int head_dim);
+// PASA's generators with any bias and amplitude (the biased distributions above are x0 = 20;
+// PASA's overflow cases are uniform(30, 0.5) and hybrid(30, 10)): uniform U(x0 - Am, x0 + Am),
+// hybrid N(x0, 1) + N(0, Am^2) * Bernoulli(0.001).
+reference::Tensor16 pasa_tensor(bool uniform, double x0, double am, std::mt19937_64& rng,
+                                Precision p, const Strides& strides, int batch, int heads,
+                                int seqlen, int head_dim);
 
 // FP64 reference of the whole output, dense batch x heads_q x seqlen_q x head_dim (threads over
 // rows).

@@ -41,4 +41,12 @@ std::string checksum_symbol(const std::string& kernel_symbol);
 std::string quantize_symbol(const std::string& kernel_symbol, std::string_view kernel,
                             Precision input);
 
+// f16_pasa units also hold the key-shift kernel (kernel/fwd_pasa_sm80.cuh) that writes the
+// shifted keys and per-block shift vectors before each launch: "pasa_shift_<symbol>".
+std::string pasa_shift_symbol(const std::string& kernel_symbol);
+
+// The PASA beta an f16_pasa unit bakes in for `block_n`: the fixed point of PASA eq. 22 from
+// 1 - 2^-6 for f16 storage (ftattn/pasa.hpp; 0.984497 at block_n 128, as in the paper).
+double pasa_beta(int block_n);
+
 }  // namespace ftattn::codegen

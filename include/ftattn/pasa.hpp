@@ -3,6 +3,8 @@
 // pinned by tests against the paper's table.
 #pragma once
 
+#include <vector>
+
 #include "ftattn/config.hpp"
 
 namespace ftattn::pasa {
@@ -22,5 +24,25 @@ double realised_recovery(double beta, int block_n, Precision storage);
 // the recovery the kernel applies equals the one the rounded matrix needs. ConfigError for a
 // start outside (0, 1) (beta = 1 is singular) or a block size < 1.
 double optimal_beta(double start, int block_n, Precision storage);
+
+// Host model of the f16_pasa kernels (kernel/fwd_pasa_sm80.cuh): the same roundings in the same
+// order. Values are f16-exact floats, rows of head_dim, row-major.
+
+// The shift kernel on one key block of n rows: r = fl16(beta * mean of the n rows) and
+// K' = fl16(scale_log2 * (K - r)).
+struct ShiftedBlock {
+  std::vector<float> shift;      // head_dim values
+  std::vector<float> k_shifted;  // n x head_dim
+};
+ShiftedBlock shift_block(const float* k, int n, int head_dim, double beta, float scale_log2);
+
+// One query row of f16_pasa attention over seqlen_k keys (no mask) in key blocks of block_n:
+// S' = q K'^T accumulated in f16 (one rounding per 16-wide k step, as the tensor cores round
+// their f16 accumulators), recovery scale_log2 * (q . r) exact, b = m - recovery split into
+// f16 hi + lo, P = fl16(2^(fl16(fl16(S' - b_hi) - b_lo))) (ex2.approx modelled as exact),
+// per-thread f16 pairwise sums of P, m, l and O in FP32 (O modelled in double), O / l to f16.
+std::vector<double> attention_row_model(const float* q, const float* k, const float* v,
+                                        int seqlen_k, int head_dim, int block_n, double beta,
+                                        float scale);
 
 }  // namespace ftattn::pasa

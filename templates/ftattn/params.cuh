@@ -109,6 +109,23 @@ struct AttentionParams {
   const float* k_scale;
   const float* v_scale;
   int o_is_bf16;  // quantised precisions: O is written as bf16 (else f16)
+
+  // f16_pasa (kernel/fwd_pasa_sm80.cuh): k then points at the shifted keys
+  // K' = fl16(scale_log2 * (K - r_j)) and k_shift at the shift vectors r_j = fl16(beta *
+  // mean of key block j), both written by the shift kernel: r is batch x heads_kv x
+  // ceil(seqlen_k / block_n) x head_dim halves, dense. Unused by the other precisions.
+  const void* k_shift;
+};
+
+// The PASA shift kernel's parameters: K (16-bit, strides in elements) in; K' (dense, batch x
+// heads_kv x seqlen_k x head_dim) and r (as AttentionParams::k_shift) out.
+struct PasaShiftParams {
+  const void* k;
+  long long k_batch_stride, k_head_stride, k_seq_stride;
+  int batch, heads_kv, seqlen_k;
+  float scale_log2;  // folded into K' before its one rounding to f16
+  void* k_shifted;
+  void* shift;
 };
 
 }  // namespace ftattn

@@ -43,8 +43,10 @@ TEST_CASE("generate is deterministic and names the specialisation", "[codegen]")
 TEST_CASE("generate refuses invalid configs with the validator's message", "[codegen]") {
   KernelConfig c = make(128, Precision::f16, Mask::none, Arch{80, false});
   c.precision = Precision::f16_pasa;
+  c.protection = Protection::flash_abft;
   CHECK_THROWS_AS(codegen::generate(c), ConfigError);
   c.precision = Precision::f16;
+  c.protection = Protection::none;
   c.block_m = 0;
   CHECK_THROWS_AS(codegen::generate(c), ConfigError);
 }

@@ -121,8 +121,7 @@ TEST_CASE("validate: shared memory over the arch limit", "[validate]") {
 }
 
 TEST_CASE("validate: precisions and protections not built yet", "[validate]") {
-  REQUIRE_CONFIG_ERROR(validate(make(128, 128, 64, 4, 2, kSm80, Precision::f16_pasa)),
-                       "precision f16_pasa is not built yet");
+  CHECK_NOTHROW(validate(make(128, 128, 64, 4, 2, kSm80, Precision::f16_pasa)));
   for (Protection p : {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct}) {
     KernelConfig c = make(128, 128, 64, 4, 2);
     c.protection = p;

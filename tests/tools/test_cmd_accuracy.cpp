@@ -74,6 +74,12 @@ TEST_CASE("accuracy: kernels compile without a GPU; bad input is refused", "[cli
   CHECK(r.code == 3);
   CHECK(has(r.out, "ftattn_fwd_sm80_int8_d64_"));
   CHECK(has(r.out, "no GPU, so nothing was launched"));
+  r = accuracy(dir, "--precision f16_pasa --dist pasa-hybrid --arch sm_90a --heads 1 --seqlen 64");
+  CHECK(r.code == 3);
+  CHECK(has(r.out, "ftattn_fwd_sm90a_f16-pasa_d128_"));
+  r = accuracy(dir, "--precision f16_pasa --protection efta_detect --arch sm_80");
+  CHECK(r.code == 2);
+  CHECK(has(r.out, "use protection none with f16_pasa"));
   r = accuracy(dir, "--dist cauchy");
   CHECK(r.code == 2);
   r = accuracy(dir, "--model fp32");

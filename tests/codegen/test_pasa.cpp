@@ -1,0 +1,200 @@
+// f16_pasa on the host: the shifting identity on small tiles, the host model of the kernel's
+// numerics against FP64 on normal inputs and on PASA's overflow cases, beta in the generated
+// source, validation, and every head dim compiling without spills at the defaults.
+#include <fmt/format.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "ftattn/campaign.hpp"
+#include "ftattn/codegen.hpp"
+#include "ftattn/pasa.hpp"
+#include "runtime/nvrtc_compiler.hpp"
+#include "runtime/pasa_kernel.hpp"
+#include "tests/support/configs.hpp"
+
+using namespace ftattn;
+
+namespace {
+
+// Rows of f16-exact floats: N(0, 1) from reference::random_tensor, PASA's uniform(30, 0.5) and
+// hybrid(30, 10) from the campaign's generators.
+std::vector<float> rows(const char* dist, int n, int d, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const Strides s{1LL * n * d, 1LL * n * d, d};
+  const std::string name = dist;
+  const reference::Tensor16 t =
+      name == "normal"
+          ? reference::random_tensor(rng, Precision::f16, s, 1, 1, n, d)
+          : campaign::pasa_tensor(name == "uniform30", 30.0, name == "uniform30" ? 0.5 : 10.0, rng,
+                                  Precision::f16, s, 1, 1, n, d);
+  std::vector<float> out(static_cast<size_t>(n) * d);
+  for (int i = 0; i < n * d; ++i) out[i] = reference::from_bits(t.data[i], Precision::f16);
+  return out;
+}
+
+double dot(const float* a, const float* b, int d) {
+  double s = 0.0;
+  for (int x = 0; x < d; ++x) s += double(a[x]) * b[x];
+  return s;
+}
+
+// softmax(q K^T * scale) V in FP64.
+std::vector<double> golden_row(const float* q, const std::vector<float>& k,
+                               const std::vector<float>& v, int n, int d, double scale) {
+  std::vector<double> s(n), o(d, 0.0);
+  double mx = -INFINITY, l = 0.0;
+  for (int t = 0; t < n; ++t) mx = std::max(mx, s[t] = dot(q, &k[t * d], d) * scale);
+  for (int t = 0; t < n; ++t) {
+    const double e = std::exp(s[t] - mx);
+    l += e;
+    for (int x = 0; x < d; ++x) o[x] += e * v[t * d + x];
+  }
+  for (double& x : o) x /= l;
+  return o;
+}
+
+struct ModelError {
+  double rel_l2 = 0.0;
+  long long non_finite = 0;
+};
+
+ModelError model_error(const char* dist, int rows_q, int n, int d, int block_n) {
+  const auto q = rows(dist, rows_q, d, 1), k = rows(dist, n, d, 2), v = rows(dist, n, d, 3);
+  const double beta = codegen::pasa_beta(block_n);
+  const float scale = 1.f / std::sqrt(float(d));
+  double err2 = 0.0, ref2 = 0.0;
+  ModelError e;
+  for (int r = 0; r < rows_q; ++r) {
+    const auto got =
+        pasa::attention_row_model(&q[r * d], k.data(), v.data(), n, d, block_n, beta, scale);
+    const auto ref = golden_row(&q[r * d], k, v, n, d, scale);
+    for (int x = 0; x < d; ++x) {
+      if (!std::isfinite(got[x])) ++e.non_finite;
+      err2 += (got[x] - ref[x]) * (got[x] - ref[x]);
+      ref2 += ref[x] * ref[x];
+    }
+  }
+  e.rel_l2 = std::sqrt(err2 / ref2);
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("PASA shift: K' = c (K - r) with r = fl16(beta * block mean), recovered by q . r",
+          "[pasa]") {
+  const int d = 32;
+  for (int n : {16, 5}) {  // a whole block and a short tail block
+    INFO("n = " << n);
+    const auto k = rows("uniform30", n, d, 7);
+    const auto q = rows("uniform30", 1, d, 8);
+    const double beta = codegen::pasa_beta(16);
+    const float c = 1.f / std::sqrt(float(d)) * float(M_LOG2E);
+    const pasa::ShiftedBlock sb = pasa::shift_block(k.data(), n, d, beta, c);
+    for (int x = 0; x < d; ++x) {
+      double mean = 0.0;
+      for (int t = 0; t < n; ++t) mean += k[t * d + x];
+      mean /= n;  // the tail block's real keys only
+      CHECK(sb.shift[x] == Approx(beta * mean).epsilon(1e-3));
+      CHECK(sb.shift[x] == pasa::round_to(sb.shift[x], Precision::f16));  // f16-exact
+    }
+    for (int t = 0; t < n; ++t) {
+      // The true base-2 logit is q . K' + c (q . r): PASA's recovery, exact up to K' rounding
+      // (2^-11 relative per element).
+      const double truth = c * dot(q.data(), &k[t * d], d);
+      const double shifted = dot(q.data(), &sb.k_shifted[t * d], d);
+      const double recovered = shifted + c * dot(q.data(), sb.shift.data(), d);
+      double bound = 0.0;
+      for (int x = 0; x < d; ++x) bound += std::abs(q[x] * sb.k_shifted[t * d + x]) * 0x1p-11;
+      CHECK(std::abs(recovered - truth) <= bound + 1e-9 * std::abs(truth));
+      // The unshifted product leaves f16's range at d = 128 (30 * 30 * 128 = 115,200); the
+      // shifted one keeps beta's remainder only: (1 - beta) x0^2 d c, far below it.
+      CHECK(std::abs(shifted) < 0.05 * std::abs(truth));
+    }
+  }
+}
+
+TEST_CASE("PASA host model: FP16 scores without overflow, error against FP64", "[pasa]") {
+  // Normal inputs: the FP16 scores and P (2^-11 each) give rel L2 9e-4 here; the GPU bound for
+  // f16_pasa is 5e-3 (reference::check), room for ex2.approx.f16x2's error. PASA's cases give
+  // 3e-4 (uniform) and 5e-4 (hybrid): the output is a peaked softmax over values near 30.
+  const ModelError normal = model_error("normal", 8, 300, 128, 32);
+  CHECK(normal.non_finite == 0);
+  CHECK(normal.rel_l2 < 2.5e-3);
+  // PASA's overflow cases (Table 4: 100% NaN under FP16 scores): no NaN or Inf, and the error
+  // of a peaked softmax over values near 30.
+  for (const char* dist : {"uniform30", "hybrid30"}) {
+    INFO(dist);
+    const ModelError e = model_error(dist, 8, 300, 128, 32);
+    CHECK(e.non_finite == 0);
+    CHECK(e.rel_l2 < 2e-3);
+  }
+  // The unshifted scores of those inputs do overflow f16.
+  const auto q = rows("uniform30", 1, 128, 1), k = rows("uniform30", 1, 128, 2);
+  CHECK(std::abs(dot(q.data(), k.data(), 128)) > 65504.0);
+}
+
+TEST_CASE("f16_pasa units bake beta for their block_n into the source", "[pasa][codegen]") {
+  for (auto [n, beta] : {std::pair{32, 0.984375}, {64, 0.984619}, {128, 0.984497}}) {
+    KernelConfig c = test::tile_config(64, 128, n, 4, 1, Arch{80, false}, Precision::f16_pasa);
+    INFO(c.name());
+    CHECK(codegen::pasa_beta(n) == Approx(beta).margin(5e-7));
+    const codegen::KernelSource src = codegen::generate(c);
+    CHECK(src.text.find(fmt::format("kPasaBeta = {:.9g}f", codegen::pasa_beta(n))) !=
+          std::string::npos);
+    CHECK(src.text.find(codegen::pasa_shift_symbol(src.symbol) + "(") != std::string::npos);
+    CHECK(src.text.find("ftattn/kernel/fwd_pasa_sm80.cuh") != std::string::npos);
+  }
+}
+
+TEST_CASE("f16_pasa: protections, fault injection and the LLVM route are refused", "[pasa]") {
+  KernelConfig c = test::tile_config(128, 128, 32, 4, 1, Arch{80, false}, Precision::f16_pasa);
+  CHECK_NOTHROW(validate(c));
+  for (Protection p : {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct,
+                       Protection::decoupled}) {
+    c.protection = p;
+    REQUIRE_CONFIG_ERROR(validate(c), fmt::format("protection {} is not built for precision "
+                                                  "f16_pasa",
+                                                  to_string(p)));
+    REQUIRE_CONFIG_ERROR(validate(c), "use protection none with f16_pasa");
+  }
+  c.protection = Protection::none;
+  c.fault_injection = true;
+  REQUIRE_CONFIG_ERROR(validate(c), "f16_pasa has no fault-injection points");
+}
+
+TEST_CASE("f16_pasa workspace: shifted keys, then one shift vector per key block", "[pasa]") {
+  const Problem pr = Problem::bhsd(2, 8, 4, 100, 130, 64);
+  const runtime::PasaLayout l = runtime::PasaLayout::of(pr, 64);
+  CHECK(l.k_shifted == 0);
+  CHECK(l.shift == 2 * 4 * 130 * 64 * 2);  // already a multiple of 256
+  CHECK(l.bytes >= l.shift + 2 * 4 * 3 * 64 * 2);
+  CHECK(l.bytes % 256 == 0);
+}
+
+TEST_CASE("f16_pasa compiles at every head dim, without spills at the defaults",
+          "[pasa][codegen][nvrtc]") {
+  for (Arch arch : {Arch{80, false}, Arch{90, true}})
+    for (int d : {32, 64, 96, 128, 192, 256})
+      for (Mask m : {Mask::none, Mask::causal}) {
+        const KernelConfig c = test::default_config(d, Precision::f16_pasa, m, arch);
+        INFO(c.name());
+        const codegen::KernelSource src = codegen::generate(c);
+        const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
+        CHECK(out.ptx.find(".entry " + codegen::pasa_shift_symbol(src.symbol)) !=
+              std::string::npos);
+        CHECK(out.ptx.find("ex2.approx.f16x2") != std::string::npos);
+        // GEMM I with f16 accumulators; GEMM II and the recovery tile with FP32 ones.
+        const int tiles = c.block_m / 16 / c.num_warps;
+        CHECK(test::count(out.ptx, "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16") >=
+              tiles * (c.block_n / 8) * (d / 16));
+        CHECK(test::count(out.ptx, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") >=
+              tiles * ((d / 8) * (c.block_n / 16) + d / 16));
+        const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
+        CHECK(r.registers > 0);
+        CHECK(r.spill_stores == 0);
+        CHECK(r.spill_loads == 0);
+      }
+}
