@@ -1,7 +1,12 @@
 // The trial backend: the kernel compiled with fault_injection (source sites) or ir_inject (site
 // ir), launched through Runtime::attention with the plan in ProtectOptions, inputs uploaded once.
+#include <fmt/format.h>
+
+#include <algorithm>
+
 #include "ftattn/campaign.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/protected_launch.hpp"
 
 namespace ftattn::campaign {
 namespace {
@@ -10,8 +15,8 @@ class SourceBackend final : public TrialBackend {
  public:
   SourceBackend(Runtime& rt, const KernelConfig& config, const Problem& problem,
                 const reference::Tensor16& q, const reference::Tensor16& k,
-                const reference::Tensor16& v, OnFault on_fault)
-      : rt_(rt), config_(config), problem_(problem), on_fault_(on_fault) {
+                const reference::Tensor16& v, OnFault on_fault, const Thresholds& thresholds)
+      : rt_(rt), config_(config), problem_(problem), on_fault_(on_fault), thresholds_(thresholds) {
     if (!config.fault_injection && config.ir_inject == IrClass::none)
       throw ConfigError(
           "the campaign backend needs a config with injection points: fault_injection (source "
@@ -34,6 +39,7 @@ class SourceBackend final : public TrialBackend {
   FaultReport run(const std::optional<FaultPlan>& plan, std::vector<float>& output) override {
     ProtectOptions protect;
     protect.on_fault = on_fault_;
+    protect.thresholds = thresholds_;
     protect.inject = plan;
     // NaN bytes: an element the kernel fails to write shows up as beyond tolerance.
     do_.fill_bytes(0xFF);
@@ -49,36 +55,58 @@ class SourceBackend final : public TrialBackend {
   KernelConfig config_;
   Problem problem_;
   OnFault on_fault_;
+  Thresholds thresholds_;
   runtime::DeviceBuffer dq_, dk_, dv_, do_;
   reference::Tensor16 host_o_;
 };
 
 }  // namespace
 
-std::vector<FalseAlarms> count_false_alarms(Runtime& rt, const KernelConfig& config,
-                                            const Problem& pr, int runs, uint64_t seed) {
-  std::vector<FalseAlarms> rows;
-  for (Distribution d : kDistributions) rows.push_back({d});
-  const size_t o_elements =
-      reference::span_elements(pr.o, pr.batch, pr.heads_q, pr.seqlen_q, pr.head_dim);
-  runtime::DeviceBuffer dq, dk, dv, d_o(o_elements * sizeof(uint16_t));
-  for (int i = 0; i < runs; ++i) {
-    FalseAlarms& row = rows[static_cast<size_t>(i) % rows.size()];
-    std::mt19937_64 rng(seed + static_cast<uint64_t>(i));
+namespace {
+
+// Fresh clean inputs of one distribution per run, uploaded into buffers kept across runs.
+struct CleanInputs {
+  runtime::DeviceBuffer q, k, v, o;
+  CleanInputs(const Problem& pr)
+      : o(reference::span_elements(pr.o, pr.batch, pr.heads_q, pr.seqlen_q, pr.head_dim) *
+          sizeof(uint16_t)) {}
+  void draw(Distribution d, std::mt19937_64& rng, Precision p, const Problem& pr) {
     auto upload = [&](runtime::DeviceBuffer& buffer, const Strides& strides, int heads,
                       int seqlen) {
-      const reference::Tensor16 t = random_tensor(row.distribution, rng, config.precision, strides,
-                                                  pr.batch, heads, seqlen, pr.head_dim);
+      const reference::Tensor16 t =
+          random_tensor(d, rng, p, strides, pr.batch, heads, seqlen, pr.head_dim);
       if (buffer.bytes() < t.data.size() * sizeof(uint16_t))
         buffer = runtime::DeviceBuffer(t.data.size() * sizeof(uint16_t));
       buffer.upload(t.data.data(), t.data.size() * sizeof(uint16_t));
     };
-    upload(dq, pr.q, pr.heads_q, pr.seqlen_q);
-    upload(dk, pr.k, pr.heads_kv, pr.seqlen_k);
-    upload(dv, pr.v, pr.heads_kv, pr.seqlen_k);
-    const FaultReport r =
-        rt.attention(pr, dq.data(), dk.data(), dv.data(), d_o.data(), nullptr, config);
+    upload(q, pr.q, pr.heads_q, pr.seqlen_q);
+    upload(k, pr.k, pr.heads_kv, pr.seqlen_k);
+    upload(v, pr.v, pr.heads_kv, pr.seqlen_k);
+  }
+  FaultReport run(Runtime& rt, const Problem& pr, const KernelConfig& config,
+                  const ProtectOptions& protect) {
+    const FaultReport r = rt.attention(pr, q.data(), k.data(), v.data(), o.data(), nullptr, config,
+                                       nullptr, nullptr, protect);
     runtime::check(runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
+    return r;
+  }
+};
+
+}  // namespace
+
+std::vector<FalseAlarms> count_false_alarms(Runtime& rt, const KernelConfig& config,
+                                            const Problem& pr, int runs, uint64_t seed,
+                                            const Thresholds& thresholds) {
+  std::vector<FalseAlarms> rows;
+  for (Distribution d : kDistributions) rows.push_back({d});
+  CleanInputs inputs(pr);
+  ProtectOptions protect;
+  protect.thresholds = thresholds;
+  for (int i = 0; i < runs; ++i) {
+    FalseAlarms& row = rows[static_cast<size_t>(i) % rows.size()];
+    std::mt19937_64 rng(seed + static_cast<uint64_t>(i));
+    inputs.draw(row.distribution, rng, config.precision, pr);
+    const FaultReport r = inputs.run(rt, pr, config, protect);
     ++row.runs;
     row.flagged += r.detected > 0;
     row.detected += r.detected;
@@ -87,11 +115,76 @@ std::vector<FalseAlarms> count_false_alarms(Runtime& rt, const KernelConfig& con
   return rows;
 }
 
+Thresholds thresholds_in_use(Precision precision, const Thresholds& given) {
+  return runtime::effective_thresholds(precision, given);
+}
+
+std::vector<Calibration> calibrate_thresholds(Runtime& rt, const KernelConfig& config,
+                                              const Problem& pr, int runs, uint64_t seed,
+                                              const Thresholds& base) {
+  if (config.protection == Protection::none || config.protection == Protection::decoupled)
+    throw ConfigError(fmt::format(
+        "{}: threshold calibration is for the fused protected kernels (flash_abft, efta_detect, "
+        "efta_correct)",
+        config.name()));
+  if (runs <= 0) throw ConfigError("calibration needs at least one clean run per distribution");
+  // The launcher adds this absolute floor to every linear check's tolerance.
+  constexpr double kFloor = 1e-6;
+  constexpr float kTight = 1e-9f, kLoose = 1e20f, kTightProbs = 1e-12f;
+  const Thresholds defaults = runtime::effective_thresholds(config.precision, base);
+  // Enough records for every check of every row and key block of the problem to fire at once.
+  const long long rows = static_cast<long long>(pr.batch) * pr.heads_q * pr.seqlen_q;
+  const int max_events =
+      static_cast<int>(std::min<long long>(1 << 24, rows * 16 * (pr.seqlen_k / 16 + 4)));
+
+  ProtectOptions linear;  // scores, row_sum and output tight; the product check out of the way
+  linear.max_events = max_events;
+  linear.thresholds = {kTight, kLoose, kTight, kTight};
+  ProtectOptions product;  // the product check tight on top of the default scores term
+  product.max_events = max_events;
+  product.thresholds = {defaults.scores, kTightProbs, kLoose, kLoose};
+
+  std::vector<Calibration> out;
+  CleanInputs inputs(pr);
+  for (Distribution d : kDistributions) {
+    Calibration c;
+    c.distribution = d;
+    for (int i = 0; i < runs; ++i) {
+      std::mt19937_64 rng(seed + 7919ull * static_cast<uint64_t>(d) + static_cast<uint64_t>(i));
+      inputs.draw(d, rng, config.precision, pr);
+      for (const ProtectOptions* options : {&linear, &product}) {
+        const FaultReport r = inputs.run(rt, pr, config, *options);
+        c.truncated = c.truncated || r.detected > r.events.size();
+        c.records += static_cast<long long>(r.events.size());
+        for (const FaultEvent& e : r.events) {
+          const double mag = e.magnitude, thr = e.threshold;
+          if (options == &product) {
+            if (e.stage == FaultStage::probs)
+              c.needed.probs = std::max<float>(c.needed.probs, mag - thr + kTightProbs);
+            continue;
+          }
+          // threshold = t * bound + floor, so the value this record needs is t * (mag - floor)
+          // / (threshold - floor).
+          if (thr <= kFloor) continue;
+          const float need = static_cast<float>(kTight * (mag - kFloor) / (thr - kFloor));
+          if (e.stage == FaultStage::scores) c.needed.scores = std::max(c.needed.scores, need);
+          if (e.stage == FaultStage::output) c.needed.output = std::max(c.needed.output, need);
+          if (e.stage == FaultStage::row_sum) c.needed.row_sum = std::max(c.needed.row_sum, need);
+        }
+      }
+      ++c.runs;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
 std::unique_ptr<TrialBackend> source_backend(Runtime& rt, const KernelConfig& config,
                                              const Problem& problem, const reference::Tensor16& q,
                                              const reference::Tensor16& k,
-                                             const reference::Tensor16& v, OnFault on_fault) {
-  return std::make_unique<SourceBackend>(rt, config, problem, q, k, v, on_fault);
+                                             const reference::Tensor16& v, OnFault on_fault,
+                                             const Thresholds& thresholds) {
+  return std::make_unique<SourceBackend>(rt, config, problem, q, k, v, on_fault, thresholds);
 }
 
 }  // namespace ftattn::campaign

@@ -26,15 +26,20 @@ ChecksumAtoms checksum_atoms(Protection p) {
 // (about 2^-23 per step over head_dim / 16 MMAs) and the hi + lo split of the 16-bit checksum
 // operands (2^-22 of the checksum for f16, 2^-16 for bf16), times a safety factor of 4-8.
 Thresholds default_thresholds(Precision precision) {
-  if (precision == Precision::bf16) return {1e-4f, 1e-5f, 4e-6f};
-  return {2e-5f, 1e-5f, 1e-6f};
+  if (precision == Precision::bf16) return {1e-4f, 1e-5f, 4e-6f, 1e-3f};
+  return {2e-5f, 1e-5f, 1e-6f, 1e-3f};
 }
 
 Thresholds effective_thresholds(Precision precision, const Thresholds& given) {
+  for (float x : {given.scores, given.probs, given.output, given.row_sum})
+    if (!(x >= 0.0f && x < 1e30f))
+      throw ConfigError(fmt::format(
+          "threshold {} is not usable: give a positive, finite value (0 takes the default)", x));
   Thresholds t = default_thresholds(precision);
   if (given.scores > 0) t.scores = given.scores;
   if (given.probs > 0) t.probs = given.probs;
   if (given.output > 0) t.output = given.output;
+  if (given.row_sum > 0) t.row_sum = given.row_sum;
   return t;
 }
 
@@ -59,6 +64,7 @@ void ProtectedLauncher::prepare(CUfunction prologue, const KernelConfig& config,
   params.tol_scores = t.scores;
   params.tol_probs = t.probs;
   params.tol_output = t.output;
+  params.tol_row_sum = t.row_sum;
   params.tol_floor = 1e-6f;
 
   if (options.inject) {

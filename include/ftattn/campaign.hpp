@@ -153,7 +153,8 @@ class TrialBackend {
 std::unique_ptr<TrialBackend> source_backend(Runtime& runtime, const KernelConfig& config,
                                              const Problem& problem, const reference::Tensor16& q,
                                              const reference::Tensor16& k,
-                                             const reference::Tensor16& v, OnFault on_fault);
+                                             const reference::Tensor16& v, OnFault on_fault,
+                                             const Thresholds& thresholds = {});
 
 // False alarms: `runs` clean launches of `config` (no injection), cycling through the
 // distributions with fresh inputs each run, counting the runs the kernel flagged.
@@ -164,7 +165,29 @@ struct FalseAlarms {
   long long detected = 0, corrected = 0;
 };
 std::vector<FalseAlarms> count_false_alarms(Runtime& runtime, const KernelConfig& config,
-                                            const Problem& problem, int runs, uint64_t seed);
+                                            const Problem& problem, int runs, uint64_t seed,
+                                            const Thresholds& thresholds = {});
+
+// Threshold calibration on clean inputs: per distribution, the smallest value of each check's
+// threshold that `runs` clean launches of `config` pass without an alarm (the largest residual
+// seen, in the threshold's own units). One launch per input with the linear checks (scores,
+// row_sum, output) set far below any residual and every record kept, so each record's
+// magnitude / threshold gives the value that input needs; a second with only the product check
+// (probs) tight, the scores term at `base`, since its tolerance adds the two. 0 for a check the
+// kernel does not have or that never fired; `truncated` when the log overflowed.
+// The thresholds a protected kernel of `precision` runs with: `given`, 0 fields at the defaults.
+Thresholds thresholds_in_use(Precision precision, const Thresholds& given);
+
+struct Calibration {
+  Distribution distribution = Distribution::normal;
+  int runs = 0;
+  Thresholds needed;  // max over runs of the smallest alarm-free value, per check
+  long long records = 0;
+  bool truncated = false;
+};
+std::vector<Calibration> calibrate_thresholds(Runtime& runtime, const KernelConfig& config,
+                                              const Problem& problem, int runs, uint64_t seed,
+                                              const Thresholds& base = {});
 
 struct TrialResult {
   uint64_t index = 0;

@@ -57,9 +57,10 @@ struct FaultReport {
 // Thresholds of the checks, relative to the sum of absolute values each check adds up; 0 takes
 // the calibrated default for the kernel's precision (see docs in the README).
 struct Thresholds {
-  float scores = 0.0f;  // GEMM I checksum
-  float probs = 0.0f;   // exp product check
-  float output = 0.0f;  // GEMM II / output checksum
+  float scores = 0.0f;   // GEMM I checksum
+  float probs = 0.0f;    // exp product check
+  float output = 0.0f;   // GEMM II / output checksum
+  float row_sum = 0.0f;  // l against the ones column (relative to l)
 };
 
 struct ProtectOptions {

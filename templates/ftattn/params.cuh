@@ -84,7 +84,7 @@ struct AttentionParams {
   // Protection (unused by kernels without it). Thresholds are relative: a check fails when
   // |checksum - recomputed| > tol * (sum of the absolute values it adds up) + floor.
   FaultLog* fault_log;  // may be null: detections are then only corrected, not reported
-  float tol_scores, tol_probs, tol_output;
+  float tol_scores, tol_probs, tol_output, tol_row_sum;
   float tol_floor;
   FaultPlanParams fault;  // used only by kernels compiled with fault injection
 

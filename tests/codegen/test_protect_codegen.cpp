@@ -2,6 +2,7 @@
 // tiles, injection points), the shared-memory sizes the launch asks for, the workspace layout
 // host and kernel share, thresholds, and the names of the fault enums.
 #include <catch2/catch.hpp>
+#include <limits>
 
 #include "ftattn/codegen.hpp"
 #include "ftattn/errors.hpp"
@@ -121,6 +122,14 @@ TEST_CASE("thresholds: calibrated defaults per precision, overridable field by f
   CHECK(t.output == 1e-3f);
   CHECK(t.scores == f16.scores);
   CHECK(t.probs == f16.probs);
+  CHECK(t.row_sum == f16.row_sum);
+  mine.row_sum = 2e-4f;
+  CHECK(runtime::effective_thresholds(Precision::bf16, mine).row_sum == 2e-4f);
+  CHECK(runtime::effective_thresholds(Precision::bf16, mine).scores == bf16.scores);
+  mine.probs = -1e-5f;
+  REQUIRE_THROWS_AS(runtime::effective_thresholds(Precision::f16, mine), ConfigError);
+  mine.probs = std::numeric_limits<float>::infinity();
+  REQUIRE_THROWS_AS(runtime::effective_thresholds(Precision::f16, mine), ConfigError);
   CHECK(runtime::checksum_atoms(Protection::none).k == 0);
   CHECK(runtime::checksum_atoms(Protection::decoupled).v == 0);
 }

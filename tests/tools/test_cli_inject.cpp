@@ -56,6 +56,16 @@ TEST_CASE("cli inject: bad flags say what to change", "[cli][campaign]") {
   CHECK(says(inject(dir, "--site scores"), "head_dim"));
   CHECK(says(inject(dir, "--head-dim 64 --site scores --trials 0"), "--trials"));
   CHECK(says(inject(dir, "--head-dim 64 --site scores --protection efta"), "protection"));
+  CHECK(says(inject(dir, "--head-dim 64 --calibrate 2 --thresholds output=0"), "output=0"));
+  CHECK(says(inject(dir, "--head-dim 64 --calibrate 2 --thresholds rowsum=1e-4"), "row_sum"));
+  CHECK(says(inject(dir, "--head-dim 64 --calibrate 2 --thresholds output"), "check=value"));
+  CHECK(says(inject(dir, "--head-dim 64 --calibrate 2 --thresholds output=1e-7x"), "check=value"));
+  // A good calibration command line gets as far as the device.
+  const Result ok = inject(dir,
+                           "--head-dim 64 --protection efta_correct --calibrate 2 --thresholds "
+                           "output=1e-7,row_sum=2e-4");
+  CHECK(ok.exit_code != 0);
+  CHECK(ok.err.find("no CUDA driver") != std::string::npos);
 }
 
 TEST_CASE("cli inject: a good command line needs a GPU and says so", "[cli][campaign]") {

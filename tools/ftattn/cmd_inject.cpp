@@ -26,7 +26,8 @@ struct InjectOptions {
   std::string sites, bits = "0:31", shape = "1,4,1024", csv, summary_csv, on_fault = "report";
   bool strict = false;
   long long trials = 1000;
-  int false_alarms = 0;
+  int false_alarms = 0, calibrate = 0;
+  std::string thresholds, calibration_csv;
   uint64_t seed = 1;
   std::string ir_count = "warp";
 };
@@ -47,6 +48,29 @@ Problem parse_shape(const std::string& text, int head_dim) {
         "positive numbers, e.g. 1,8,1024",
         text));
   return Problem::bhsd(v[0], v[1], v.size() == 4 ? v[3] : v[1], v[2], v[2], head_dim);
+}
+
+// "scores=2e-5,output=1e-7": the checks named, the rest at their defaults.
+Thresholds parse_thresholds(const std::string& text) {
+  Thresholds t;
+  for (const std::string& part : split(text, ',')) {
+    const auto eq = part.find('=');
+    const std::string name = part.substr(0, eq);
+    char* end = nullptr;
+    const double x = eq == std::string::npos ? -1.0 : std::strtod(part.c_str() + eq + 1, &end);
+    float* field = name == "scores"    ? &t.scores
+                   : name == "probs"   ? &t.probs
+                   : name == "output"  ? &t.output
+                   : name == "row_sum" ? &t.row_sum
+                                       : nullptr;
+    if (field == nullptr || eq == std::string::npos || *end != '\0' || !(x > 0 && x < 1e30))
+      throw ConfigError(fmt::format(
+          "bad --thresholds part '{}': write check=value with a positive value, checks scores, "
+          "probs, output, row_sum (e.g. output=1e-7,row_sum=2e-4)",
+          part));
+    *field = static_cast<float>(x);
+  }
+  return t;
 }
 
 // Campaigns run on: report (count and classify) or recompute (the runtime relaunches tiles).
@@ -97,8 +121,11 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
   KernelConfig wanted = config_from_flags(o.config);
   if (wanted.head_dim == 0)
     throw ConfigError("inject needs a head_dim: give --head-dim or a kernel name");
-  if (o.sites.empty() && o.false_alarms == 0)
-    throw ConfigError("give --site (a campaign) or --false-alarms N (clean runs), or both");
+  if (o.sites.empty() && o.false_alarms == 0 && o.calibrate == 0)
+    throw ConfigError(
+        "give --site (a campaign), --false-alarms N (clean runs) or --calibrate N (thresholds "
+        "from clean runs)");
+  const Thresholds thresholds = parse_thresholds(o.thresholds);
   if (o.trials <= 0) throw ConfigError("--trials must be positive");
   const campaign::BitRange bits = campaign::BitRange::parse(o.bits);
   std::vector<FaultSite> sites;
@@ -144,7 +171,7 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
                                       problem.seqlen_k, problem.head_dim);
     auto v = reference::random_tensor(rng, p, problem.v, problem.batch, problem.heads_kv,
                                       problem.seqlen_k, problem.head_dim);
-    auto backend = campaign::source_backend(rt, config, problem, q, k, v, on_fault);
+    auto backend = campaign::source_backend(rt, config, problem, q, k, v, on_fault, thresholds);
     std::vector<float> clean, again;
     const FaultReport first = backend->run(std::nullopt, clean);
     backend->run(std::nullopt, again);
@@ -221,8 +248,8 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
   }
 
   if (o.false_alarms > 0) {
-    const auto rows =
-        campaign::count_false_alarms(rt, clean_config, problem, o.false_alarms, o.seed + 1000003);
+    const auto rows = campaign::count_false_alarms(rt, clean_config, problem, o.false_alarms,
+                                                   o.seed + 1000003, thresholds);
     fmt::print("\nfalse alarms  {} clean runs of {}\n{:<24} {:>6} {:>8} {:>10} {:>10}\n",
                o.false_alarms, clean_config.name(), "distribution", "runs", "flagged", "detections",
                "corrected");
@@ -238,6 +265,56 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
                   fmt::format("clean:{}", campaign::to_string(r.distribution)), "-", t, 0.0);
     }
     if (flagged > 0) exit_code = 1;  // a false alarm at the default thresholds is a failure
+  }
+
+  if (o.calibrate > 0) {
+    const auto rows = campaign::calibrate_thresholds(rt, clean_config, problem, o.calibrate,
+                                                     o.seed + 2000003, thresholds);
+    const Thresholds d = campaign::thresholds_in_use(clean_config.precision, thresholds);
+    fmt::print(
+        "\ncalibration  {} clean runs per distribution of {}: the smallest threshold each check "
+        "passes without an alarm (0: the check never fired or the kernel has none)\n{:<24} {:>5} "
+        "{:>11} {:>11} {:>11} {:>11} {:>9}\n",
+        o.calibrate, clean_config.name(), "distribution", "runs", "scores", "probs", "output",
+        "row_sum", "records");
+    // Appends, header first when the file is new (several kernels go into one table).
+    std::ofstream calibration_csv;
+    if (!o.calibration_csv.empty()) {
+      const bool fresh = !std::filesystem::exists(o.calibration_csv) ||
+                         std::filesystem::file_size(o.calibration_csv) == 0;
+      calibration_csv.open(o.calibration_csv, std::ios::app);
+      if (!calibration_csv)
+        throw Error(fmt::format("cannot write {}: check the folder", o.calibration_csv));
+      if (fresh)
+        calibration_csv << "config,protection,precision,head_dim,mask,shape,distribution,runs,"
+                           "scores,probs,output,row_sum,truncated\n";
+    }
+    Thresholds worst;
+    for (const campaign::Calibration& c : rows) {
+      fmt::print("{:<24} {:>5} {:>11.3e} {:>11.3e} {:>11.3e} {:>11.3e} {:>9}{}\n",
+                 campaign::to_string(c.distribution), c.runs, c.needed.scores, c.needed.probs,
+                 c.needed.output, c.needed.row_sum, c.records,
+                 c.truncated ? "  (log overflowed: a lower bound)" : "");
+      worst.scores = std::max(worst.scores, c.needed.scores);
+      worst.probs = std::max(worst.probs, c.needed.probs);
+      worst.output = std::max(worst.output, c.needed.output);
+      worst.row_sum = std::max(worst.row_sum, c.needed.row_sum);
+      if (calibration_csv.is_open())
+        calibration_csv << fmt::format(
+            "{},{},{},{},{},{}x{}x{},{},{},{:.4e},{:.4e},{:.4e},{:.4e},{}\n", clean_config.name(),
+            to_string(clean_config.protection), to_string(clean_config.precision),
+            clean_config.head_dim, to_string(clean_config.mask), problem.batch, problem.heads_q,
+            problem.seqlen_q, campaign::to_string(c.distribution), c.runs, c.needed.scores,
+            c.needed.probs, c.needed.output, c.needed.row_sum, c.truncated ? 1 : 0);
+    }
+    auto margin = [](float def, float need) {
+      return need > 0 ? fmt::format("{:>10.1f}x", def / need) : fmt::format("{:>11}", "-");
+    };
+    fmt::print("{:<24} {:>5} {:>11.3e} {:>11.3e} {:>11.3e} {:>11.3e}\n", "thresholds in use", "",
+               d.scores, d.probs, d.output, d.row_sum);
+    fmt::print("{:<24} {:>5} {} {} {} {}\n", "margin (in use / worst)", "",
+               margin(d.scores, worst.scores), margin(d.probs, worst.probs),
+               margin(d.output, worst.output), margin(d.row_sum, worst.row_sum));
   }
   return exit_code;
 }
@@ -274,6 +351,15 @@ Command add_inject_command(CLI::App& parent, const GlobalOptions& global) {
                   "also run N clean inputs (normal, uniform and PASA's biased distributions) and "
                   "count detections; exit 1 if any")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--calibrate", o->calibrate,
+                  "measure on N clean inputs per distribution the smallest threshold of each check "
+                  "that raises no alarm, against the thresholds in use")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--calibration-csv", o->calibration_csv,
+                  "append the calibration (one row per distribution) to this CSV");
+  cmd->add_option("--thresholds", o->thresholds,
+                  "override check thresholds for campaigns, false alarms and calibration, e.g. "
+                  "output=1e-7,row_sum=2e-4 (checks: scores, probs, output, row_sum)");
   return {cmd, [o, &global] { return run_inject(*o, global); }};
 }
 
