@@ -3,14 +3,18 @@
 #include <llvm/AsmParser/Parser.h>
 #include <llvm/IR/IntrinsicInst.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
+#include "codegen/embedded_templates.hpp"
 #include "codegen/llvm/ir_classes.hpp"
 #include "codegen/llvm/pipeline.hpp"
 #include "codegen/llvm/route_api.hpp"
+#include "ftattn/codegen.hpp"
 #include "tests/codegen/llvm/ir_fixture.hpp"
+#include "tests/support/configs.hpp"
 
 namespace {
 
@@ -101,6 +105,37 @@ bool is_fneg_of(const llvm::Value* v, llvm::StringRef name) {
 
 bool has_contract(const llvm::Function& f, llvm::StringRef name) {
   return find_named(f, name)->hasAllowContract();
+}
+
+size_t count(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+// The generated unit of `name` through the route, without the cubin; `contract` false drops
+// the ftattn-contract stage from its pass list.
+route::Result compile(const std::string& name, ftattn::IrClass inject, bool contract) {
+  ftattn::KernelConfig config = ftattn::KernelConfig::parse(name);
+  config.ir_inject = inject;
+  const ftattn::codegen::KernelSource source = ftattn::codegen::generate(config);
+  route::Request request;
+  request.name = source.name;
+  request.symbol = source.symbol;
+  request.text = source.text;
+  for (const auto& f : ftattn::codegen::embedded_templates())
+    request.headers.emplace_back(std::string(f.path), std::string(f.text));
+  request.clang_args = source.options;
+  request.arch = ftattn::codegen::nvrtc_arch(config.arch);
+  request.passes = source.passes;
+  if (!contract) std::erase(request.passes, std::string("ftattn-contract"));
+  request.link_cubin = false;
+  route::Result result;
+  std::string error;
+  const bool ok = route::compile(request, result, error);
+  INFO(error << "\n" << result.log);
+  REQUIRE(ok);
+  return result;
 }
 
 }  // namespace
@@ -196,4 +231,52 @@ TEST_CASE("the FMAs formed are fp_arith values for injection and hardening", "[l
     INFO(name);
     CHECK(route::classify(*find_named(f, name)) == ftattn::IrClass::fp_arith);
   }
+}
+
+TEST_CASE("every LLVM-route kernel contracts in IR, right after O3", "[llvm]") {
+  for (ftattn::IrClass inject : {ftattn::IrClass::none, ftattn::IrClass::fp_arith}) {
+    ftattn::KernelConfig c =
+        ftattn::KernelConfig::parse("ftattn_fwd_sm90a_f16_d64_m128n64_w4s2_none_none_llvm");
+    c.ir_inject = inject;
+    const auto passes = ftattn::codegen::generate(c).passes;
+    REQUIRE(passes.size() >= 3);
+    CHECK(passes[1] == "default<O3>");
+    CHECK(passes[2] == "ftattn-contract");
+  }
+}
+
+TEST_CASE("an fp_arith-instrumented kernel has the plain kernel's FMAs", "[llvm]") {
+  // The kernel of the GPU test "IR-level injection flips one dynamic instance as planned".
+  const std::string name = "ftattn_fwd_sm90a_f16_d64_m128n64_w4s2_none_none_llvm";
+  const auto plain = compile(name, ftattn::IrClass::none, true);
+  const auto injected = compile(name, ftattn::IrClass::fp_arith, true);
+  const size_t fmas = count(plain.ptx, "fma.rn.f32");
+  INFO("plain " << fmas << ", instrumented " << count(injected.ptx, "fma.rn.f32"));
+  CHECK(plain.stats.contracted > 0);
+  CHECK(fmas > 0);
+  // The condition for the instrumented kernel to compute, unplanned, what the plain one does.
+  CHECK(count(injected.ptx, "fma.rn.f32") == fmas);
+  CHECK(injected.stats.contracted == plain.stats.contracted);
+  CHECK(injected.stats.injected_sites > 0);
+  // Every fp add and multiply left over carries .rn in both, so ptxas fuses none either.
+  for (const auto* r : {&plain, &injected}) {
+    CHECK(count(r->ptx, "\tmul.f32") + count(r->ptx, "\tadd.f32") + count(r->ptx, "\tsub.f32") ==
+          0);
+    CHECK(count(r->ptx, "\tmul.rn.f32") > 0);
+  }
+  // The other classes the GPU test instruments keep them too.
+  for (ftattn::IrClass other : {ftattn::IrClass::exp_max, ftattn::IrClass::mma}) {
+    INFO(ftattn::to_string(other));
+    CHECK(count(compile(name, other, true).ptx, "fma.rn.f32") == fmas);
+  }
+
+  // Without the stage the back end fuses the plain kernel's pairs but not the instrumented
+  // ones (the check after each fmul sits between it and its fadd): what the GPU saw.
+  const auto plain_late = compile(name, ftattn::IrClass::none, false);
+  const auto injected_late = compile(name, ftattn::IrClass::fp_arith, false);
+  INFO("without ftattn-contract: plain " << count(plain_late.ptx, "fma.rn.f32") << ", instrumented "
+                                         << count(injected_late.ptx, "fma.rn.f32"));
+  CHECK(count(injected_late.ptx, "fma.rn.f32") < count(plain_late.ptx, "fma.rn.f32"));
+  // The stage forms the FMAs the back end formed in the plain kernel: it rounds as before.
+  CHECK(count(plain_late.ptx, "fma.rn.f32") == fmas);
 }
