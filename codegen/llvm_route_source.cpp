@@ -21,7 +21,9 @@ std::string pass_class(IrClass c) {
 }  // namespace
 
 std::vector<std::string> llvm_passes(const KernelConfig& config) {
-  std::vector<std::string> passes = {"ftattn-inline-all", "default<O3>"};
+  // Contraction into FMAs is decided in IR for every kernel, before any instrumentation could
+  // keep the back end from fusing: plain and instrumented kernels then round alike.
+  std::vector<std::string> passes = {"ftattn-inline-all", "default<O3>", "ftattn-contract"};
   // Hardening first, so that injection flips the value the comparison sees.
   if (config.ir_harden != IrClass::none)
     passes.push_back(fmt::format("ftattn-harden<{}>", pass_class(config.ir_harden)));

@@ -6,6 +6,7 @@
 
 #include <optional>
 
+#include "codegen/llvm/contract_pass.hpp"
 #include "codegen/llvm/fault_inject_pass.hpp"
 #include "codegen/llvm/harden_pass.hpp"
 #include "codegen/llvm/inline_all_pass.hpp"
@@ -46,6 +47,12 @@ bool run_pipeline(llvm::Module& module, llvm::TargetMachine* target,
                                               llvm::ArrayRef<llvm::PassBuilder::PipelineElement>) {
     if (stage == "ftattn-inline-all") {
       passes.addPass(InlineAllPass());
+      return true;
+    }
+    if (stage == "ftattn-contract") {
+      ContractPass pass;
+      pass.formed = &stats.contracted;
+      passes.addPass(std::move(pass));
       return true;
     }
     if (stage == "ftattn-stats") {

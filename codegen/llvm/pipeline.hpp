@@ -1,6 +1,7 @@
 // Runs the route's pass list over a module, one stage at a time, measuring the IR after each.
 // Stages are LLVM pipeline texts; ours are registered under these names:
 //   ftattn-inline-all
+//   ftattn-contract
 //   ftattn-harden<CLASS>
 //   ftattn-inject<CLASS>  or  ftattn-inject<CLASS;functions=NAME|NAME...>
 //   ftattn-stats

@@ -20,7 +20,7 @@ struct Request {
   std::vector<std::string> clang_args;  // front-end flags (arch included)
   std::string arch;                     // "sm_90a"
   // The pass pipeline, in order, as codegen::llvm_passes spells it (e.g. "default<O3>",
-  // "ftattn-harden<fp-arith>", "ftattn-inject<fp-arith>", "ftattn-stats").
+  // "ftattn-contract", "ftattn-harden<fp-arith>", "ftattn-inject<fp-arith>", "ftattn-stats").
   std::vector<std::string> passes;
   bool keep_ir = false;    // fill Result::ir_before / ir_after
   bool link_cubin = true;  // PTX -> cubin with nvJitLink; false leaves the cubin empty
@@ -41,6 +41,7 @@ struct Statistics {
   std::vector<std::pair<std::string, size_t>> by_class;
   size_t injected_sites = 0;  // values the injection pass instrumented
   size_t hardened_sites = 0;  // operations the hardening pass duplicated
+  size_t contracted = 0;      // fadd/fsub + fmul pairs the contraction pass made FMAs
 };
 
 struct Result {

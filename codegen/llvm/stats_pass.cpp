@@ -67,6 +67,7 @@ std::string format_statistics(const Statistics& stats) {
     for (const auto& [name, count] : stats.by_class)
       text += fmt::format("  {:<34} {:>9}\n", name, count);
   }
+  text += fmt::format("FMAs formed by contraction: {}\n", stats.contracted);
   text += fmt::format("instrumented sites: injection {}, hardening {}\n", stats.injected_sites,
                       stats.hardened_sites);
   return text;

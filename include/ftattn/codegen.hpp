@@ -25,8 +25,8 @@ KernelSource generate(const KernelConfig& config);
 // NVRTC's name for an arch: "sm_90a".
 std::string nvrtc_arch(Arch arch);
 
-// The LLVM route's IR pass stages for `config`: inline, O3, hardening and injection when asked
-// for, statistics. Part of the cache key.
+// The LLVM route's IR pass stages for `config`: inline, O3, FMA contraction, hardening and
+// injection when asked for, statistics. Part of the cache key.
 std::vector<std::string> llvm_passes(const KernelConfig& config);
 
 // Turns NVRTC's source into the LLVM route's: clang options (its -D defines kept) and passes.

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <llvm/AsmParser/Parser.h>
+#include <llvm/IR/InlineAsm.h>
 #include <llvm/IR/Instructions.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>

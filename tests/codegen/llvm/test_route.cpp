@@ -66,12 +66,12 @@ TEST_CASE("the LLVM route's source: clang options, pass list, same unit") {
   CHECK(source.backend == Backend::llvm);
   CHECK(contains(source.name, "_llvm"));
   CHECK(source.options.front() == "--cuda-gpu-arch=sm_80");
-  CHECK(source.passes ==
-        std::vector<std::string>{"ftattn-inline-all", "default<O3>", "ftattn-stats"});
+  CHECK(source.passes == std::vector<std::string>{"ftattn-inline-all", "default<O3>",
+                                                  "ftattn-contract", "ftattn-stats"});
   const auto both = ftattn::codegen::generate(llvm_config(IrClass::fp_arith, IrClass::mma));
   CHECK(both.passes == std::vector<std::string>{"ftattn-inline-all", "default<O3>",
-                                                "ftattn-harden<mma>", "ftattn-inject<fp-arith>",
-                                                "ftattn-stats"});
+                                                "ftattn-contract", "ftattn-harden<mma>",
+                                                "ftattn-inject<fp-arith>", "ftattn-stats"});
 }
 
 TEST_CASE("LLVM-route cache keys follow the pass list, the route and the LLVM version") {
