@@ -114,8 +114,11 @@ TEST_CASE("thresholds: calibrated defaults per precision, overridable field by f
           "[protect]") {
   const Thresholds f16 = runtime::default_thresholds(Precision::f16);
   const Thresholds bf16 = runtime::default_thresholds(Precision::bf16);
-  CHECK(bf16.scores > f16.scores);  // bf16's hi + lo split keeps 16 bits, f16's 22
+  // Calibrated on clean inputs (README): bf16's P rounds at 2^-9, so l and the ones column
+  // drift further apart, and its O checksum operands keep fewer bits.
+  CHECK(bf16.row_sum > f16.row_sum);
   CHECK(bf16.output > f16.output);
+  CHECK(f16.scores < 1e-5f);  // 5x the largest residual seen, not the derived worst case
   Thresholds mine;
   mine.output = 1e-3f;
   const Thresholds t = runtime::effective_thresholds(Precision::f16, mine);

@@ -262,7 +262,7 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
       for (int i = 0; i < r.runs; ++i)
         t.add(i < r.flagged ? campaign::Outcome::false_positive : campaign::Outcome::masked);
       summary.add(clean_config, problem,
-                  fmt::format("clean:{}", campaign::to_string(r.distribution)), "-", t, 0.0);
+                  fmt::format("\"clean:{}\"", campaign::to_string(r.distribution)), "-", t, 0.0);
     }
     if (flagged > 0) exit_code = 1;  // a false alarm at the default thresholds is a failure
   }
@@ -301,11 +301,12 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
       worst.row_sum = std::max(worst.row_sum, c.needed.row_sum);
       if (calibration_csv.is_open())
         calibration_csv << fmt::format(
-            "{},{},{},{},{},{}x{}x{},{},{},{:.4e},{:.4e},{:.4e},{:.4e},{}\n", clean_config.name(),
-            to_string(clean_config.protection), to_string(clean_config.precision),
-            clean_config.head_dim, to_string(clean_config.mask), problem.batch, problem.heads_q,
-            problem.seqlen_q, campaign::to_string(c.distribution), c.runs, c.needed.scores,
-            c.needed.probs, c.needed.output, c.needed.row_sum, c.truncated ? 1 : 0);
+            "{},{},{},{},{},{}x{}x{},\"{}\",{},{:.4e},{:.4e},{:.4e},{:.4e},{}\n",
+            clean_config.name(), to_string(clean_config.protection),
+            to_string(clean_config.precision), clean_config.head_dim, to_string(clean_config.mask),
+            problem.batch, problem.heads_q, problem.seqlen_q, campaign::to_string(c.distribution),
+            c.runs, c.needed.scores, c.needed.probs, c.needed.output, c.needed.row_sum,
+            c.truncated ? 1 : 0);
     }
     auto margin = [](float def, float need) {
       return need > 0 ? fmt::format("{:>10.1f}x", def / need) : fmt::format("{:>11}", "-");

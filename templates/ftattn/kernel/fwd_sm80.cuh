@@ -521,8 +521,10 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
           }
         row_sum[mt][r] = row_sum[mt][r] * rescale[mt][r] + sum;
         if constexpr (Protect::k_atoms > 0) {
-          // A factor flushed to zero makes the product unverifiable, not wrong.
-          if (check && prod != 0.f) {
+          // A factor flushed to zero, or a product past FP32's range (a row whose exponents
+          // spread far around their mean: outliers), makes it unverifiable, not wrong. A fault
+          // that blows a factor up still reaches the row-sum and output checks as inf.
+          if (check && prod > 0.f && prod < -neg_inf()) {
             const float exp_tol =
                 p.scale_log2 * (p.tol_scores * q_norm[mt][r] * k_norm + p.tol_floor);
             const float tol = fast_exp2(exp_tol) - 1.f + n_valid[mt][r] * 4e-7f + p.tol_probs;
