@@ -516,8 +516,13 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
             x = fast_exp2(fmaf(x, p.scale_log2, -shift));
             if constexpr (T::inject)
               inject_at(fault_site_probs, it, (mt * kST + nt) * 4 + 2 * r + c, kMT * kST * 4, x);
+            if constexpr (Protect::k_atoms > 0) {
+              prod *= masked ? 1.f : x * norm;
+              // l then sums what GEMM II and the ones column see: the two agree to FP32
+              // accumulation, and the row-sum check can be tight.
+              x = P::round(x);
+            }
             sum += x;
-            if constexpr (Protect::k_atoms > 0) prod *= masked ? 1.f : x * norm;
           }
         row_sum[mt][r] = row_sum[mt][r] * rescale[mt][r] + sum;
         if constexpr (Protect::k_atoms > 0) {
@@ -686,7 +691,7 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
         auto in_range = [&](float x) {
           return x >= lb * (1.f - 1e-4f) && x <= keys * (1.f + 1e-4f);
         };
-        // l sums the FP32 probabilities, the ones column their 16-bit roundings.
+        // Both sum the same 16-bit probabilities, in different orders.
         const float tol = p.tol_row_sum * fmaxf(fabsf(l), fabsf(ones)) + p.tol_floor;
         if (row < p.seqlen_q && row_max[mt][r] != neg_inf()) {
           if (!(fabsf(l - ones) <= tol)) {

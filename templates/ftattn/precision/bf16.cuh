@@ -14,6 +14,15 @@ struct BF16 {
     return r;
   }
 
+  // x rounded to BF16 and back (a BF16 is the top half of an FP32).
+  __device__ __forceinline__ static float round(float x) {
+    u32 r;
+    asm("{ .reg .b16 h;\n cvt.rn.bf16.f32 h, %1;\n cvt.u32.u16 %0, h;\n shl.b32 %0, %0, 16;\n}\n"
+        : "=r"(r)
+        : "f"(x));
+    return __uint_as_float(r);
+  }
+
   __device__ __forceinline__ static void mma(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "

@@ -15,6 +15,13 @@ struct F16 {
     return r;
   }
 
+  // x rounded to FP16 and back: the value an MMA operand packed from it holds.
+  __device__ __forceinline__ static float round(float x) {
+    float r;
+    asm("{ .reg .b16 h;\n cvt.rn.f16.f32 h, %1;\n cvt.f32.f16 %0, h;\n}\n" : "=f"(r) : "f"(x));
+    return r;
+  }
+
   // c += a * b with one m16n8k16 tensor-core MMA, FP32 accumulators.
   __device__ __forceinline__ static void mma(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
     asm volatile(
