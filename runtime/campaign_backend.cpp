@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "ftattn/campaign.hpp"
 #include "runtime/driver.hpp"
@@ -120,8 +122,7 @@ Thresholds thresholds_in_use(Precision precision, const Thresholds& given) {
 }
 
 std::vector<Calibration> calibrate_thresholds(Runtime& rt, const KernelConfig& config,
-                                              const Problem& pr, int runs, uint64_t seed,
-                                              const Thresholds& base) {
+                                              const Problem& pr, int runs, uint64_t seed) {
   if (config.protection == Protection::none || config.protection == Protection::decoupled)
     throw ConfigError(fmt::format(
         "{}: threshold calibration is for the fused protected kernels (flash_abft, efta_detect, "
@@ -130,8 +131,7 @@ std::vector<Calibration> calibrate_thresholds(Runtime& rt, const KernelConfig& c
   if (runs <= 0) throw ConfigError("calibration needs at least one clean run per distribution");
   // The launcher adds this absolute floor to every linear check's tolerance.
   constexpr double kFloor = 1e-6;
-  constexpr float kTight = 1e-9f, kLoose = 1e20f, kTightProbs = 1e-12f;
-  const Thresholds defaults = runtime::effective_thresholds(config.precision, base);
+  constexpr float kTight = 1e-9f, kLoose = 1e20f;
   // Enough records for every check of every row and key block of the problem to fire at once.
   const long long rows = static_cast<long long>(pr.batch) * pr.heads_q * pr.seqlen_q;
   const int max_events =
@@ -140,37 +140,51 @@ std::vector<Calibration> calibrate_thresholds(Runtime& rt, const KernelConfig& c
   ProtectOptions linear;  // scores, row_sum and output tight; the product check out of the way
   linear.max_events = max_events;
   linear.thresholds = {kTight, kLoose, kTight, kTight};
-  ProtectOptions product;  // the product check tight on top of the default scores term
-  product.max_events = max_events;
-  product.thresholds = {defaults.scores, kTightProbs, kLoose, kLoose};
+  // The product check's tolerance is not linear in its threshold (an exp2 of it): bisect, in
+  // log space, the smallest value this input passes with the other checks out of the way.
+  ProtectOptions product;
+  product.max_events = 1;
+  product.thresholds = {kLoose, 0.0f, kLoose, kLoose};
+  constexpr double kLow = 1e-10, kHigh = 1e-1;
 
   std::vector<Calibration> out;
   CleanInputs inputs(pr);
+  auto alarms_at = [&](double t) {
+    product.thresholds.probs = static_cast<float>(t);
+    return inputs.run(rt, pr, config, product).detected > 0;
+  };
   for (Distribution d : kDistributions) {
     Calibration c;
     c.distribution = d;
     for (int i = 0; i < runs; ++i) {
       std::mt19937_64 rng(seed + 7919ull * static_cast<uint64_t>(d) + static_cast<uint64_t>(i));
       inputs.draw(d, rng, config.precision, pr);
-      for (const ProtectOptions* options : {&linear, &product}) {
-        const FaultReport r = inputs.run(rt, pr, config, *options);
-        c.truncated = c.truncated || r.detected > r.events.size();
-        c.records += static_cast<long long>(r.events.size());
-        for (const FaultEvent& e : r.events) {
-          const double mag = e.magnitude, thr = e.threshold;
-          if (options == &product) {
-            if (e.stage == FaultStage::probs)
-              c.needed.probs = std::max<float>(c.needed.probs, mag - thr + kTightProbs);
-            continue;
+      const FaultReport r = inputs.run(rt, pr, config, linear);
+      c.truncated = c.truncated || r.detected > r.events.size();
+      c.records += static_cast<long long>(r.events.size());
+      for (const FaultEvent& e : r.events) {
+        // threshold = t * bound + floor, so the value this record needs is t * (mag - floor) /
+        // (threshold - floor).
+        const double mag = e.magnitude, thr = e.threshold;
+        if (thr <= kFloor) continue;
+        const float need = static_cast<float>(kTight * (mag - kFloor) / (thr - kFloor));
+        if (e.stage == FaultStage::scores) c.needed.scores = std::max(c.needed.scores, need);
+        if (e.stage == FaultStage::output) c.needed.output = std::max(c.needed.output, need);
+        if (e.stage == FaultStage::row_sum) c.needed.row_sum = std::max(c.needed.row_sum, need);
+      }
+      if (config.protection != Protection::flash_abft) {
+        float need = 0.0f;  // the check never fires, even at kLow
+        if (alarms_at(kHigh)) {
+          need = std::numeric_limits<float>::infinity();  // beyond any useful value
+        } else if (alarms_at(kLow)) {
+          double lo = std::log(kLow), hi = std::log(kHigh);  // alarms at lo, none at hi
+          for (int step = 0; step < 16; ++step) {
+            const double mid = 0.5 * (lo + hi);
+            (alarms_at(std::exp(mid)) ? lo : hi) = mid;
           }
-          // threshold = t * bound + floor, so the value this record needs is t * (mag - floor)
-          // / (threshold - floor).
-          if (thr <= kFloor) continue;
-          const float need = static_cast<float>(kTight * (mag - kFloor) / (thr - kFloor));
-          if (e.stage == FaultStage::scores) c.needed.scores = std::max(c.needed.scores, need);
-          if (e.stage == FaultStage::output) c.needed.output = std::max(c.needed.output, need);
-          if (e.stage == FaultStage::row_sum) c.needed.row_sum = std::max(c.needed.row_sum, need);
+          need = static_cast<float>(std::exp(hi));
         }
+        c.needed.probs = std::max(c.needed.probs, need);
       }
       ++c.runs;
     }

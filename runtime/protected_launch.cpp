@@ -26,8 +26,8 @@ ChecksumAtoms checksum_atoms(Protection p) {
 // (about 2^-23 per step over head_dim / 16 MMAs) and the hi + lo split of the 16-bit checksum
 // operands (2^-22 of the checksum for f16, 2^-16 for bf16), times a safety factor of 4-8.
 Thresholds default_thresholds(Precision precision) {
-  if (precision == Precision::bf16) return {2e-6f, 1e-5f, 5e-7f, 1e-4f};
-  return {2e-6f, 1e-5f, 2e-7f, 1e-4f};
+  if (precision == Precision::bf16) return {2e-6f, 1e-4f, 5e-7f, 1e-4f};
+  return {2e-6f, 2e-5f, 2e-7f, 1e-4f};
 }
 
 Thresholds effective_thresholds(Precision precision, const Thresholds& given) {

@@ -168,16 +168,17 @@ std::vector<FalseAlarms> count_false_alarms(Runtime& runtime, const KernelConfig
                                             const Problem& problem, int runs, uint64_t seed,
                                             const Thresholds& thresholds = {});
 
-// Threshold calibration on clean inputs: per distribution, the smallest value of each check's
-// threshold that `runs` clean launches of `config` pass without an alarm (the largest residual
-// seen, in the threshold's own units). One launch per input with the linear checks (scores,
-// row_sum, output) set far below any residual and every record kept, so each record's
-// magnitude / threshold gives the value that input needs; a second with only the product check
-// (probs) tight, the scores term at `base`, since its tolerance adds the two. 0 for a check the
-// kernel does not have or that never fired; `truncated` when the log overflowed.
 // The thresholds a protected kernel of `precision` runs with: `given`, 0 fields at the defaults.
 Thresholds thresholds_in_use(Precision precision, const Thresholds& given);
 
+// Threshold calibration on clean inputs: per distribution, the smallest value of each check's
+// threshold that `runs` clean launches of `config` pass without an alarm (the largest residual
+// seen, in the threshold's own units). The linear checks (scores, row_sum, output) in one launch
+// per input, set far below any residual with every record kept: each record's magnitude /
+// threshold gives the value that input needs. The product check (probs), whose tolerance is an
+// exp2 of its threshold, by bisection per input with the other checks out of the way. 0 for a
+// check the kernel does not have or that never fired, inf for one that fires at any useful value
+// (1e-1); `truncated` when the log overflowed.
 struct Calibration {
   Distribution distribution = Distribution::normal;
   int runs = 0;
@@ -186,8 +187,7 @@ struct Calibration {
   bool truncated = false;
 };
 std::vector<Calibration> calibrate_thresholds(Runtime& runtime, const KernelConfig& config,
-                                              const Problem& problem, int runs, uint64_t seed,
-                                              const Thresholds& base = {});
+                                              const Problem& problem, int runs, uint64_t seed);
 
 struct TrialResult {
   uint64_t index = 0;

@@ -58,7 +58,7 @@ struct FaultReport {
 // the calibrated default for the kernel's precision (see docs in the README).
 struct Thresholds {
   float scores = 0.0f;   // GEMM I checksum
-  float probs = 0.0f;    // exp product check
+  float probs = 0.0f;    // exp product check: its exponent sum, relative to |q| sum |k|
   float output = 0.0f;   // GEMM II / output checksum
   float row_sum = 0.0f;  // l against the ones column (relative to l)
 };

@@ -268,8 +268,8 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
   }
 
   if (o.calibrate > 0) {
-    const auto rows = campaign::calibrate_thresholds(rt, clean_config, problem, o.calibrate,
-                                                     o.seed + 2000003, thresholds);
+    const auto rows =
+        campaign::calibrate_thresholds(rt, clean_config, problem, o.calibrate, o.seed + 2000003);
     const Thresholds d = campaign::thresholds_in_use(clean_config.precision, thresholds);
     fmt::print(
         "\ncalibration  {} clean runs per distribution of {}: the smallest threshold each check "
