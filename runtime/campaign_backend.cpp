@@ -143,7 +143,7 @@ std::vector<Calibration> calibrate_thresholds(Runtime& rt, const KernelConfig& c
   // The product check's tolerance is not linear in its threshold (an exp2 of it): bisect, in
   // log space, the smallest value this input passes with the other checks out of the way.
   ProtectOptions product;
-  product.max_events = 1;
+  product.max_events = 64;
   product.thresholds = {kLoose, 0.0f, kLoose, kLoose};
   constexpr double kLow = 1e-10, kHigh = 1e-1;
 
@@ -151,7 +151,10 @@ std::vector<Calibration> calibrate_thresholds(Runtime& rt, const KernelConfig& c
   CleanInputs inputs(pr);
   auto alarms_at = [&](double t) {
     product.thresholds.probs = static_cast<float>(t);
-    return inputs.run(rt, pr, config, product).detected > 0;
+    // Only the product check's records: the row-sum range check (SNVR) has no threshold.
+    const FaultReport r = inputs.run(rt, pr, config, product);
+    return std::any_of(r.events.begin(), r.events.end(),
+                       [](const FaultEvent& e) { return e.stage == FaultStage::probs; });
   };
   for (Distribution d : kDistributions) {
     Calibration c;
