@@ -691,9 +691,11 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
         const float ones = oc[mt][1][2 * r + 1];
         const float lb = lower_bound[mt][r];
         // LB comes from the unrounded block maxima, l from 16-bit probabilities: each can sit
-        // below its FP32 value by half an ulp (2^-9 for bf16).
+        // below its FP32 value by half an ulp (2^-9 for bf16). Above: a row's max element
+        // exp2(fma(s, scale, -shift)) exceeds 1 by the fma's rounding (large scores), and the
+        // 16-bit rounding can take it up a whole ulp of 1 (2^-7 for bf16).
         auto in_range = [&](float x) {
-          return x >= lb * (1.f - 4e-3f) && x <= keys * (1.f + 1e-4f);
+          return x >= lb * (1.f - 4e-3f) && x <= keys * (1.f + 1.6e-2f);
         };
         // Both sum the same 16-bit probabilities, in different orders.
         const float tol = p.tol_row_sum * fmaxf(fabsf(l), fabsf(ones)) + p.tol_floor;
