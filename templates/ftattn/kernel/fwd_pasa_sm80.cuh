@@ -420,58 +420,17 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
     }
   };
 
-  int n_unmasked = p.seqlen_k / T::block_n;
-  if (T::causal) n_unmasked = min(n_unmasked, max(0, (row0 + diag + 1) / T::block_n));
-  n_unmasked = min(n_unmasked, n_blocks);
-  if constexpr (!T::block_sparse) {
-    for (int n_block = 0; n_block < n_unmasked; ++n_block)
-      step(n_block, n_block, detail::Bool<false>{});
-    for (int n_block = n_unmasked; n_block < n_blocks; ++n_block)
-      step(n_block, n_block, detail::Bool<true>{});
-  } else {
-    int it = 0;
-    for (int n_block = next_active(0); n_block < n_blocks; n_block = next_active(n_block + 1)) {
-      if (n_block < n_unmasked)
-        step(it++, n_block, detail::Bool<false>{});
-      else
-        step(it++, n_block, detail::Bool<true>{});
-    }
-  }
+  detail::walk_key_blocks<T>(p.seqlen_k, row0, diag, n_blocks, next_active, step);
   sm80::cp_async_wait<0>();
   __syncthreads();
 
-  // Epilogue: O / l, staged in this warp's rows of the Q tile, written in 16-byte rows.
-  // LSE = (max + log2 l) * ln 2: max is already the base-2 logit.
+  // Epilogue: max is already the base-2 logit.
+  float l[kMT][2];
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float l = quad_sum(row_sum[mt][r]);
-      const float inv = l > 0.f ? 1.f / l : 0.f;
-      const int tile_row = warp_row + mt * 16 + lane / 4 + r * 8;
-      const u32 dst = sQ + (tile_row * T::row_stride + (lane % 4) * 2) * 2;
-#pragma unroll
-      for (int nt = 0; nt < kOT; ++nt)
-        sm80::st_shared_u32(dst + nt * 16,
-                            P::pack(o[mt][nt][2 * r] * inv, o[mt][nt][2 * r + 1] * inv));
-      const int row = row0 + tile_row;
-      if (p.lse != nullptr && lane % 4 == 0 && row < p.seqlen_q)
-        p.lse[(static_cast<i64>(batch) * p.heads_q + head) * p.seqlen_q + row] =
-            l > 0.f ? (row_max[mt][r] + fast_log2(l)) * 0.6931471805599453f : neg_inf();
-    }
-  __syncwarp();
-  u16* out = static_cast<u16*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
-  constexpr int warp_chunks = kMT * 16 * T::chunks_per_row;
-#pragma unroll
-  for (int c = lane; c < warp_chunks; c += 32) {
-    const int tile_row = warp_row + c / T::chunks_per_row;
-    const int col = (c % T::chunks_per_row) * 8;
-    const int row = row0 + tile_row;
-    if (row < p.seqlen_q) {
-      const uint4_ val = sm80::ld_shared_u128(sQ + (tile_row * T::row_stride + col) * 2);
-      *reinterpret_cast<uint4_*>(out + row * p.o_seq_stride + col) = val;
-    }
-  }
+    for (int r = 0; r < 2; ++r) l[mt][r] = quad_sum(row_sum[mt][r]);
+  detail::store_output<T>(p, o, l, row_max, 1.f, batch, head, row0, warp_row, lane, sQ);
 }
 
 }  // namespace ftattn

@@ -107,6 +107,76 @@ __device__ __forceinline__ void load_tile(u32 smem, const u16* gmem, i64 row_str
   }
 }
 
+// The main loop's walk over key blocks: blocks that need no mask come first (keys below every
+// row's diagonal and inside the sequence); only the last few, at the diagonal or the sequence
+// end, pay for masking. Block-sparse masks visit only active blocks (`next_active(b)`: the first
+// active block at or after b) and number the iterations they run. `step(iteration, block,
+// Bool<masked>)` runs one block.
+template <class T, class NextActive, class Step>
+__device__ __forceinline__ void walk_key_blocks(int seqlen_k, int row0, int diag, int n_blocks,
+                                                NextActive&& next_active, Step&& step) {
+  int n_unmasked = seqlen_k / T::block_n;
+  if (T::causal) n_unmasked = min(n_unmasked, max(0, (row0 + diag + 1) / T::block_n));
+  n_unmasked = min(n_unmasked, n_blocks);
+  if constexpr (!T::block_sparse) {
+    for (int n_block = 0; n_block < n_unmasked; ++n_block) step(n_block, n_block, Bool<false>{});
+    for (int n_block = n_unmasked; n_block < n_blocks; ++n_block)
+      step(n_block, n_block, Bool<true>{});
+  } else {
+    int it = 0;
+    for (int n_block = next_active(0); n_block < n_blocks; n_block = next_active(n_block + 1)) {
+      if (n_block < n_unmasked)
+        step(it++, n_block, Bool<false>{});
+      else
+        step(it++, n_block, Bool<true>{});
+    }
+  }
+}
+
+// Epilogue: O / l, converted, staged in this warp's own rows of the Q tile (no other warp reads
+// them), then written out in coalesced 16-byte rows. LSE = (row_max * max_scale + log2 l) * ln 2,
+// with max_scale taking row_max to base-2 logits. Rows that see no key get O = 0 and LSE = -inf.
+template <class T, int kMT, int kOT>
+__device__ __forceinline__ void store_output(const AttentionParams& p,
+                                             const float (&o)[kMT][kOT][4],
+                                             const float (&l)[kMT][2],
+                                             const float (&row_max)[kMT][2], float max_scale,
+                                             int batch, int head, int row0, int warp_row, int lane,
+                                             u32 sQ) {
+  using P = typename T::Precision;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float inv = l[mt][r] > 0.f ? 1.f / l[mt][r] : 0.f;
+      const int tile_row = warp_row + mt * 16 + lane / 4 + r * 8;
+      const u32 dst = sQ + (tile_row * T::row_stride + (lane % 4) * 2) * 2;
+#pragma unroll
+      for (int nt = 0; nt < kOT; ++nt)
+        sm80::st_shared_u32(dst + nt * 16,
+                            P::pack(o[mt][nt][2 * r] * inv, o[mt][nt][2 * r + 1] * inv));
+      const int row = row0 + tile_row;
+      if (p.lse != nullptr && lane % 4 == 0 && row < p.seqlen_q)
+        p.lse[(static_cast<i64>(batch) * p.heads_q + head) * p.seqlen_q + row] =
+            l[mt][r] > 0.f
+                ? (row_max[mt][r] * max_scale + fast_log2(l[mt][r])) * 0.6931471805599453f
+                : neg_inf();
+    }
+  __syncwarp();
+  u16* out = static_cast<u16*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
+  constexpr int warp_chunks = kMT * 16 * T::chunks_per_row;
+#pragma unroll
+  for (int c = lane; c < warp_chunks; c += 32) {
+    const int tile_row = warp_row + c / T::chunks_per_row;
+    const int col = (c % T::chunks_per_row) * 8;
+    const int row = row0 + tile_row;
+    if (row < p.seqlen_q) {
+      const uint4_ v = sm80::ld_shared_u128(sQ + (tile_row * T::row_stride + col) * 2);
+      *reinterpret_cast<uint4_*>(out + row * p.o_seq_stride + col) = v;
+    }
+  }
+}
+
 }  // namespace detail
 
 template <class T>
@@ -652,25 +722,7 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
       }
   }
 
-  // Blocks that need no mask come first (keys below every row's diagonal and inside the
-  // sequence); only the last few, at the diagonal or the sequence end, pay for masking.
-  int n_unmasked = p.seqlen_k / T::block_n;
-  if (T::causal) n_unmasked = min(n_unmasked, max(0, (row0 + diag + 1) / T::block_n));
-  n_unmasked = min(n_unmasked, n_blocks);
-  if constexpr (!T::block_sparse) {
-    for (int n_block = 0; n_block < n_unmasked; ++n_block)
-      step(n_block, n_block, detail::Bool<false>{});
-    for (int n_block = n_unmasked; n_block < n_blocks; ++n_block)
-      step(n_block, n_block, detail::Bool<true>{});
-  } else {
-    int it = 0;
-    for (int n_block = next_active(0); n_block < n_blocks; n_block = next_active(n_block + 1)) {
-      if (n_block < n_unmasked)
-        step(it++, n_block, detail::Bool<false>{});
-      else
-        step(it++, n_block, detail::Bool<true>{});
-    }
-  }
+  detail::walk_key_blocks<T>(p.seqlen_k, row0, diag, n_blocks, next_active, step);
   // Every thread's copies have landed before the epilogue reuses the Q tile: a CTA whose key
   // blocks were all skipped (causal rows past the keys, an empty block-sparse row) has had no
   // barrier since issuing its share of the Q load.
@@ -760,41 +812,8 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
       }
   }
 
-  // Epilogue: O / l, converted, staged in this warp's own rows of the Q tile (no other warp
-  // reads them), then written out in coalesced 16-byte rows. LSE = (max * scale) + ln(l).
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float l = l_final[mt][r];
-      const float inv = l > 0.f ? 1.f / l : 0.f;  // rows that see no key give 0
-      const int tile_row = warp_row + mt * 16 + lane / 4 + r * 8;
-      const u32 dst = sQ + (tile_row * T::row_stride + (lane % 4) * 2) * 2;
-#pragma unroll
-      for (int nt = 0; nt < kOT; ++nt)
-        sm80::st_shared_u32(dst + nt * 16,
-                            P::pack(o[mt][nt][2 * r] * inv, o[mt][nt][2 * r + 1] * inv));
-      const int row = row0 + tile_row;
-      if (p.lse != nullptr && lane % 4 == 0 && row < p.seqlen_q) {
-        const float lse = l > 0.f
-                              ? (row_max[mt][r] * p.scale_log2 + fast_log2(l)) * 0.6931471805599453f
-                              : neg_inf();
-        p.lse[(static_cast<i64>(batch) * p.heads_q + head) * p.seqlen_q + row] = lse;
-      }
-    }
-  __syncwarp();
-  u16* out = static_cast<u16*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
-  constexpr int warp_chunks = kMT * 16 * T::chunks_per_row;
-#pragma unroll
-  for (int c = lane; c < warp_chunks; c += 32) {
-    const int tile_row = warp_row + c / T::chunks_per_row;
-    const int col = (c % T::chunks_per_row) * 8;
-    const int row = row0 + tile_row;
-    if (row < p.seqlen_q) {
-      const uint4_ v = sm80::ld_shared_u128(sQ + (tile_row * T::row_stride + col) * 2);
-      *reinterpret_cast<uint4_*>(out + row * p.o_seq_stride + col) = v;
-    }
-  }
+  detail::store_output<T>(p, o, l_final, row_max, p.scale_log2, batch, head, row0, warp_row, lane,
+                          sQ);
 }
 
 }  // namespace ftattn
