@@ -208,39 +208,16 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
 
   detail::load_tile<T, T::block_m>(sQ, q, p.q_seq_stride, p.seqlen_q - row0);
   sm80::cp_async_commit();
-  int ahead = next_active(0);
-  if constexpr (kStages == 1) {
-    if (ahead < n_blocks) {
-      load_k(0, ahead);
-      ahead = next_active(ahead + 1);
-    }
-  }
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (ahead < n_blocks) {
-      load_k(s, ahead);
-      load_v(s, ahead);
-      ahead = next_active(ahead + 1);
-    } else {
-      skip_kv();
-    }
-  }
+  auto load_kv = [&](int stage, int n_block) {
+    load_k(stage, n_block);
+    load_v(stage, n_block);
+  };
+  int ahead = detail::prefetch_key_blocks<T>(n_blocks, next_active, load_k, load_kv, skip_kv);
 
   float o[kMT][kOT][4];
   float row_max[kMT][2];  // base 2, absolute (the recovered logits)
   float row_sum[kMT][2];  // this thread's partial sums; the quad is summed at the end
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      row_max[mt][r] = neg_inf();
-      row_sum[mt][r] = 0.f;
-    }
-#pragma unroll
-    for (int nt = 0; nt < kOT; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) o[mt][nt][i] = 0.f;
-  }
+  detail::clear_accumulators(o, row_max, row_sum);
 
   const int warp_row = warp * kMT * 16;
   const int a_row = lane % 16, a_col = (lane / 16) * 8;
@@ -259,8 +236,7 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
       sm80::cp_async_wait<2 * kStages - 3>();
       __syncthreads();
       if (ahead < n_blocks) {
-        load_k((it + kStages - 1) % kStages, ahead);
-        load_v((it + kStages - 1) % kStages, ahead);
+        load_kv((it + kStages - 1) % kStages, ahead);
         ahead = next_active(ahead + 1);
       } else {
         skip_kv();

@@ -107,6 +107,50 @@ __device__ __forceinline__ void load_tile(u32 smem, const u16* gmem, i64 row_str
   }
 }
 
+// The pipeline's prologue: the first num_stages - 1 active key blocks (with one buffer, the
+// first K only). Returns the next block to prefetch.
+template <class T, class NextActive, class LoadK, class LoadKV, class SkipKV>
+__device__ __forceinline__ int prefetch_key_blocks(int n_blocks, NextActive&& next_active,
+                                                   LoadK&& load_k, LoadKV&& load_kv,
+                                                   SkipKV&& skip_kv) {
+  int ahead = next_active(0);
+  if constexpr (T::num_stages == 1) {
+    if (ahead < n_blocks) {
+      load_k(0, ahead);
+      ahead = next_active(ahead + 1);
+    }
+  }
+#pragma unroll
+  for (int s = 0; s < T::num_stages - 1; ++s) {
+    if (ahead < n_blocks) {
+      load_kv(s, ahead);
+      ahead = next_active(ahead + 1);
+    } else {
+      skip_kv();
+    }
+  }
+  return ahead;
+}
+
+// O = 0, running max = -inf, row sums = 0.
+template <int kMT, int kOT>
+__device__ __forceinline__ void clear_accumulators(float (&o)[kMT][kOT][4],
+                                                   float (&row_max)[kMT][2],
+                                                   float (&row_sum)[kMT][2]) {
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      row_max[mt][r] = neg_inf();
+      row_sum[mt][r] = 0.f;
+    }
+#pragma unroll
+    for (int nt = 0; nt < kOT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[mt][nt][i] = 0.f;
+  }
+}
+
 // The main loop's walk over key blocks: blocks that need no mask come first (keys below every
 // row's diagonal and inside the sequence); only the last few, at the diagonal or the sequence
 // end, pay for masking. Block-sparse masks visit only active blocks (`next_active(b)`: the first
@@ -296,38 +340,12 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
   // `ahead` is the next block to prefetch.
   detail::load_tile<T, T::block_m>(sQ, q, p.q_seq_stride, p.seqlen_q - row0);
   sm80::cp_async_commit();
-  int ahead = next_active(0);
-  if constexpr (kStages == 1) {
-    if (ahead < n_blocks) {
-      load_k(0, ahead);
-      ahead = next_active(ahead + 1);
-    }
-  }
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (ahead < n_blocks) {
-      load_kv(s, ahead);
-      ahead = next_active(ahead + 1);
-    } else {
-      skip_kv();
-    }
-  }
+  int ahead = detail::prefetch_key_blocks<T>(n_blocks, next_active, load_k, load_kv, skip_kv);
 
   float o[kMT][kOT][4];
   float row_max[kMT][2];
   float row_sum[kMT][2];  // this thread's partial sums; the quad is summed once, at the end
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      row_max[mt][r] = neg_inf();
-      row_sum[mt][r] = 0.f;
-    }
-#pragma unroll
-    for (int nt = 0; nt < kOT; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) o[mt][nt][i] = 0.f;
-  }
+  detail::clear_accumulators(o, row_max, row_sum);
   // Protection state: GEMM II checksum accumulators (rescaled like O), SNVR's lower bound of
   // l from per-block maxima, |q| of this thread's rows.
   float oc[kMT][Protect::v_atoms > 0 ? Protect::v_atoms : 1][4];
