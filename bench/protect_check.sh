@@ -7,8 +7,9 @@
 #      (the "no silent corruption" goal), every site of every scheme at 2,000 flips (including
 #      the sites a scheme cannot see), and false alarms on clean inputs.
 #   bash bench/protect_check.sh <folder with ftattn and ftattn_gpu_tests> <results folder> [stage]
-# stage: tests, bench, goal (the efta_correct campaign), sites (every scheme and site), or all
-# (the default); one stage at a time fits a 10-minute command limit.
+# stage: tests, calibrate (thresholds from clean inputs: calibration.csv), bench, goal (the
+# efta_correct campaign at the default thresholds, and false alarms), sites (every scheme and
+# site), or all (the default); one stage at a time fits a 10-minute command limit.
 # Environment: TRIALS (10000), OTHER_TRIALS (2000), CLEAN_RUNS (100), SHAPE (1,4,1024).
 set -o pipefail
 bin=$(cd "$1" && pwd)
@@ -30,6 +31,22 @@ if want tests; then
   echo "gpu tests rc=$?" | tee -a "$out/protect_gpu_tests.log"
 fi
 
+# The smallest alarm-free value of every check's threshold on clean inputs of five distributions,
+# per scheme, precision, head dim, mask and length: the defaults should sit a few times above the
+# largest (README, Protection).
+if want calibrate; then
+  rm -f "$out/calibration.csv"
+  for c in "efta_correct f16 128 none 1,2,1024" "efta_correct bf16 128 none 1,2,1024" \
+           "efta_correct f16 64 none 1,2,1024" "efta_correct f16 128 causal 1,2,4096" \
+           "efta_detect bf16 64 causal 1,2,2048" "flash_abft f16 128 none 1,2,1024" \
+           "flash_abft bf16 128 none 1,2,1024"; do
+    read -r s p d m sh <<< "$c"
+    ./ftattn inject --protection "$s" --precision "$p" --head-dim "$d" --mask "$m" --shape "$sh" \
+      --calibrate 4 --calibration-csv "$out/calibration.csv" 2>&1 | grep -vE "^  "
+  done > "$out/calibration.log"
+  grep -E "^calibration|margin" "$out/calibration.log"
+fi
+
 shapes="64,16,512,32;64,16,1024,16;64,16,2048,8;64,16,4096,4;64,16,8192,2;64,16,16384,1"
 shapes="$shapes;128,32,512,32;128,32,1024,16;128,32,2048,8;128,32,4096,4;128,32,8192,2"
 shapes="$shapes;128,32,16384,1"
@@ -47,7 +64,7 @@ if want goal; then
     > "$out/campaign_efta_correct.log" 2>&1
   echo "efta_correct campaign rc=$?"
 fi
-want sites || { [[ -f $summary ]] && column -s, -t < "$summary" | cut -c1-220; exit 0; }
+want sites || { [[ -f $summary ]] && tr "," "\t" < "$summary" | cut -c1-220; exit 0; }
 # Every site of every scheme, honestly: what each one can and cannot see.
 for scheme in none flash_abft efta_detect efta_correct; do
   sites=scores,probs,row_max,row_sum,rescale,output
@@ -67,4 +84,4 @@ for p in bf16; do
     --false-alarms "$clean_runs" --summary-csv "$summary" > "$out/campaign_efta_correct_$p.log" 2>&1
   echo "efta_correct $p causal campaign rc=$?"
 done
-column -s, -t < "$summary" | cut -c1-220
+tr "," "\t" < "$summary" | cut -c1-220
