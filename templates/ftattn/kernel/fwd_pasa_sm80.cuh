@@ -254,28 +254,15 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
       for (int i = 0; i < 4; ++i) rc[mt][i] = 0.f;
     }
     const u32 sKs = sK + stage * k_stage_bytes;
+    detail::gemm_qk<T>(
+        s, sQ, sKs, warp_row, a_row, a_col, k_row, k_col,
+        [](u32(&acc)[2], const u32(&a)[4], u32 b0, u32 b1) { P::mma_f16(acc, a, b0, b1); },
+        [&](const u32(&a)[kMT][4], int ks) {  // the shift row: q . r_j in FP32
+          u32 br[2];
+          sm80::ldmatrix_x2(br, sKs + (T::block_n * T::row_stride + ks * 16 + shift_col) * 2);
 #pragma unroll
-    for (int ks = 0; ks < T::head_dim / 16; ++ks) {
-      u32 a[kMT][4];
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-        sm80::ldmatrix_x4(
-            a[mt], sQ + ((warp_row + mt * 16 + a_row) * T::row_stride + ks * 16 + a_col) * 2);
-#pragma unroll
-      for (int np = 0; np < kST / 2; ++np) {
-        u32 b[4];
-        sm80::ldmatrix_x4(b, sKs + ((np * 16 + k_row) * T::row_stride + ks * 16 + k_col) * 2);
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          P::mma_f16(s[mt][2 * np], a[mt], b[0], b[1]);
-          P::mma_f16(s[mt][2 * np + 1], a[mt], b[2], b[3]);
-        }
-      }
-      u32 br[2];
-      sm80::ldmatrix_x2(br, sKs + (T::block_n * T::row_stride + ks * 16 + shift_col) * 2);
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) P::mma(rc[mt], a[mt], br[0], br[1]);
-    }
+          for (int mt = 0; mt < kMT; ++mt) P::mma(rc[mt], a[mt], br[0], br[1]);
+        });
     if constexpr (kStages == 1) {
       sm80::cp_async_wait<0>();
       __syncthreads();  // V landed, and every warp is done with K: load the next block's K

@@ -21,6 +21,7 @@
 #include "ftattn/arch/sm80/tile_load.cuh"
 #include "ftattn/common/math.cuh"
 #include "ftattn/common/types.cuh"
+#include "ftattn/kernel/fwd_common.cuh"
 #include "ftattn/params.cuh"
 #include "ftattn/precision/bf16.cuh"
 #include "ftattn/precision/f16.cuh"
@@ -162,18 +163,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
   float o[kMT][kOT][4];
   float row_max[kMT][2];  // base-2 logits
   float row_sum[kMT][2];  // this thread's share, in units of 2^p_log2_range
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      row_max[mt][r] = neg_inf();
-      row_sum[mt][r] = 0.f;
-    }
-#pragma unroll
-    for (int nt = 0; nt < kOT; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) o[mt][nt][i] = 0.f;
-  }
+  detail::clear_accumulators(o, row_max, row_sum);
   typename Protect::State protect_state;
 
   // ldmatrix lane addressing in bytes: A (Q) and B (K rows, V^T rows) of m16n8k32.

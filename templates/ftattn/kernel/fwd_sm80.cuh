@@ -13,6 +13,7 @@
 #include "ftattn/common/faults.cuh"
 #include "ftattn/common/math.cuh"
 #include "ftattn/common/types.cuh"
+#include "ftattn/kernel/fwd_common.cuh"
 #include "ftattn/params.cuh"
 #include "ftattn/protect/checks.cuh"
 #include "ftattn/protect/workspace.cuh"
@@ -132,22 +133,31 @@ __device__ __forceinline__ int prefetch_key_blocks(int n_blocks, NextActive&& ne
   return ahead;
 }
 
-// O = 0, running max = -inf, row sums = 0.
-template <int kMT, int kOT>
-__device__ __forceinline__ void clear_accumulators(float (&o)[kMT][kOT][4],
-                                                   float (&row_max)[kMT][2],
-                                                   float (&row_sum)[kMT][2]) {
+// GEMM I in 16-wide steps over head_dim: this warp's Q fragments, loaded from the Q tile, times
+// the block's K tile into `s` through `mma(acc, a, b0, b1)`; `extra(a, ks)` then multiplies the
+// same fragments into tiles of its own (checksum rows, PASA's shift row).
+template <class T, int kMT, int kST, class Acc, class Mma, class Extra>
+__device__ __forceinline__ void gemm_qk(Acc (&s)[kMT][kST], u32 sQ, u32 sKs, int warp_row,
+                                        int a_row, int a_col, int k_row, int k_col, Mma&& mma,
+                                        Extra&& extra) {
 #pragma unroll
-  for (int mt = 0; mt < kMT; ++mt) {
+  for (int ks = 0; ks < T::head_dim / 16; ++ks) {
+    u32 a[kMT][4];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      row_max[mt][r] = neg_inf();
-      row_sum[mt][r] = 0.f;
+    for (int mt = 0; mt < kMT; ++mt)
+      sm80::ldmatrix_x4(a[mt],
+                        sQ + ((warp_row + mt * 16 + a_row) * T::row_stride + ks * 16 + a_col) * 2);
+#pragma unroll
+    for (int np = 0; np < kST / 2; ++np) {
+      u32 b[4];
+      sm80::ldmatrix_x4(b, sKs + ((np * 16 + k_row) * T::row_stride + ks * 16 + k_col) * 2);
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        mma(s[mt][2 * np], a[mt], b[0], b[1]);
+        mma(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+      }
     }
-#pragma unroll
-    for (int nt = 0; nt < kOT; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) o[mt][nt][i] = 0.f;
+    extra(a, ks);
   }
 }
 
@@ -438,42 +448,29 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
         for (int i = 0; i < 4; ++i) s[mt][nt][i] = 0.f;
 
     const u32 sKs = sK + stage * k_stage_bytes;
+    detail::gemm_qk<T>(
+        s, sQ, sKs, warp_row, a_row, a_col, k_row, k_col,
+        [](float(&acc)[4], const u32(&a)[4], u32 b0, u32 b1) { P::mma(acc, a, b0, b1); },
+        [&](const u32(&a)[kMT][4], int ks) {
+          // The checksum rows below the K tile: one more 8-wide MMA tile per checksum.
+          if constexpr (Protect::k_atoms > 0) {
+            const u32 addr = sKs + ((T::block_n + k_row) * T::row_stride + ks * 16 + k_col) * 2;
+            if constexpr (Protect::k_atoms == 1) {
+              u32 b[2];
+              sm80::ldmatrix_x2(b, addr);
 #pragma unroll
-    for (int ks = 0; ks < T::head_dim / 16; ++ks) {
-      u32 a[kMT][4];
+              for (int mt = 0; mt < kMT; ++mt) P::mma(sc[mt][0], a[mt], b[0], b[1]);
+            } else {
+              u32 b[4];
+              sm80::ldmatrix_x4(b, addr);
 #pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-        sm80::ldmatrix_x4(
-            a[mt], sQ + ((warp_row + mt * 16 + a_row) * T::row_stride + ks * 16 + a_col) * 2);
-#pragma unroll
-      for (int np = 0; np < kST / 2; ++np) {
-        u32 b[4];
-        sm80::ldmatrix_x4(b, sKs + ((np * 16 + k_row) * T::row_stride + ks * 16 + k_col) * 2);
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          P::mma(s[mt][2 * np], a[mt], b[0], b[1]);
-          P::mma(s[mt][2 * np + 1], a[mt], b[2], b[3]);
-        }
-      }
-      // The checksum rows below the K tile: one more 8-wide MMA tile per checksum.
-      if constexpr (Protect::k_atoms > 0) {
-        const u32 addr = sKs + ((T::block_n + k_row) * T::row_stride + ks * 16 + k_col) * 2;
-        if constexpr (Protect::k_atoms == 1) {
-          u32 b[2];
-          sm80::ldmatrix_x2(b, addr);
-#pragma unroll
-          for (int mt = 0; mt < kMT; ++mt) P::mma(sc[mt][0], a[mt], b[0], b[1]);
-        } else {
-          u32 b[4];
-          sm80::ldmatrix_x4(b, addr);
-#pragma unroll
-          for (int mt = 0; mt < kMT; ++mt) {
-            P::mma(sc[mt][0], a[mt], b[0], b[1]);
-            P::mma(sc[mt][1], a[mt], b[2], b[3]);
+              for (int mt = 0; mt < kMT; ++mt) {
+                P::mma(sc[mt][0], a[mt], b[0], b[1]);
+                P::mma(sc[mt][1], a[mt], b[2], b[3]);
+              }
+            }
           }
-        }
-      }
-    }
+        });
     inject(fault_site_scores, it, &s[0][0][0], kMT * kST * 4);
     // The checksum site is the concatenation [S checksums, O checksums]: S's are hit here.
     constexpr int n_sc = Protect::k_atoms * kMT * 4, n_oc = Protect::v_atoms * kMT * 4;
@@ -495,23 +492,11 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
           const float tol = p.tol_scores * q_norm[mt][r] * k_norm + p.tol_floor;
           const float e1 = ref - sum;
           if (!(fabsf(e1) <= tol)) {
-            float g[2 * kST];
-            float wsum = 0.f;
-#pragma unroll
-            for (int j = 0; j < 2 * kST; ++j) {
-              g[j] = s[mt][j / 2][2 * r + j % 2];
-              wsum += (j + 1) / float(2 * kST) * g[j];
-            }
-            const float e2 = sc[mt][1][2 * r] + sc[mt][1][2 * r + 1] - wsum;
-            const int bad = protect::locate<2 * kST>(g, e1, e2);
-            if (bad >= 0) {
-              protect::rebuild<2 * kST>(g, bad, ref);
-#pragma unroll
-              for (int j = 0; j < 2 * kST; ++j) s[mt][j / 2][2 * r + j % 2] = g[j];
-            }
+            const int bad =
+                protect::correct_row(s[mt], r, e1, ref, sc[mt][1][2 * r] + sc[mt][1][2 * r + 1]);
             record_fault(
                 p.fault_log, batch, head, global_row(mt, r),
-                bad >= 0 ? n_block * T::block_n + (bad / 2) * 8 + 2 * quad_t + bad % 2 : -1,
+                bad >= 0 ? n_block * T::block_n + protect::row_group_column(bad, quad_t) : -1,
                 fault_stage_scores, bad >= 0, fabsf(e1), tol);
           }
         }
@@ -807,24 +792,11 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
         const int row = global_row(mt, r);
         if (!(fabsf(e1) <= tol) && row < p.seqlen_q) {
           int bad = -1;
-          if constexpr (Protect::correct) {
-            float g[2 * kOT];
-            float wsum = 0.f;
-#pragma unroll
-            for (int j = 0; j < 2 * kOT; ++j) {
-              g[j] = o[mt][j / 2][2 * r + j % 2];
-              wsum += (j + 1) / float(2 * kOT) * g[j];
-            }
-            bad = protect::locate<2 * kOT>(g, e1, oc[mt][1][2 * r] - wsum);
-            if (bad >= 0) {
-              protect::rebuild<2 * kOT>(g, bad, ref);
-#pragma unroll
-              for (int j = 0; j < 2 * kOT; ++j) o[mt][j / 2][2 * r + j % 2] = g[j];
-            }
-          }
+          if constexpr (Protect::correct)
+            bad = protect::correct_row(o[mt], r, e1, ref, oc[mt][1][2 * r]);
           if (!Protect::row_check || lane % 4 == 0)
             record_fault(p.fault_log, batch, head, row,
-                         bad >= 0 ? (bad / 2) * 8 + 2 * quad_t + bad % 2 : -1, fault_stage_output,
+                         bad >= 0 ? protect::row_group_column(bad, quad_t) : -1, fault_stage_output,
                          bad >= 0, fabsf(e1), tol);
         }
       }

@@ -59,4 +59,33 @@ __device__ __forceinline__ int locate(const float* x, float e1, float e2) {
   return static_cast<int>(j) - 1;
 }
 
+// efta_correct's single-error repair of one row of an MMA accumulator tile set (S or O): this
+// thread's 2 * NT values of row half r (columns 8 nt + 2 quad + c), checked against the plain
+// checksum `ref` (discrepancy e1 = ref - their sum) and the weighted one `weighted_ref`. Rebuilds
+// the element it locates and returns its index among the thread's values, or -1.
+template <int NT>
+__device__ __forceinline__ int correct_row(float (&x)[NT][4], int r, float e1, float ref,
+                                           float weighted_ref) {
+  constexpr int n = 2 * NT;
+  float g[n];
+  float wsum = 0.f;
+#pragma unroll
+  for (int j = 0; j < n; ++j) {
+    g[j] = x[j / 2][2 * r + j % 2];
+    wsum += (j + 1) / float(n) * g[j];
+  }
+  const int bad = locate<n>(g, e1, weighted_ref - wsum);
+  if (bad >= 0) {
+    rebuild<n>(g, bad, ref);
+#pragma unroll
+    for (int j = 0; j < n; ++j) x[j / 2][2 * r + j % 2] = g[j];
+  }
+  return bad;
+}
+
+// The column within its block of value `j` of a thread's row group (quad_t: lane % 4).
+__device__ __forceinline__ int row_group_column(int j, int quad_t) {
+  return (j / 2) * 8 + 2 * quad_t + j % 2;
+}
+
 }  // namespace ftattn::protect
