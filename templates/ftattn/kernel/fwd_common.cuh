@@ -24,4 +24,22 @@ __device__ __forceinline__ void clear_accumulators(float (&o)[kMT][kOT][4],
   }
 }
 
+// The elements of a key block's score tiles (m16n8 accumulator layout) that a mask removes: keys
+// at or past seqlen_k and, for causal, past the row's diagonal (bottom-right aligned by `diag`).
+// Calls masked(mt, nt, i) for each.
+template <int kMT, int kST, bool Causal, class Masked>
+__device__ __forceinline__ void for_each_masked(int first_row, int key0, int lane, int seqlen_k,
+                                                int diag, Masked&& masked) {
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kST; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int row = first_row + mt * 16 + lane / 4 + (i / 2) * 8;
+        const int key = key0 + nt * 8 + (lane % 4) * 2 + (i % 2);
+        if (key >= seqlen_k || (Causal && key > row + diag)) masked(mt, nt, i);
+      }
+}
+
 }  // namespace ftattn::detail

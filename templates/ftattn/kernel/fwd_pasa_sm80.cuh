@@ -274,21 +274,13 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
 
     // Keys past the sequence end and, for causal, past each row's diagonal: -inf.
     if constexpr (kMasked) {
-      const int key0 = n_block * T::block_n;
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kST; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int row = row0 + warp_row + mt * 16 + lane / 4 + (i / 2) * 8;
-            const int key = key0 + nt * 8 + (lane % 4) * 2 + (i % 2);
-            if (key >= p.seqlen_k || (T::causal && key > row + diag)) {
-              u32& x = s[mt][nt][i / 2];
-              x = i % 2 == 0 ? (x & 0xffff0000u) | P::neg_inf_half
-                             : (x & 0x0000ffffu) | (u32(P::neg_inf_half) << 16);
-            }
-          }
+      detail::for_each_masked<kMT, kST, T::causal>(
+          row0 + warp_row, n_block * T::block_n, lane, p.seqlen_k, diag,
+          [&](int mt, int nt, int i) {
+            u32& x = s[mt][nt][i / 2];
+            x = i % 2 == 0 ? (x & 0xffff0000u) | P::neg_inf_half
+                           : (x & 0x0000ffffu) | (u32(P::neg_inf_half) << 16);
+          });
     }
 
     // Online softmax with the recovered bias.

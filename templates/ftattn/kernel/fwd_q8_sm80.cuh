@@ -238,17 +238,9 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
     }
 
     if (kMasked) {  // keys past the end and, for causal, past each row's diagonal
-      const int key0 = n_block * T::block_n;
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kST; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int row = row0 + warp_row + mt * 16 + lane / 4 + (i / 2) * 8;
-            const int key = key0 + nt * 8 + (lane % 4) * 2 + (i % 2);
-            if (key >= p.seqlen_k || (T::causal && key > row + diag)) x[mt][nt][i] = neg_inf();
-          }
+      detail::for_each_masked<kMT, kST, T::causal>(
+          row0 + warp_row, n_block * T::block_n, lane, p.seqlen_k, diag,
+          [&](int mt, int nt, int i) { x[mt][nt][i] = neg_inf(); });
     }
 
     // Online softmax; P = 2^(x - max + p_log2_range), quantised as the policy says.

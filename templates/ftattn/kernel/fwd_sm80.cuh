@@ -524,24 +524,14 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
         n_valid[mt][r] = 2 * kST;
       }
     if (kMasked) {
-      const int key0 = n_block * T::block_n;
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kST; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int row = row0 + warp_row + mt * 16 + lane / 4 + (i / 2) * 8;
-            const int key = key0 + nt * 8 + (lane % 4) * 2 + (i % 2);
-            const bool masked = key >= p.seqlen_k || (T::causal && key > row + diag);
-            if (masked) {
-              if constexpr (Protect::k_atoms > 0) {
-                masked_sum[mt][i / 2] += s[mt][nt][i];
-                --n_valid[mt][i / 2];
-              }
-              s[mt][nt][i] = neg_inf();
-            }
-          }
+      detail::for_each_masked<kMT, kST, T::causal>(row0 + warp_row, n_block * T::block_n, lane,
+                                                   p.seqlen_k, diag, [&](int mt, int nt, int i) {
+                                                     if constexpr (Protect::k_atoms > 0) {
+                                                       masked_sum[mt][i / 2] += s[mt][nt][i];
+                                                       --n_valid[mt][i / 2];
+                                                     }
+                                                     s[mt][nt][i] = neg_inf();
+                                                   });
     }
 
     // Online softmax: new running max, rescale of the old state, P = 2^(S*scale - max).
