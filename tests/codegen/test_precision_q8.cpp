@@ -91,10 +91,10 @@ TEST_CASE("NVRTC compiles every 8-bit config with 8-bit MMAs and no spills",
         const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
         CHECK(r.registers > 0);
         // Documented (README, precisions): fp8 at head_dim 96 (sm_89) and 192 (sm_90a), and int8
-        // at 256 on sm_80 (one stage fetches the next K after P is packed) spill a few words
-        // under ptxas' register allocation; everything else spills nothing.
+        // at 256 on sm_80 and sm_89 (one stage fetches the next K after P is packed) spill a few
+        // words under ptxas' register allocation; everything else spills nothing.
         const bool known = (t.p == Precision::fp8_e4m3 && (d == 96 || d == 192)) ||
-                           (t.p == Precision::int8 && d == 256 && t.arch.sm == 80);
+                           (t.p == Precision::int8 && d == 256 && t.arch.sm < 90);
         CHECK(r.spill_stores <= (known ? 16 : 0));
         for (const char* k : {"quantize_rows", "v_channel_max", "pack_v"}) {
           const ResourceUsage q = runtime::parse_ptxas_log(

@@ -78,6 +78,10 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
   constexpr int kST = T::s_tiles;
   constexpr int kOT = T::o_tiles;
   constexpr int kStages = T::num_stages;
+  // int8 folds O's rescale into the FMA that adds each block's INT32 P V (one op per O element
+  // instead of two). At head dims 96, 192 and 256 that schedule spills (ptxas -v on sm_80 to
+  // sm_90a), so they rescale first, as fp8 does.
+  constexpr bool kFusedRescale = !P::pv_into_output && T::head_dim % 64 == 0 && T::head_dim <= 128;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const u32 sQ = sm80::smem_addr(smem_raw);
@@ -146,18 +150,22 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
   }
 
   const int warp_row = warp * kMT * 16;
-  // Per-row dequantisation: s_Q * softmax scale * log2(e), so that S lands in base-2 logits.
+  // Per-row dequantisation: s_Q * softmax scale * log2(e), so that S lands in base-2 logits. It
+  // is applied after the row max (a positive factor commutes with max) inside the exp's FMA.
+  // Scales are max |x| / range, so never negative; zero rows (and rows past the end) get a tiny
+  // positive one, which keeps masked -inf * scale from becoming NaN.
   float q_scale[kMT][2];
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = row0 + warp_row + mt * 16 + lane / 4 + r * 8;
-      q_scale[mt][r] =
+      const float qs =
           row < p.seqlen_q
               ? p.q_scale[static_cast<i64>(batch * p.heads_q + head) * p.seqlen_q + row] *
                     p.scale_log2
               : 0.f;
+      q_scale[mt][r] = fmaxf(qs, 1e-30f);
     }
 
   float o[kMT][kOT][4];
@@ -196,7 +204,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
 #pragma unroll
       for (int nt = 0; nt < kST; ++nt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) s[mt][nt][i] = 0;
+        for (int i = 0; i < 4; ++i) s[mt][nt][i] = P::acc_zero;
     const u32 sKs = sK + stage * T::k_stage_bytes;
 #pragma unroll
     for (int ks = 0; ks < T::head_dim / 32; ++ks) {
@@ -216,12 +224,13 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
         }
       }
     }
-    // Raw scores before dequantisation: INT32 for int8, so checksums over them are exact.
+    // Raw scores before dequantisation: INT32 for int8 (offset by P::acc_zero), so checksums
+    // over them are exact.
     Protect::after_scores(protect_state, s, n_block);
 
-    // Dequantise into base-2 logits: S * s_Q[row] * s_K[key] * scale * log2(e). The key scales
-    // live in the K buffer: with one stage, the next K is fetched only once every warp has read
-    // them (below, with P in registers).
+    // Dequantise by key: S * s_K[key]; the row's s_Q * scale * log2(e) follows in the softmax.
+    // The key scales live in the K buffer: with one stage, the next K is fetched only once every
+    // warp has read them (below, with P in registers).
     const u32 sKscale = sKs + T::block_n * T::qk_stride;
     float x[kMT][kST][4];
 #pragma unroll
@@ -233,8 +242,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
-          x[mt][nt][i] = P::to_float(s[mt][nt][i]) * (q_scale[mt][i / 2] * ks2[i % 2]);
+        for (int i = 0; i < 4; ++i) x[mt][nt][i] = P::to_float(s[mt][nt][i]) * ks2[i % 2];
     }
 
     if (kMasked) {  // keys past the end and, for causal, past each row's diagonal
@@ -243,35 +251,37 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
           [&](int mt, int nt, int i) { x[mt][nt][i] = neg_inf(); });
     }
 
-    // Online softmax; P = 2^(x - max + p_log2_range), quantised as the policy says.
+    // Online softmax; P = 2^(x s_Q - max + p_log2_range), quantised as the policy says.
     float rescale[kMT][2];
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        float mx = row_max[mt][r];
+        float mx = neg_inf();
 #pragma unroll
         for (int nt = 0; nt < kST; ++nt)
           mx = fmaxf(mx, fmaxf(x[mt][nt][2 * r], x[mt][nt][2 * r + 1]));
-        mx = quad_max(mx);
+        mx = fmaxf(row_max[mt][r], quad_max(mx) * q_scale[mt][r]);
         const float shift = mx == neg_inf() ? 0.f : mx;  // fully masked so far: P stays 0
         rescale[mt][r] = fast_exp2(row_max[mt][r] - shift);
         row_max[mt][r] = mx;
         const float offset = P::p_log2_range - shift;
-        float sum = 0.f;
+        typename P::PSum sum = 0;
 #pragma unroll
         for (int nt = 0; nt < kST; ++nt)
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             float& v = x[mt][nt][2 * r + c];
-            v = P::quantize_p(fast_exp2(v + offset));
-            sum += v;
+            v = P::quantize_p(fast_exp2(fmaf(v, q_scale[mt][r], offset)));
+            P::add_p(sum, v);
           }
-        row_sum[mt][r] = row_sum[mt][r] * rescale[mt][r] + sum;
+        row_sum[mt][r] = row_sum[mt][r] * rescale[mt][r] + P::p_sum(sum, 2 * kST);
+        if constexpr (!kFusedRescale) {
 #pragma unroll
-        for (int nt = 0; nt < kOT; ++nt) {
-          o[mt][nt][2 * r] *= rescale[mt][r];
-          o[mt][nt][2 * r + 1] *= rescale[mt][r];
+          for (int nt = 0; nt < kOT; ++nt) {
+            o[mt][nt][2 * r] *= rescale[mt][r];
+            o[mt][nt][2 * r + 1] *= rescale[mt][r];
+          }
         }
       }
     Protect::after_probs(protect_state, x, rescale);
@@ -286,8 +296,8 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
         for (int h = 0; h < 2; ++h) {  // keys 0-15, then 16-31 of the chunk
           const float(&t0)[4] = x[mt][4 * kc + 2 * h];
           const float(&t1)[4] = x[mt][4 * kc + 2 * h + 1];
-          pa[mt][kc][2 * h] = P::pack4(t0[0], t0[1], t1[0], t1[1]);      // row lane / 4
-          pa[mt][kc][2 * h + 1] = P::pack4(t0[2], t0[3], t1[2], t1[3]);  // row lane / 4 + 8
+          pa[mt][kc][2 * h] = P::pack_p(t0[0], t0[1], t1[0], t1[1]);      // row lane / 4
+          pa[mt][kc][2 * h + 1] = P::pack_p(t0[2], t0[3], t1[2], t1[3]);  // row lane / 4 + 8
         }
 
     if constexpr (kStages == 1) {
@@ -299,8 +309,8 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
       __syncthreads();
     }
 
-    // GEMM II: O += P V, 16 channels at a time. int8 sums a block in INT32 (exact) and adds it
-    // to the FP32 O; fp8 accumulates into O directly.
+    // GEMM II: O += P V, 16 channels at a time. int8 sums a block in INT32 (exact), then adds it
+    // to O (with the rescale, kFusedRescale); fp8 accumulates into the rescaled O directly.
     const u32 sVs = sV + stage * T::v_stage_bytes;
 #pragma unroll
     for (int dp = 0; dp < kOT / 2; ++dp) {
@@ -309,7 +319,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-          for (int i = 0; i < 8; ++i) acc[mt][i / 4][i % 4] = 0;
+          for (int i = 0; i < 8; ++i) acc[mt][i / 4][i % 4] = P::acc_zero;
       }
 #pragma unroll
       for (int kc = 0; kc < kST / 4; ++kc) {
@@ -330,8 +340,11 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-          for (int i = 0; i < 8; ++i)
-            o[mt][2 * dp + i / 4][i % 4] += P::to_float(acc[mt][i / 4][i % 4]);
+          for (int i = 0; i < 8; ++i) {
+            float& out = o[mt][2 * dp + i / 4][i % 4];
+            const float pv = P::to_float(acc[mt][i / 4][i % 4]);
+            out = kFusedRescale ? fmaf(out, rescale[mt][(i % 4) / 2], pv) : out + pv;
+          }
       }
     }
     Protect::after_pv(protect_state, o, n_block);

@@ -26,11 +26,15 @@ struct Fp8E4M3 {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
 
+  static constexpr float acc_zero = 0.f;  // the MMAs' starting value
   __device__ __forceinline__ static float to_float(float x) { return x; }
 
   // l sums the unrounded P (FlashAttention-3's FP8 choice): rounding to E4M3 is unbiased, and
   // converting every P back would cost a cvt per element.
   __device__ __forceinline__ static float quantize_p(float y) { return y; }
+  using PSum = float;
+  __device__ __forceinline__ static void add_p(float& sum, float q) { sum += q; }
+  __device__ __forceinline__ static float p_sum(float sum, int /*count*/) { return sum; }
 
   // Two floats -> two E4M3 bytes (round to nearest even, saturated to +-448), `lo` first.
   __device__ __forceinline__ static u32 pack2(float lo, float hi) {
@@ -39,9 +43,13 @@ struct Fp8E4M3 {
     return r;
   }
 
-  // Four values -> one register, `a` in the lowest byte.
+  // Four values -> one register, `a` in the lowest byte (the quantisation kernels).
   __device__ __forceinline__ static u32 pack4(float a, float b, float c, float d) {
     return pack2(a, b) | (pack2(c, d) << 16);
+  }
+  // The same for four quantize_p results (the A operand of P V).
+  __device__ __forceinline__ static u32 pack_p(float a, float b, float c, float d) {
+    return pack4(a, b, c, d);
   }
 };
 
