@@ -239,10 +239,12 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
       asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
                    : "=f"(ks2[0]), "=f"(ks2[1])
                    : "r"(sKscale + (nt * 8 + (lane % 4) * 2) * 4));
+      const float bias[2] = {P::dequant_bias(ks2[0]), P::dequant_bias(ks2[1])};
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) x[mt][nt][i] = P::to_float(s[mt][nt][i]) * ks2[i % 2];
+        for (int i = 0; i < 4; ++i)
+          x[mt][nt][i] = fmaf(P::acc_as_float(s[mt][nt][i]), ks2[i % 2], bias[i % 2]);
     }
 
     if (kMasked) {  // keys past the end and, for causal, past each row's diagonal
@@ -251,8 +253,11 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
           [&](int mt, int nt, int i) { x[mt][nt][i] = neg_inf(); });
     }
 
-    // Online softmax; P = 2^(x s_Q - max + p_log2_range), quantised as the policy says.
+    // Online softmax. The max is rounded up, so t = x s_Q - max <= 0 for every element; P =
+    // 2^(t + p_log2_range) goes straight into the A operand of P V, one register per 4 keys of a
+    // row, in the key order V^T is stored in.
     float rescale[kMT][2];
+    u32 pa[kMT][kST / 4][4];
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -261,21 +266,23 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
 #pragma unroll
         for (int nt = 0; nt < kST; ++nt)
           mx = fmaxf(mx, fmaxf(x[mt][nt][2 * r], x[mt][nt][2 * r + 1]));
-        mx = fmaxf(row_max[mt][r], quad_max(mx) * q_scale[mt][r]);
+        mx = fmaxf(row_max[mt][r], __fmul_ru(quad_max(mx), q_scale[mt][r]));
         const float shift = mx == neg_inf() ? 0.f : mx;  // fully masked so far: P stays 0
         rescale[mt][r] = fast_exp2(row_max[mt][r] - shift);
         row_max[mt][r] = mx;
-        const float offset = P::p_log2_range - shift;
+        const float qs = q_scale[mt][r], offset = P::p_offset(shift);
         typename P::PSum sum = 0;
 #pragma unroll
-        for (int nt = 0; nt < kST; ++nt)
+        for (int kc = 0; kc < kST / 4; ++kc)
 #pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            float& v = x[mt][nt][2 * r + c];
-            v = P::quantize_p(fast_exp2(fmaf(v, q_scale[mt][r], offset)));
-            P::add_p(sum, v);
+          for (int h = 0; h < 2; ++h) {  // keys 0-15, then 16-31 of the chunk
+            const float(&t0)[4] = x[mt][4 * kc + 2 * h];
+            const float(&t1)[4] = x[mt][4 * kc + 2 * h + 1];
+            pa[mt][kc][2 * h + r] =
+                P::p_word(fmaf(t0[2 * r], qs, offset), fmaf(t0[2 * r + 1], qs, offset),
+                          fmaf(t1[2 * r], qs, offset), fmaf(t1[2 * r + 1], qs, offset), sum);
           }
-        row_sum[mt][r] = row_sum[mt][r] * rescale[mt][r] + P::p_sum(sum, 2 * kST);
+        row_sum[mt][r] = row_sum[mt][r] * rescale[mt][r] + P::p_sum(sum);
         if constexpr (!kFusedRescale) {
 #pragma unroll
           for (int nt = 0; nt < kOT; ++nt) {
@@ -284,21 +291,8 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
           }
         }
       }
-    Protect::after_probs(protect_state, x, rescale);
-
-    // P as the A operand, one register set per 32 keys (the key order V^T is stored in).
-    u32 pa[kMT][kST / 4][4];
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-      for (int kc = 0; kc < kST / 4; ++kc)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {  // keys 0-15, then 16-31 of the chunk
-          const float(&t0)[4] = x[mt][4 * kc + 2 * h];
-          const float(&t1)[4] = x[mt][4 * kc + 2 * h + 1];
-          pa[mt][kc][2 * h] = P::pack_p(t0[0], t0[1], t1[0], t1[1]);      // row lane / 4
-          pa[mt][kc][2 * h + 1] = P::pack_p(t0[2], t0[3], t1[2], t1[3]);  // row lane / 4 + 8
-        }
+    // No after_probs hook: P lives only as packed 8-bit operands (protection is refused for the
+    // 8-bit precisions until it has one).
 
     if constexpr (kStages == 1) {
       sm80::cp_async_wait<0>();

@@ -25,9 +25,6 @@ __device__ __forceinline__ float __uint_as_float(unsigned x) {
 __device__ __forceinline__ unsigned __float_as_uint(float x) {
   return __builtin_bit_cast(unsigned, x);
 }
-__device__ __forceinline__ unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
-  return __nvvm_prmt(x, y, s);
-}
 
 __device__ __forceinline__ float fmaf(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
 __device__ __forceinline__ float fmaxf(float a, float b) { return __builtin_fmaxf(a, b); }

@@ -3,6 +3,7 @@
 // as E4M3. Used by the 8-bit skeleton (kernel/fwd_q8_sm80.cuh) and the quantisation kernels.
 #pragma once
 
+#include "ftattn/common/math.cuh"
 #include "ftattn/common/types.cuh"
 
 namespace ftattn::precision {
@@ -28,13 +29,23 @@ struct Fp8E4M3 {
 
   static constexpr float acc_zero = 0.f;  // the MMAs' starting value
   __device__ __forceinline__ static float to_float(float x) { return x; }
+  __device__ __forceinline__ static float dequant_bias(float) { return 0.f; }
+  __device__ __forceinline__ static float acc_as_float(float x) { return x; }
 
-  // l sums the unrounded P (FlashAttention-3's FP8 choice): rounding to E4M3 is unbiased, and
-  // converting every P back would cost a cvt per element.
-  __device__ __forceinline__ static float quantize_p(float y) { return y; }
+  // P = 2^(t + 8) for t = x s_Q - max <= 0.
+  __device__ __forceinline__ static float p_offset(float shift) { return p_log2_range - shift; }
+
+  // Four P values as E4M3 bytes, `t0` (already offset) in the lowest byte. l sums the unrounded
+  // P (FlashAttention-3's FP8 choice): rounding to E4M3 is unbiased, and converting every P back
+  // would cost a cvt per element.
   using PSum = float;
-  __device__ __forceinline__ static void add_p(float& sum, float q) { sum += q; }
-  __device__ __forceinline__ static float p_sum(float sum, int /*count*/) { return sum; }
+  __device__ __forceinline__ static u32 p_word(float t0, float t1, float t2, float t3,
+                                               float& sum) {
+    const float p0 = fast_exp2(t0), p1 = fast_exp2(t1), p2 = fast_exp2(t2), p3 = fast_exp2(t3);
+    sum += (p0 + p1) + (p2 + p3);
+    return pack4(p0, p1, p2, p3);
+  }
+  __device__ __forceinline__ static float p_sum(float sum) { return sum; }
 
   // Two floats -> two E4M3 bytes (round to nearest even, saturated to +-448), `lo` first.
   __device__ __forceinline__ static u32 pack2(float lo, float hi) {
@@ -47,10 +58,7 @@ struct Fp8E4M3 {
   __device__ __forceinline__ static u32 pack4(float a, float b, float c, float d) {
     return pack2(a, b) | (pack2(c, d) << 16);
   }
-  // The same for four quantize_p results (the A operand of P V).
-  __device__ __forceinline__ static u32 pack_p(float a, float b, float c, float d) {
-    return pack4(a, b, c, d);
-  }
+
 };
 
 }  // namespace ftattn::precision

@@ -27,33 +27,51 @@ struct Int8 {
   }
 
   // The MMAs start from this bit pattern instead of 0 (INT32 adds wrap, so the accumulator ends
-  // at kBias + S). While |S| < 2^22 (127 * 127 * 256 keys or channels at most) the same bits read
-  // as the float 1.5 * 2^23 + S exactly, so one FADD converts: no I2F, whose conversion pipe
-  // runs at a quarter of the FP32 rate and was the kernel's bottleneck.
+  // at acc_zero + S). While |S| < 2^22 (127 * 127 * 256 keys or channels at most) the same bits
+  // read as the float 1.5 * 2^23 + S exactly, so FP32 ops convert: no I2F, whose conversion pipe
+  // runs at a quarter of the FP32 rate.
   static constexpr int acc_zero = 0x4B400000;
   static constexpr float kMagic = 12582912.f;  // 1.5 * 2^23
 
   __device__ __forceinline__ static float to_float(int x) { return __int_as_float(x) - kMagic; }
 
-  // p = 2^(s - m + p_log2_range) as the value P V uses: round(p) rides in the low byte of the
-  // float p + 1.5 * 2^23 (the FADD rounds to nearest even). The clamp keeps a rounded-up exp2 or
-  // offset from reaching 128, which would read as -128.
-  __device__ __forceinline__ static float quantize_p(float y) { return fminf(y, 127.f) + kMagic; }
-
-  // The row sum l adds exactly the quantised P (the paper's l = rowsum(P_int)): the biased
-  // floats' bits summed as INT32 (wrapping), less count * bias once per row and block.
-  using PSum = int;
-  __device__ __forceinline__ static void add_p(int& sum, float q) { sum += __float_as_int(q); }
-  __device__ __forceinline__ static float p_sum(int sum, int count) {
-    return static_cast<float>(sum - count * acc_zero);
+  // S * s_K in one FMA: (kMagic + S) * s_K + dequant_bias(s_K). The bias rounds once, an error
+  // of at most 0.375 s_K (three eighths of one integer step of S).
+  __device__ __forceinline__ static float dequant_bias(float key_scale) {
+    return -kMagic * key_scale;
   }
+  __device__ __forceinline__ static float acc_as_float(int x) { return __int_as_float(x); }
 
-  // Four quantize_p results -> the bytes of one A-operand register, `a` in the lowest byte.
-  __device__ __forceinline__ static u32 pack_p(float a, float b, float c, float d) {
-    const u32 ab = __byte_perm(__float_as_uint(a), __float_as_uint(b), 0x0040);
-    const u32 cd = __byte_perm(__float_as_uint(c), __float_as_uint(d), 0x0040);
-    return __byte_perm(ab, cd, 0x5410);
+  // P = 127 * 2^t for t = x s_Q - max <= 0 (the skeleton rounds the max up, so t never exceeds
+  // 0 and P never 127.5).
+  __device__ __forceinline__ static float p_offset(float shift) { return -shift; }
+
+  // Four P values as the bytes of one A-operand register, `t0` in the lowest byte, and their sum
+  // added to `sum` (the paper's l = rowsum(P_int): exact, and what P V sees). 7 bits of P need
+  // no FP32 exp: two f16x2 ops per pair take 2^t (ex2.approx.f16x2) and round 127 * 2^t to an
+  // integer inside the f16 1536 + P (fma.rn.f16x2; f16 steps are 1 in [1024, 2048)), whose low
+  // byte is P. One prmt gathers four low bytes, one dp4a sums them.
+  using PSum = unsigned;
+  __device__ __forceinline__ static u32 p_word(float t0, float t1, float t2, float t3,
+                                               unsigned& sum) {
+    u32 lo, hi, w;
+    asm("{\n\t"
+        ".reg .b32 a, b;\n\t"
+        "cvt.rn.f16x2.f32 a, %4, %3;\n\t"
+        "cvt.rn.f16x2.f32 b, %6, %5;\n\t"
+        "ex2.approx.f16x2 a, a;\n\t"
+        "ex2.approx.f16x2 b, b;\n\t"
+        "fma.rn.f16x2 %0, a, %7, %8;\n\t"
+        "fma.rn.f16x2 %1, b, %7, %8;\n\t"
+        "prmt.b32 %2, %0, %1, 0x6420;\n\t"
+        "}"
+        : "=r"(lo), "=r"(hi), "=r"(w)
+        : "f"(t0), "f"(t1), "f"(t2), "f"(t3), "r"(0x57F057F0u) /* 127, 127 */,
+          "r"(0x66006600u) /* 1536, 1536 */);
+    asm("dp4a.u32.u32 %0, %1, %2, %0;" : "+r"(sum) : "r"(w), "r"(0x01010101u));
+    return w;
   }
+  __device__ __forceinline__ static float p_sum(unsigned sum) { return static_cast<float>(sum); }
 
   // round-to-nearest-even(x), saturated to [-127, 127] by the caller's scale, as a byte.
   __device__ __forceinline__ static u32 to_byte(float x) {
