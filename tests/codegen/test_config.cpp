@@ -322,13 +322,12 @@ TEST_CASE("config: shared_memory_bytes", "[config]") {
   // f16_pasa: one more row per K stage, the block's shift vector.
   CHECK(make(256, 64, 64, 4, 1, Precision::f16_pasa, Mask::none, kSm80).shared_memory_bytes() ==
         (64 + 2 * 64 + 1) * (256 + 8) * 2);
-  // 8-bit (Q8Traits): Q and K rows of head_dim + 16 bytes, V^T rows of block_n + 16 bytes,
-  // num_stages + 1 buffers of a float per key; at least block_m rows of 2 * head_dim + 16 bytes
-  // for the epilogue.
+  // 8-bit (Q8Traits): Q and K rows of head_dim + 16 bytes, a float per key, V^T rows of
+  // block_n + 16 bytes; at least block_m rows of 2 * head_dim + 16 bytes for the epilogue.
   CHECK(make(128, 128, 64, 4, 2, Precision::int8, Mask::none, kSm80).shared_memory_bytes() ==
-        128 * 144 + 2 * (64 * 144 + 128 * 80) + 3 * 64 * 4);
+        128 * 144 + 2 * (64 * 148 + 128 * 80));
   CHECK(make(128, 128, 64, 4, 2, Precision::fp8_e4m3, Mask::none, kSm80).shared_memory_bytes() ==
-        128 * 144 + 2 * (64 * 144 + 128 * 80) + 3 * 64 * 4);
+        128 * 144 + 2 * (64 * 148 + 128 * 80));
   CHECK(make(256, 128, 32, 8, 1, Precision::int8, Mask::none, kSm80).shared_memory_bytes() ==
         128 * (2 * 256 + 16));  // the 16-bit O staging is the larger
   REQUIRE_CONFIG_ERROR(

@@ -50,15 +50,10 @@ struct Q8Traits {
   static constexpr int qk_stride = HeadDim + 16;  // a Q or K row
   static constexpr int vt_stride = BlockN + 16;   // a V^T row: one channel, block_n keys
   static constexpr int q_bytes = BlockM * qk_stride;
-  static constexpr int k_stage_bytes = BlockN * qk_stride;
+  static constexpr int k_stage_bytes = BlockN * qk_stride + BlockN * 4;  // rows, then key scales
   static constexpr int v_stage_bytes = HeadDim * vt_stride;
-  // Key scales in a ring of num_stages + 1: a block's scales outlive its K rows by one block in
-  // the two-stage schedule (GEMM I runs a block ahead of the softmax that reads them).
-  static constexpr int scale_buffers = NumStages + 1;
-  static constexpr int scale_bytes = BlockN * 4;
   static constexpr int o_stride = HeadDim * 2 + 16;  // the epilogue stages 16-bit O rows
-  static constexpr int loop_bytes =
-      q_bytes + NumStages * (k_stage_bytes + v_stage_bytes) + scale_buffers * scale_bytes;
+  static constexpr int loop_bytes = q_bytes + NumStages * (k_stage_bytes + v_stage_bytes);
   static constexpr int smem_bytes = loop_bytes > BlockM* o_stride ? loop_bytes : BlockM* o_stride;
 
   static_assert(HeadDim % 32 == 0, "8-bit MMAs step head_dim by 32");
@@ -66,6 +61,13 @@ struct Q8Traits {
   static_assert(BlockM % (16 * NumWarps) == 0, "block_m must be a multiple of 16 * num_warps");
   static_assert(NumStages >= 1, "num_stages must be at least 1");
 };
+
+namespace q8 {
+template <bool B>
+struct Masked {  // step()'s compile-time flag: does this key block need the mask?
+  static constexpr bool value = B;
+};
+}  // namespace q8
 
 template <class T>
 __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) {
@@ -76,10 +78,6 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
   constexpr int kST = T::s_tiles;
   constexpr int kOT = T::o_tiles;
   constexpr int kStages = T::num_stages;
-  // Two stages: GEMM I of the next key block is issued before the softmax of this one, so the
-  // tensor pipe works while the FP32 and SFU pipes do the softmax (the ALU work per score is
-  // close to the MMA work at 8 bits). Costs a second score tile of registers.
-  constexpr bool kPipelined = kStages == 2;
   // int8 folds O's rescale into the FMA that adds each block's INT32 P V (one op per O element
   // instead of two). At head dims 96, 192 and 256 that schedule spills (ptxas -v on sm_80 to
   // sm_90a), so they rescale first, as fp8 does.
@@ -89,7 +87,6 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
   const u32 sQ = sm80::smem_addr(smem_raw);
   const u32 sK = sQ + T::q_bytes;
   const u32 sV = sK + kStages * T::k_stage_bytes;
-  const u32 sKscale = sV + kStages * T::v_stage_bytes;
 
   const int m_block = T::causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // longest first
   const int head = blockIdx.y;
@@ -117,16 +114,13 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
   const int keys_padded = static_cast<int>(p.v_seq_stride);
   const float* k_scale = p.k_scale + static_cast<i64>(batch * p.heads_kv + head_kv) * keys_padded;
 
-  // K rows of a block into K buffer `stage`, its key scales into scale buffer n_block %
-  // scale_buffers.
   auto load_k = [&](int stage, int n_block) {
     const int key0 = n_block * T::block_n;
+    const u32 dst = sK + stage * T::k_stage_bytes;
     sm80::load_rows<T::threads, T::block_n, T::head_dim, T::qk_stride>(
-        sK + stage * T::k_stage_bytes, k + key0 * p.k_seq_stride, p.k_seq_stride, p.seqlen_k - key0,
-        T::head_dim);
+        dst, k + key0 * p.k_seq_stride, p.k_seq_stride, p.seqlen_k - key0, T::head_dim);
     sm80::load_rows<T::threads, 1, T::block_n * 4, 0>(
-        sKscale + (n_block % T::scale_buffers) * T::scale_bytes, k_scale + key0, 0, 1,
-        (keys_padded - key0) * 4);
+        dst + T::block_n * T::qk_stride, k_scale + key0, 0, 1, (keys_padded - key0) * 4);
     sm80::cp_async_commit();
   };
   auto load_v = [&](int stage, int n_block) {
@@ -136,28 +130,22 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
     sm80::cp_async_commit();
   };
 
-  // Prologue: Q, then the first num_stages - 1 key blocks (one buffer: the first K only; two:
-  // the first K, then the first V and the second K).
+  // Prologue: Q, then the first num_stages - 1 key blocks (one buffer: the first K only).
   sm80::load_rows<T::threads, T::block_m, T::head_dim, T::qk_stride>(
       sQ, q, p.q_seq_stride, p.seqlen_q - row0, T::head_dim);
   sm80::cp_async_commit();
   int ahead = 0;  // next block to prefetch
-  if constexpr (kPipelined) {
-    if (n_blocks > 0) load_k(0, 0);
-    if (n_blocks > 0) load_v(0, 0);
-    if (n_blocks > 1) load_k(1, 1);
-  } else if constexpr (kStages == 1) {
+  if constexpr (kStages == 1) {
     if (ahead < n_blocks) load_k(0, ahead++);
-  } else {
+  }
 #pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (ahead < n_blocks) {
-        load_k(s, ahead);
-        load_v(s, ahead++);
-      } else {
-        sm80::cp_async_commit();
-        sm80::cp_async_commit();
-      }
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (ahead < n_blocks) {
+      load_k(s, ahead);
+      load_v(s, ahead++);
+    } else {
+      sm80::cp_async_commit();
+      sm80::cp_async_commit();
     }
   }
 
@@ -190,9 +178,27 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
   const int a_row = lane % 16, a_col = (lane / 16) * 16;
   const int b_row = (lane / 16) * 8 + lane % 8, b_col = ((lane / 8) % 2) * 16;
 
-  // GEMM I: S = Q K^T from K buffer `stage`, exact in the accumulator type.
-  auto gemm_qk = [&](Acc(&s)[kMT][kST][4], const int stage) {
-  // GEMM I: S = Q K^T, exact in the accumulator type.
+  auto step = [&](const int n_block, auto masked) {
+    constexpr bool kMasked = decltype(masked)::value;
+    const int stage = n_block % kStages;
+    if constexpr (kStages == 1) {  // FlashAttention-2's single-buffer schedule, as in fwd_sm80
+      sm80::cp_async_wait<0>();
+      __syncthreads();
+      load_v(0, n_block);
+    } else {
+      sm80::cp_async_wait<2 * kStages - 3>();
+      __syncthreads();
+      if (ahead < n_blocks) {
+        load_k((n_block + kStages - 1) % kStages, ahead);
+        load_v((n_block + kStages - 1) % kStages, ahead++);
+      } else {
+        sm80::cp_async_commit();
+        sm80::cp_async_commit();
+      }
+    }
+
+    // GEMM I: S = Q K^T, exact in the accumulator type.
+    Acc s[kMT][kST][4];
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -218,26 +224,21 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
         }
       }
     }
-  };
-
-  // Dequantisation, mask and online softmax of key block n_block's scores: P as 8-bit A operands
-  // of P V, and the rescale of the earlier state. `masked` is constant at every inlined call;
-  // generic lambdas (an `auto` tag) around the mask's lambda crashed NVRTC 13's front end.
-  auto softmax = [&](Acc(&s)[kMT][kST][4], const int n_block, const bool masked,
-                     u32(&pa)[kMT][kST / 4][4], float(&rescale)[kMT][2]) {
     // Raw scores before dequantisation: INT32 for int8 (offset by P::acc_zero), so checksums
     // over them are exact.
     Protect::after_scores(protect_state, s, n_block);
 
     // Dequantise by key: S * s_K[key]; the row's s_Q * scale * log2(e) follows in the softmax.
-    const u32 sScale = sKscale + (n_block % T::scale_buffers) * T::scale_bytes;
+    // The key scales live in the K buffer: with one stage, the next K is fetched only once every
+    // warp has read them (below, with P in registers).
+    const u32 sKscale = sKs + T::block_n * T::qk_stride;
     float x[kMT][kST][4];
 #pragma unroll
     for (int nt = 0; nt < kST; ++nt) {
       float ks2[2];
       asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
                    : "=f"(ks2[0]), "=f"(ks2[1])
-                   : "r"(sScale + (nt * 8 + (lane % 4) * 2) * 4));
+                   : "r"(sKscale + (nt * 8 + (lane % 4) * 2) * 4));
       const float bias[2] = {P::dequant_bias(ks2[0]), P::dequant_bias(ks2[1])};
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
@@ -246,7 +247,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
           x[mt][nt][i] = fmaf(P::acc_as_float(s[mt][nt][i]), ks2[i % 2], bias[i % 2]);
     }
 
-    if (masked) {  // keys past the end and, for causal, past each row's diagonal
+    if (kMasked) {  // keys past the end and, for causal, past each row's diagonal
       detail::for_each_masked<kMT, kST, T::causal>(
           row0 + warp_row, n_block * T::block_n, lane, p.seqlen_k, diag,
           [&](int mt, int nt, int i) { x[mt][nt][i] = neg_inf(); });
@@ -255,6 +256,8 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
     // Online softmax. The max is rounded up, so t = x s_Q - max <= 0 for every element; P =
     // 2^(t + p_log2_range) goes straight into the A operand of P V, one register per 4 keys of a
     // row, in the key order V^T is stored in.
+    float rescale[kMT][2];
+    u32 pa[kMT][kST / 4][4];
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -290,10 +293,16 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
       }
     // No after_probs hook: P lives only as packed 8-bit operands (protection is refused for the
     // 8-bit precisions until it has one).
-  };
 
-  auto gemm_pv = [&](const u32(&pa)[kMT][kST / 4][4], const float(&rescale)[kMT][2],
-                     const int stage, const int n_block) {
+    if constexpr (kStages == 1) {
+      sm80::cp_async_wait<0>();
+      __syncthreads();  // V landed and every warp is done with K and its scales: fetch the next K
+      if (ahead < n_blocks) load_k(0, ahead++);
+    } else {  // wait for V of this block
+      sm80::cp_async_wait<2 * kStages - 2>();
+      __syncthreads();
+    }
+
     // GEMM II: O += P V, 16 channels at a time. int8 sums a block in INT32 (exact), then adds it
     // to O (with the rescale, kFusedRescale); fp8 accumulates into the rescaled O directly.
     const u32 sVs = sV + stage * T::v_stage_bytes;
@@ -335,90 +344,12 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
     Protect::after_pv(protect_state, o, n_block);
   };
 
-  // One key block for one and three or more stages: the FlashAttention-2 schedules of fwd_sm80.
-  auto step = [&](const int n_block, const bool masked) {
-    const int stage = n_block % kStages;
-    if constexpr (kStages == 1) {  // FlashAttention-2's single-buffer schedule, as in fwd_sm80
-      sm80::cp_async_wait<0>();
-      __syncthreads();
-      load_v(0, n_block);
-    } else {
-      sm80::cp_async_wait<2 * kStages - 3>();
-      __syncthreads();
-      if (ahead < n_blocks) {
-        load_k((n_block + kStages - 1) % kStages, ahead);
-        load_v((n_block + kStages - 1) % kStages, ahead++);
-      } else {
-        sm80::cp_async_commit();
-        sm80::cp_async_commit();
-      }
-    }
-    Acc s[kMT][kST][4];
-    gemm_qk(s, stage);
-    u32 pa[kMT][kST / 4][4];
-    float rescale[kMT][2];
-    softmax(s, n_block, masked, pa, rescale);
-    if constexpr (kStages == 1) {
-      sm80::cp_async_wait<0>();
-      __syncthreads();  // V landed and every warp is done with K: fetch the next K
-      if (ahead < n_blocks) load_k(0, ahead++);
-    } else {  // wait for V of this block
-      sm80::cp_async_wait<2 * kStages - 2>();
-      __syncthreads();
-    }
-    gemm_pv(pa, rescale, stage, n_block);
-  };
-
-  // Two stages: block n's scores are in `now`; GEMM I of block n + 1 goes into `next`. On entry
-  // V(n) and K(n + 1) are in flight; V(n + 1) and K(n + 2) are fetched into the buffers that
-  // V(n - 1) and K(n) left.
-  auto pipelined_step = [&](const int n_block, Acc(&now)[kMT][kST][4], Acc(&next)[kMT][kST][4],
-                            const bool masked) {
-    sm80::cp_async_wait<0>();
-    __syncthreads();
-    if (n_block + 1 < n_blocks) {
-      load_v((n_block + 1) % 2, n_block + 1);
-      if (n_block + 2 < n_blocks) load_k(n_block % 2, n_block + 2);
-      gemm_qk(next, (n_block + 1) % 2);
-    }
-    u32 pa[kMT][kST / 4][4];
-    float rescale[kMT][2];
-    softmax(now, n_block, masked, pa, rescale);
-    gemm_pv(pa, rescale, n_block % 2, n_block);
-  };
-
   // Unmasked blocks first; only blocks at the diagonal or the sequence end pay for the mask.
   int n_unmasked = p.seqlen_k / T::block_n;
   if (T::causal) n_unmasked = min(n_unmasked, max(0, (row0 + diag + 1) / T::block_n));
   n_unmasked = min(n_unmasked, n_blocks);
-  if constexpr (kPipelined) {
-    // Two score tiles, by parity of the block: even blocks' scores in s_even. Each parity is its
-    // own copy of the body, so the tiles swap roles without register moves.
-    Acc s_even[kMT][kST][4], s_odd[kMT][kST][4];
-    if (n_blocks > 0) {
-      if (n_blocks > 1)
-        sm80::cp_async_wait<2>();  // Q and K(0); V(0) and K(1) may fly
-      else
-        sm80::cp_async_wait<1>();
-      __syncthreads();
-      gemm_qk(s_even, 0);
-    }
-    for (int n_block = 0; n_block < n_unmasked; ++n_block) {
-      if (n_block % 2 == 0)
-        pipelined_step(n_block, s_even, s_odd, false);
-      else
-        pipelined_step(n_block, s_odd, s_even, false);
-    }
-    for (int n_block = n_unmasked; n_block < n_blocks; ++n_block) {
-      if (n_block % 2 == 0)
-        pipelined_step(n_block, s_even, s_odd, true);
-      else
-        pipelined_step(n_block, s_odd, s_even, true);
-    }
-  } else {
-    for (int n_block = 0; n_block < n_unmasked; ++n_block) step(n_block, false);
-    for (int n_block = n_unmasked; n_block < n_blocks; ++n_block) step(n_block, true);
-  }
+  for (int n_block = 0; n_block < n_unmasked; ++n_block) step(n_block, q8::Masked<false>{});
+  for (int n_block = n_unmasked; n_block < n_blocks; ++n_block) step(n_block, q8::Masked<true>{});
   // Every copy has landed and every warp is done with K and V: the epilogue reuses all of it.
   sm80::cp_async_wait<0>();
   __syncthreads();
