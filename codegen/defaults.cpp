@@ -52,16 +52,27 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
     if (open_s) c.num_stages = 1;
   }
 
-  // 8-bit kernels: one 16-row MMA tile per warp (8 warps for 128 rows). With two, their INT32/FP32
-  // score tiles, quantised P and the FP32 O spill at head_dim 128 (ptxas -v); measured
-  // defaults are for the GPU runs to settle.
+  // 8-bit kernels. int8: the fastest spill-free tiles of a sweep on an H100 (d32-d256, seqlen
+  // 8192, bench/results/nvidia-h100/q8_tiles.csv), 4 warps: two 16-row MMA tiles per warp at
+  // head_dim 128 without a mask (causal spills 4 bytes there on sm_90a), one elsewhere; 32-key
+  // blocks at head_dim 192 below sm_90 (64 spill there). fp8 (emulated by f16 MMAs on sm_90, so
+  // not worth a sweep): one tile per warp, 8 warps; with two its FP32 score tile and O spill at
+  // head_dim 128.
   const bool q8 = c.precision == Precision::int8 || c.precision == Precision::fp8_e4m3;
-  if (q8 && open_m && open_w) {
+  if (c.precision == Precision::int8 && open_m && open_w) {
+    const int d = c.head_dim;
+    const bool two_tiles = d == 128 && !is_causal(c.mask);
+    c.block_m = two_tiles ? 128 : 64;
+    c.num_warps = 4;
+    if (open_n)
+      c.block_n = two_tiles ? 64 : (d <= 128 ? 128 : (d == 192 && c.arch.sm < 90 ? 32 : 64));
+    if (open_s) c.num_stages = 1;
+  } else if (q8 && open_m && open_w) {
     c.block_m = 128;
     c.num_warps = 8;
     if (open_n) c.block_n = c.head_dim <= 64 ? 128 : 64;
     // fp8 at head_dim 192-256 spills on sm_90a with 64-key blocks; 32 fits.
-    if (open_n && c.precision == Precision::fp8_e4m3 && c.head_dim > 128) c.block_n = 32;
+    if (open_n && c.head_dim > 128) c.block_n = 32;
   }
 
   // f16_pasa: ptxas -v (sm_80 and sm_90a, masks none and causal) reports no spills with these;

@@ -42,7 +42,8 @@ TEST_CASE("8-bit defaults: complete, valid, block_n a multiple of 32", "[codegen
         INFO(c.name());
         CHECK(c.is_complete());
         CHECK(c.block_n % 32 == 0);
-        CHECK(c.block_m / (16 * c.num_warps) == 1);  // one MMA row tile per warp
+        const int row_tiles = c.block_m / (16 * c.num_warps);  // MMA row tiles per warp
+        CHECK((row_tiles == 1 || (row_tiles == 2 && p == Precision::int8 && d == 128)));
         CHECK(c.shared_memory_bytes() <= max_shared_memory_bytes(arch));
       }
 }
