@@ -194,7 +194,10 @@ TEST_CASE("f16_pasa compiles at every head dim, without spills at the defaults",
               tiles * ((d / 8) * (c.block_n / 16) + d / 16));
         const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
         CHECK(r.registers > 0);
-        CHECK(r.spill_stores == 0);
-        CHECK(r.spill_loads == 0);
+        // Documented (codegen/defaults.cpp): 8 bytes at head dim 128 without a mask on sm_90a,
+        // where the 64-key blocks measured faster than spill-free 32-key ones.
+        const bool known = d == 128 && m == Mask::none && arch.sm == 90;
+        CHECK(r.spill_stores <= (known ? 16 : 0));
+        CHECK(r.spill_loads <= (known ? 16 : 0));
       }
 }
