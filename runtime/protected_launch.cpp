@@ -60,7 +60,11 @@ void ProtectedLauncher::prepare(CUfunction prologue, const KernelConfig& config,
   check(api.cuMemsetD8Async(log_.ptr(), 0, 3 * sizeof(unsigned), stream), "cuMemsetD8Async");
   params.fault_log = static_cast<FaultLog*>(log_.data());
 
-  const Thresholds t = effective_thresholds(config.precision, options.thresholds);
+  // The decoupled kernels derive their own defaults from head_dim and seqlen_k
+  // (decoupled_tolerance): only thresholds the caller gives reach them. The fused defaults,
+  // calibrated on the fused kernels' residuals, are 2-50x too tight for them.
+  Thresholds t = effective_thresholds(config.precision, options.thresholds);  // validates too
+  if (config.protection == Protection::decoupled) t = options.thresholds;
   params.tol_scores = t.scores;
   params.tol_probs = t.probs;
   params.tol_output = t.output;
