@@ -1,6 +1,8 @@
 // Peak rate of the mma.sync shapes the sm80 skeletons use, on the GPU at hand: the ceiling for
 // the 8-bit kernels' speed-up over f16 (issue 5). Each warp keeps 8 independent MMAs in flight
 // on register operands, so only the tensor pipe limits; median of 20 CUDA-event-timed launches.
+// On sm_90 ptxas emulates the e4m3 shape (an F2FP unpack of the operands to f16, then f16 MMAs),
+// so its figure includes the conversions.
 //   nvcc -O3 -arch=sm_90a -o mma_rate bench/mma_rate.cu && ./mma_rate
 #include <cuda_runtime.h>
 
@@ -54,9 +56,11 @@ __global__ void spin(float* out, unsigned seed) {
   unsigned a[4], b0 = seed * 7u + threadIdx.x, b1 = seed ^ threadIdx.x;
   for (int i = 0; i < 4; ++i) a[i] = seed + i * 0x01010101u + threadIdx.x;
   Acc<S> c[kChains][4] = {};
-  for (int it = 0; it < kIters; ++it)
+  for (int it = 0; it < kIters; ++it) {
+    b0 ^= it;  // a new B every iteration: nothing to hoist (an e4m3 B must be re-converted)
 #pragma unroll
     for (int k = 0; k < kChains; ++k) mma<S>(c[k], a, b0, b1);
+  }
   float sum = 0.f;  // (int accumulators convert)
   for (int k = 0; k < kChains; ++k)
     for (int i = 0; i < 4; ++i) sum += c[k][i];

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PNG plots beside the CSVs a GPU run leaves in bench/results/<gpu>/ (grids have their own, from
-compare.py): protection overhead, f16_pasa against f16, IR-level campaign outcomes. A CSV that is
-missing is skipped.
+compare.py): protection overhead, other precisions against f16, tile sweeps, IR-level campaign
+outcomes. A CSV that is missing is skipped.
 
     python3 bench/plot_results.py bench/results/nvidia-h100
 """
@@ -50,22 +50,47 @@ def protect_overhead(folder):
     save(fig, folder, "protect_overhead.png")
 
 
-def pasa_speed(folder):
-    data = rows(folder, "pasa_speed.csv")
+def speed_vs_f16(folder, name, goals=()):
+    """Each precision of <name>.csv against our f16 kernel on the same shapes (same run)."""
+    data = rows(folder, name + ".csv")
     if not data:
         return
     ms = {(r["head_dim"], r["seqlen"], r["causal"], r["dtype"]): float(r["ms"]) for r in data}
-    keys = sorted({k[:3] for k in ms if k[3] == "f16_pasa" and k[:3] + ("f16",) in ms},
+    precisions = sorted({k[3] for k in ms if k[3] != "f16"})
+    keys = sorted({k[:3] for k in ms if k[:3] + ("f16",) in ms},
                   key=lambda k: (int(k[0]), int(k[1]), k[2]))
-    fig, ax = plt.subplots(figsize=(8, 3.5))
-    ax.bar(range(len(keys)), [ms[k + ("f16",)] / ms[k + ("f16_pasa",)] for k in keys])
-    ax.axhline(1.0, ls=":", color="gray")
-    ax.set_xticks(range(len(keys)))
+    fig, ax = plt.subplots(figsize=(max(8, len(keys) * 0.9), 3.8))
+    width = 0.8 / max(1, len(precisions))
+    for i, prec in enumerate(precisions):
+        ys = [ms[k + ("f16",)] / ms[k + (prec,)] if k + (prec,) in ms else 0 for k in keys]
+        ax.bar([x + i * width for x in range(len(keys))], ys, width, label=prec)
+    for goal in (1.0,) + tuple(goals):
+        ax.axhline(goal, ls=":", lw=1, color="gray")
+    ax.set_xticks([x + width * (len(precisions) - 1) / 2 for x in range(len(keys))])
     ax.set_xticklabels([f"d{d} s{s}\n{'causal' if c == '1' else 'none'}" for d, s, c in keys],
                        fontsize=8)
     ax.set_ylabel("speed vs our f16")
-    ax.set_title("f16_pasa against f16, same run")
-    save(fig, folder, "pasa_speed.png")
+    ax.set_title(f"{name}: against our f16 kernel, same run (dotted: 1.0 and the goals)")
+    ax.legend(fontsize=8)
+    save(fig, folder, name + ".png")
+
+
+def tile_sweep(folder, name):
+    """TFLOP/s of each tile of a `ftattn bench --tiles` sweep, one group of bars per shape."""
+    data = rows(folder, name + ".csv")
+    if not data:
+        return
+    shapes = sorted({(r["dtype"], int(r["head_dim"]), r["causal"]) for r in data})
+    fig, axes = plt.subplots(1, len(shapes), figsize=(3.2 * len(shapes), 3.8), squeeze=False)
+    for ax, (dtype, d, causal) in zip(axes[0], shapes):
+        sel = [r for r in data if (r["dtype"], int(r["head_dim"]), r["causal"]) == (dtype, d, causal)]
+        tiles = [r["config"].split("_")[-3] for r in sel]
+        ax.bar(range(len(sel)), [float(r["tflops"]) for r in sel])
+        ax.set_xticks(range(len(sel)))
+        ax.set_xticklabels(tiles, rotation=60, fontsize=7)
+        ax.set_title(f"{dtype} d{d} {'causal' if causal == '1' else 'none'}", fontsize=9)
+    axes[0][0].set_ylabel("TFLOP/s")
+    save(fig, folder, name + ".png")
 
 
 def llvm_campaign(folder):
@@ -96,7 +121,10 @@ def llvm_campaign(folder):
 def main():
     folder = sys.argv[1] if len(sys.argv) > 1 else "bench/results"
     protect_overhead(folder)
-    pasa_speed(folder)
+    speed_vs_f16(folder, "pasa_speed")
+    speed_vs_f16(folder, "precision_speed", goals=(1.5, 1.6))
+    tile_sweep(folder, "q8_tiles")
+    tile_sweep(folder, "pasa_tiles")
     llvm_campaign(folder)
 
 
