@@ -39,8 +39,7 @@ struct Fp8E4M3 {
   // P (FlashAttention-3's FP8 choice): rounding to E4M3 is unbiased, and converting every P back
   // would cost a cvt per element.
   using PSum = float;
-  __device__ __forceinline__ static u32 p_word(float t0, float t1, float t2, float t3,
-                                               float& sum) {
+  __device__ __forceinline__ static u32 p_word(float t0, float t1, float t2, float t3, float& sum) {
     const float p0 = fast_exp2(t0), p1 = fast_exp2(t1), p2 = fast_exp2(t2), p3 = fast_exp2(t3);
     sum += (p0 + p1) + (p2 + p3);
     return pack4(p0, p1, p2, p3);
@@ -58,7 +57,6 @@ struct Fp8E4M3 {
   __device__ __forceinline__ static u32 pack4(float a, float b, float c, float d) {
     return pack2(a, b) | (pack2(c, d) << 16);
   }
-
 };
 
 }  // namespace ftattn::precision
