@@ -521,9 +521,9 @@ int KernelConfig::shared_memory_bytes() const {
       protection == Protection::efta_correct || protection == Protection::efta_detect ? 2
       : protection == Protection::flash_abft                                          ? 1
                                                                                       : 0;
-  // f16_pasa K tiles carry 8 more rows, the shift vectors of the block's window of 8 blocks
-  // (PasaTraits in kernel/fwd_pasa_sm80.cuh).
-  const int shift_rows = precision == Precision::f16_pasa ? 8 : 0;  // a window's shift rows
+  // f16_pasa K tiles carry one more row, the block's shift vector (PasaTraits in
+  // kernel/fwd_pasa_sm80.cuh).
+  const int shift_rows = precision == Precision::f16_pasa ? 1 : 0;
   const int64_t stride = int64_t{head_dim} + (v_atoms <= 1 ? 8 : 24);
   const int64_t rows =
       int64_t{block_m} + int64_t{num_stages} * (2 * int64_t{block_n} + 8 * k_atoms + shift_rows);

@@ -319,9 +319,9 @@ TEST_CASE("config: shared_memory_bytes", "[config]") {
         (128 + 2 * 2 * 64) * (128 + 8) * 2);
   CHECK(make(64, 64, 64, 4, 3, Precision::bf16, Mask::none, kSm80).shared_memory_bytes() ==
         (64 + 2 * 3 * 64) * (64 + 8) * 2);
-  // f16_pasa: 8 more rows per K stage, the shift vectors of the block's window of 8 blocks.
+  // f16_pasa: one more row per K stage, the block's shift vector.
   CHECK(make(256, 64, 64, 4, 1, Precision::f16_pasa, Mask::none, kSm80).shared_memory_bytes() ==
-        (64 + 2 * 64 + 8) * (256 + 8) * 2);
+        (64 + 2 * 64 + 1) * (256 + 8) * 2);
   // 8-bit (Q8Traits): Q and K rows of head_dim + 16 bytes, a float per key, V^T rows of
   // block_n + 16 bytes; at least block_m rows of 2 * head_dim + 16 bytes for the epilogue.
   CHECK(make(128, 128, 64, 4, 2, Precision::int8, Mask::none, kSm80).shared_memory_bytes() ==

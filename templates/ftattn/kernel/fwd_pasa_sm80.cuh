@@ -15,11 +15,10 @@
 //                                                                     M)
 //   main loop, block j:  S'' = Q K'^T (FP16 accumulators),  rec = c * (q . r_j) (FP32, below)
 //     the true base-2 logit is S''[t] + rec: PASA's recovery, beta/(1-beta) * rowmean(S'_j),
-//     equals q . r_j exactly in exact arithmetic. It is evaluated here with FP32-accumulating
-//     MMAs against r_j itself, instead of from the FP16 S' tile, whose rounding the paper's form
-//     amplifies by beta/(1-beta) = 63.5: the n8 tile's 8 columns are the shift rows of 8
-//     consecutive key blocks (a "window"), so one MMA per window serves 8 blocks, and a block
-//     reads its column from the lane that holds it.
+//     equals q . r_j exactly in exact arithmetic. It is evaluated here as one extra MMA with FP32
+//     accumulators against r_j itself (every lane of the ldmatrix points at the one shift row,
+//     so all 8 columns of that n8 tile hold q . r_j) instead of from the FP16 S' tile, whose
+//     rounding the paper's form amplifies by beta/(1-beta) = 63.5.
 //     m   = max(m, rowmax(S'') + rec)                     FP32, absolute: no running-mean frame
 //     b   = m - rec, split into f16 b_hi + b_lo          so that P = 2^((S'' - b_hi) - b_lo)
 //     P   = ex2.approx.f16x2(S'' - b_hi - b_lo)           in (0, 1], masked keys -inf -> 0
@@ -47,9 +46,8 @@ struct PasaTraits : FwdTraits<HeadDim, BlockM, BlockN, NumWarps, NumStages, prec
                               protect::None, Causal, BlockSparse, false> {
   using Base = FwdTraits<HeadDim, BlockM, BlockN, NumWarps, NumStages, precision::F16Pasa,
                          protect::None, Causal, BlockSparse, false>;
-  // Each K stage carries 8 more rows: the shift vectors r_j of the block's window of 8 blocks.
-  static constexpr int window = 8;
-  static constexpr int k_rows = BlockN + window;
+  // Each K stage carries one more row: the block's shift vector r_j.
+  static constexpr int k_rows = BlockN + 1;
   static constexpr int smem_bytes = (BlockM + NumStages * (k_rows + BlockN)) * Base::row_stride * 2;
   static constexpr int shift_threads = 128;  // the shift kernel's CTA
 };
@@ -186,20 +184,15 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
     return n_block;
   };
 
-  // A K tile brings the shift rows of its window (zeros past the last block); each load is one
-  // cp.async group.
+  // A K tile brings its shift row r_j; each load is one cp.async group.
   auto load_k = [&](int stage, int n_block) {
     const int key0 = n_block * T::block_n;
     const u32 dst = sK + stage * k_stage_bytes;
     detail::load_tile<T, T::block_n>(dst, k + key0 * p.k_seq_stride, p.k_seq_stride,
                                      p.seqlen_k - key0);
-    const int first = n_block / T::window * T::window;
-    for (int c = tid; c < T::window * T::chunks_per_row; c += T::threads) {
-      const int row = c / T::chunks_per_row, col = (c % T::chunks_per_row) * 8;
-      const bool real = first + row < n_blocks_all;
-      sm80::cp_async_16(dst + ((T::block_n + row) * T::row_stride + col) * 2,
-                        shift + (real ? first + row : 0) * T::head_dim + col, real);
-    }
+    if (tid < T::chunks_per_row)
+      sm80::cp_async_16(dst + (T::block_n * T::row_stride + tid * 8) * 2,
+                        shift + n_block * T::head_dim + tid * 8, true);
     sm80::cp_async_commit();
   };
   auto load_v = [&](int stage, int n_block) {
@@ -230,11 +223,7 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
   const int a_row = lane % 16, a_col = (lane / 16) * 8;
   const int k_row = (lane / 16) * 8 + lane % 8, k_col = ((lane / 8) % 2) * 8;
   const int v_row = ((lane / 8) % 2) * 8 + lane % 8, v_col = (lane / 16) * 8;
-  const int shift_row = lane % 8, shift_col = ((lane / 8) % 2) * 8;  // B operand: 8 shift rows
-  // c * (q . r_j) for the 8 blocks of the current window: this lane's rows (lane / 4, + 8) and
-  // blocks 2 (lane % 4) + (0, 1) of it, as an MMA accumulator holds them.
-  float window_rec[kMT][4];
-  int window = -1;
+  const int shift_col = ((lane / 8) % 2) * 8;  // the shift row as 8 equal keys
 
   auto step = [&](const int it, const int n_block, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
@@ -254,42 +243,26 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
       }
     }
 
-    // GEMM I with FP16 accumulators; at the first block of a window, the recovery q . r_j of
-    // its 8 blocks with FP32 ones.
+    // GEMM I with FP16 accumulators, and the recovery q . r_j with FP32 ones.
     u32 s[kMT][kST][2];
-    const bool new_window = n_block / T::window != window;
+    float rc[kMT][4];
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
       for (int nt = 0; nt < kST; ++nt) s[mt][nt][0] = s[mt][nt][1] = 0u;
-      if (new_window) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) window_rec[mt][i] = 0.f;
-      }
+      for (int i = 0; i < 4; ++i) rc[mt][i] = 0.f;
     }
-    window = n_block / T::window;
     const u32 sKs = sK + stage * k_stage_bytes;
     detail::gemm_qk<T>(
         s, sQ, sKs, warp_row, a_row, a_col, k_row, k_col,
         [](u32(&acc)[2], const u32(&a)[4], u32 b0, u32 b1) { P::mma_f16(acc, a, b0, b1); },
-        [&](const u32(&a)[kMT][4], int ks) {
-          if (!new_window) return;
+        [&](const u32(&a)[kMT][4], int ks) {  // the shift row: q . r_j in FP32
           u32 br[2];
-          sm80::ldmatrix_x2(
-              br, sKs + ((T::block_n + shift_row) * T::row_stride + ks * 16 + shift_col) * 2);
+          sm80::ldmatrix_x2(br, sKs + (T::block_n * T::row_stride + ks * 16 + shift_col) * 2);
 #pragma unroll
-          for (int mt = 0; mt < kMT; ++mt) P::mma(window_rec[mt], a[mt], br[0], br[1]);
+          for (int mt = 0; mt < kMT; ++mt) P::mma(rc[mt], a[mt], br[0], br[1]);
         });
-    // This block's column of the window, from the lane that holds it.
-    const int column = n_block % T::window;
-    float rc[kMT][2];
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const float mine = column % 2 ? window_rec[mt][2 * r + 1] : window_rec[mt][2 * r];
-        rc[mt][r] = __shfl_sync(0xffffffffu, mine, (lane & ~3) | (column / 2));
-      }
     if constexpr (kStages == 1) {
       sm80::cp_async_wait<0>();
       __syncthreads();  // V landed, and every warp is done with K: load the next block's K
@@ -326,7 +299,7 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
       u32 neg_b_hi[2], neg_b_lo[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const float rec = rc[mt][r] * p.scale_log2;
+        const float rec = rc[mt][2 * r] * p.scale_log2;
         const float block_max = (r == 0 ? P::lo(mm) : P::hi(mm)) + rec;
         const float mx = fmaxf(row_max[mt][r], block_max);
         const float mref = mx == neg_inf() ? 0.f : mx;  // nothing seen yet: P stays 0
