@@ -5,7 +5,7 @@
 // tensor checksums: for each k, the strided sums over the warp's columns t, t+8, t+16, ...
 //   c1 = sum_l B[k][t+8l]          (fed to the MMA as a hi and a lo 16-bit part: the checksum
 //                                   then carries no 16-bit rounding of its own)
-//   c2 = sum_l (l+1) B[k][t+8l]    (locates the column)
+//   c2 = sum_l (l+1) B[k][t+8l]    (locates the column; hi + lo as well)
 //   ca = sum_l |B[k][t+8l]|        (with |A|: the sum of absolute contributions, the scale of
 //                                   the check's threshold)
 // encoded in registers from the B fragments each lane already holds (lane 4g+t holds column g of
@@ -183,13 +183,22 @@ struct CheckedGemm {
         unpack2<Bf16>(hi1, h[2], h[3]);
         const u32 lo0 = P::pack(e1[0] - h[0], e1[1] - h[1]);
         const u32 lo1 = P::pack(e1[2] - h[2], e1[3] - h[3]);
+        // c2 split hi + lo like c1: with its 16-bit rounding alone (2^-11 of a weighted sum up to
+        // n_atoms times c1's) the location ratio and the rebuilt value's c2 check failed for all
+        // but huge errors, so located faults went uncorrected.
         const u32 w0 = P::pack(e2[0], e2[1]), w1 = P::pack(e2[2], e2[3]);
+        float g[4];
+        unpack2<Bf16>(w0, g[0], g[1]);
+        unpack2<Bf16>(w1, g[2], g[3]);
+        const u32 wl0 = P::pack(e2[0] - g[0], e2[1] - g[1]);
+        const u32 wl1 = P::pack(e2[2] - g[2], e2[3] - g[3]);
         const u32 s0 = P::pack(ea[0], ea[1]), s1 = P::pack(ea[2], ea[3]);
 #pragma unroll
         for (int ma = 0; ma < m_atoms; ++ma) {
           P::mma(acc.c1[ma], af[ma], hi0, hi1);
           P::mma(acc.c1[ma], af[ma], lo0, lo1);
           P::mma(acc.c2[ma], af[ma], w0, w1);
+          P::mma(acc.c2[ma], af[ma], wl0, wl1);
           P::mma(acc.ca[ma], aa[ma], s0, s1);
         }
       }
