@@ -65,8 +65,8 @@ std::vector<FalseAlarms> count_false_alarms(Runtime& rt, const KernelConfig& con
   return rows;
 }
 
-Thresholds thresholds_in_use(Precision precision, const Thresholds& given) {
-  return runtime::effective_thresholds(precision, given);
+Thresholds thresholds_in_use(const KernelConfig& config, const Thresholds& given) {
+  return runtime::effective_thresholds(config.precision, config.protection, given);
 }
 
 std::vector<Calibration> calibrate_thresholds(Runtime& rt, const KernelConfig& config,

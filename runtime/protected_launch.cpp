@@ -30,11 +30,13 @@ Thresholds default_thresholds(Precision precision) {
   return {2e-6f, 2e-5f, 2e-7f, 1e-4f};
 }
 
-Thresholds effective_thresholds(Precision precision, const Thresholds& given) {
+Thresholds effective_thresholds(Precision precision, Protection protection,
+                                const Thresholds& given) {
   for (float x : {given.scores, given.probs, given.output, given.row_sum})
     if (!(x >= 0.0f && x < 1e30f))
       throw ConfigError(fmt::format(
           "threshold {} is not usable: give a positive, finite value (0 takes the default)", x));
+  if (protection == Protection::decoupled) return given;
   Thresholds t = default_thresholds(precision);
   if (given.scores > 0) t.scores = given.scores;
   if (given.probs > 0) t.probs = given.probs;
@@ -60,11 +62,8 @@ void ProtectedLauncher::prepare(CUfunction prologue, const KernelConfig& config,
   check(api.cuMemsetD8Async(log_.ptr(), 0, 3 * sizeof(unsigned), stream), "cuMemsetD8Async");
   params.fault_log = static_cast<FaultLog*>(log_.data());
 
-  // The decoupled kernels derive their own defaults from head_dim and seqlen_k
-  // (decoupled_tolerance): only thresholds the caller gives reach them. The fused defaults,
-  // calibrated on the fused kernels' residuals, are 2-50x too tight for them.
-  Thresholds t = effective_thresholds(config.precision, options.thresholds);  // validates too
-  if (config.protection == Protection::decoupled) t = options.thresholds;
+  const Thresholds t =
+      effective_thresholds(config.precision, config.protection, options.thresholds);
   params.tol_scores = t.scores;
   params.tol_probs = t.probs;
   params.tol_output = t.output;

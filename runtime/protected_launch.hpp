@@ -20,9 +20,14 @@ struct ChecksumAtoms {
 };
 ChecksumAtoms checksum_atoms(Protection p);
 
-// The calibrated defaults (README, "Protection"); a nonzero field of `given` overrides.
+// The fused schemes' calibrated defaults (README, "Protection").
 Thresholds default_thresholds(Precision precision);
-Thresholds effective_thresholds(Precision precision, const Thresholds& given);
+// The thresholds a kernel runs with: for the fused schemes the defaults, a nonzero field of
+// `given` overriding; the decoupled baseline takes `given` as it is (a 0 field: its own derived
+// tolerance, decoupled_tolerance), the fused defaults being 2-50x tighter than its rounding.
+// ConfigError for a negative or non-finite field.
+Thresholds effective_thresholds(Precision precision, Protection protection,
+                                const Thresholds& given);
 
 class ProtectedLauncher {
  public:

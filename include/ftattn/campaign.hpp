@@ -168,8 +168,9 @@ std::vector<FalseAlarms> count_false_alarms(Runtime& runtime, const KernelConfig
                                             const Problem& problem, int runs, uint64_t seed,
                                             const Thresholds& thresholds = {});
 
-// The thresholds a protected kernel of `precision` runs with: `given`, 0 fields at the defaults.
-Thresholds thresholds_in_use(Precision precision, const Thresholds& given);
+// The thresholds a protected kernel of `config` runs with: `given`, 0 fields at the defaults
+// (the decoupled baseline: 0 fields at its own derived tolerance, reported as 0).
+Thresholds thresholds_in_use(const KernelConfig& config, const Thresholds& given);
 
 // Threshold calibration on clean inputs: per distribution, the smallest value of each check's
 // threshold that `runs` clean launches of `config` pass without an alarm (the largest residual

@@ -121,18 +121,32 @@ TEST_CASE("thresholds: calibrated defaults per precision, overridable field by f
   CHECK(f16.scores < 1e-5f);  // 5x the largest residual seen, not the derived worst case
   Thresholds mine;
   mine.output = 1e-3f;
-  const Thresholds t = runtime::effective_thresholds(Precision::f16, mine);
+  const Thresholds t =
+      runtime::effective_thresholds(Precision::f16, Protection::efta_correct, mine);
   CHECK(t.output == 1e-3f);
   CHECK(t.scores == f16.scores);
   CHECK(t.probs == f16.probs);
   CHECK(t.row_sum == f16.row_sum);
   mine.row_sum = 2e-4f;
-  CHECK(runtime::effective_thresholds(Precision::bf16, mine).row_sum == 2e-4f);
-  CHECK(runtime::effective_thresholds(Precision::bf16, mine).scores == bf16.scores);
+  CHECK(runtime::effective_thresholds(Precision::bf16, Protection::flash_abft, mine).row_sum ==
+        2e-4f);
+  CHECK(runtime::effective_thresholds(Precision::bf16, Protection::flash_abft, mine).scores ==
+        bf16.scores);
+  // The decoupled baseline gets what was given, zeros included: its kernels then use their own
+  // derived tolerance (the fused defaults gave it false alarms and uncorrected faults).
+  const Thresholds dec = runtime::effective_thresholds(Precision::f16, Protection::decoupled, mine);
+  CHECK(dec.output == 1e-3f);
+  CHECK(dec.row_sum == 2e-4f);
+  CHECK(dec.scores == 0.f);
+  CHECK(dec.probs == 0.f);
   mine.probs = -1e-5f;
-  REQUIRE_THROWS_AS(runtime::effective_thresholds(Precision::f16, mine), ConfigError);
+  REQUIRE_THROWS_AS(runtime::effective_thresholds(Precision::f16, Protection::decoupled, mine),
+                    ConfigError);
+  REQUIRE_THROWS_AS(runtime::effective_thresholds(Precision::f16, Protection::efta_correct, mine),
+                    ConfigError);
   mine.probs = std::numeric_limits<float>::infinity();
-  REQUIRE_THROWS_AS(runtime::effective_thresholds(Precision::f16, mine), ConfigError);
+  REQUIRE_THROWS_AS(runtime::effective_thresholds(Precision::f16, Protection::efta_correct, mine),
+                    ConfigError);
   CHECK(runtime::checksum_atoms(Protection::none).k == 0);
   CHECK(runtime::checksum_atoms(Protection::decoupled).v == 0);
 }

@@ -4,6 +4,7 @@
 // Copies may land as soon as they are issued (the earliest the hardware allows) or only at the
 // wait that needs them: both must reproduce the host model (quant_model::attention_row). The
 // GPU runs the same layouts for e4m3 (the m16n8k32 fragments are shared by .s8 and .e4m3).
+#include <bit>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
@@ -470,4 +471,67 @@ TEST_CASE("8-bit emulation: prefetching K before its scales are read breaks one 
   const Result r = emulate({64, 128, 128, 8, 1}, false, true, true, 150, 203, 5);
   INFO("rel L2 " << r.rel_l2);
   CHECK(r.rel_l2 > 5e-2);
+}
+
+// The int8 kernel's register encodings (precision/int8.cuh), restated here so a change to them
+// has to change this test too.
+
+namespace {
+
+// prmt.b32 d, a, b, c as the PTX ISA defines it (default mode): byte i of d is byte c[4i+2:4i] of
+// the eight bytes {b, a}, a in bytes 0-3.
+u32 prmt(u32 a, u32 b, u32 selector) {
+  const uint64_t bytes = (static_cast<uint64_t>(b) << 32) | a;
+  u32 d = 0;
+  for (int i = 0; i < 4; ++i)
+    d |= static_cast<u32>((bytes >> (8 * ((selector >> (4 * i)) & 7))) & 0xffu) << (8 * i);
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("int8 encodings: biased INT32 accumulators read back exactly as floats", "[q8]") {
+  // Accumulators start at the bits of 1.5 * 2^23; MMAs add S with INT32 wrap-around.
+  constexpr uint32_t kBias = 0x4B400000u;
+  constexpr float kMagic = 12582912.f;
+  auto read = [&](int32_t s) {
+    return std::bit_cast<float>(kBias + static_cast<uint32_t>(s)) - kMagic;
+  };
+  const int32_t reach = 127 * 127 * 256;  // the largest |S| or |P V| block sum the kernel forms
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int32_t> any(-reach, reach);
+  for (int32_t s : {0, 1, -1, reach, -reach, 1 << 22, -(1 << 22)}) CHECK(read(s) == float(s));
+  for (int i = 0; i < 200000; ++i) {
+    const int32_t s = any(rng);
+    REQUIRE(read(s) == float(s));
+  }
+  // Past 2^22 the float's step is 2: the bound the kernel's head dims and block sizes respect.
+  CHECK(read((1 << 22) + 1) != float((1 << 22) + 1));
+  CHECK(read(-(1 << 22) - 1) != float(-(1 << 22) - 1));
+}
+
+TEST_CASE("int8 encodings: P rides in the low byte of the f16 1536 + P, prmt gathers four",
+          "[q8]") {
+  // fma.rn.f16x2(2^t, 127, 1536): f16 steps are 1 in [1024, 2048), so the sum rounds 127 * 2^t to
+  // an integer P in [0, 127] and its bits are those of 1536 + P.
+  CHECK(reference::to_bits(127.f, Precision::f16) == 0x57F0);
+  CHECK(reference::to_bits(1536.f, Precision::f16) == 0x6600);
+  for (int k = 0; k <= 127; ++k) {
+    const uint16_t h = reference::to_bits(1536.f + k, Precision::f16);
+    INFO(k);
+    CHECK(h == 0x6600 + k);
+    CHECK((h & 0xff) == k);
+    // A value just off an integer rounds to it (half-way: to even).
+    CHECK(reference::to_bits(1536.f + k + 0.375f, Precision::f16) == 0x6600 + k);
+    CHECK(reference::to_bits(1536.f + k + 0.5f, Precision::f16) == 0x6600 + k + (k % 2));
+  }
+  // Two f16x2 words (t0 low, t1 high; t2 low, t3 high) -> one A-operand register, t0 lowest.
+  std::mt19937 rng(12);
+  std::uniform_int_distribution<int> p(0, 127);
+  for (int i = 0; i < 1000; ++i) {
+    const u32 p0 = p(rng), p1 = p(rng), p2 = p(rng), p3 = p(rng);
+    const u32 lo = (0x6600u + p1) << 16 | (0x6600u + p0);
+    const u32 hi = (0x6600u + p3) << 16 | (0x6600u + p2);
+    REQUIRE(prmt(lo, hi, 0x6420) == (p0 | p1 << 8 | p2 << 16 | p3 << 24));
+  }
 }

@@ -270,7 +270,7 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
   if (o.calibrate > 0) {
     const auto rows =
         campaign::calibrate_thresholds(rt, clean_config, problem, o.calibrate, o.seed + 2000003);
-    const Thresholds d = campaign::thresholds_in_use(clean_config.precision, thresholds);
+    const Thresholds d = campaign::thresholds_in_use(clean_config, thresholds);
     fmt::print(
         "\ncalibration  {} clean runs per distribution of {}: the smallest threshold each check "
         "passes without an alarm (0: the check never fired or the kernel has none)\n{:<24} {:>5} "
