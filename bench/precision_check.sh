@@ -70,7 +70,8 @@ done | tee "$out/accuracy_pasa.log"
   --csv "$out/precision_speed.csv" 2>&1 | tee "$out/precision_speed.log"
 
 # 4b. f16_pasa against f16 in the same run, at PASA's default tiles and at a few others (the
-# defaults were chosen for no spills, not yet timed): the shift kernel is included in its time.
+# defaults come from an H100 sweep, bench/results/nvidia-h100/pasa_tiles.csv): the shift kernel
+# is included in its time.
 ./ftattn bench --precisions f16,f16_pasa --masks none,causal \
   --shapes "64,32,4096,4;128,32,4096,4;128,32,8192,2;128,32,16384,1;256,16,8192,1" \
   --csv "$out/pasa_speed.csv" 2>&1 | tee "$out/pasa_speed.log"
