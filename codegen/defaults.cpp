@@ -64,8 +64,14 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
     const bool two_tiles = d == 128 && !is_causal(c.mask);
     c.block_m = two_tiles ? 128 : 64;
     c.num_warps = 4;
-    if (open_n)
-      c.block_n = two_tiles ? 64 : (d <= 128 ? 128 : (d == 192 && c.arch.sm < 90 ? 32 : 64));
+    if (open_n) {
+      if (two_tiles)
+        c.block_n = 64;
+      else if (d <= 128)
+        c.block_n = 128;
+      else
+        c.block_n = d == 192 && c.arch.sm < 90 ? 32 : 64;
+    }
     if (open_s) c.num_stages = 1;
   } else if (q8 && open_m && open_w) {
     c.block_m = 128;

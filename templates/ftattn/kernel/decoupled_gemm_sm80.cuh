@@ -177,28 +177,28 @@ struct CheckedGemm {
             }
           }
         }
-        const u32 hi0 = P::pack(e1[0], e1[1]), hi1 = P::pack(e1[2], e1[3]);
-        float h[4];
-        unpack2<Bf16>(hi0, h[0], h[1]);
-        unpack2<Bf16>(hi1, h[2], h[3]);
-        const u32 lo0 = P::pack(e1[0] - h[0], e1[1] - h[1]);
-        const u32 lo1 = P::pack(e1[2] - h[2], e1[3] - h[3]);
-        // c2 split hi + lo like c1: with its 16-bit rounding alone (2^-11 of a weighted sum up to
-        // n_atoms times c1's) the location ratio and the rebuilt value's c2 check failed for all
-        // but huge errors, so located faults went uncorrected.
-        const u32 w0 = P::pack(e2[0], e2[1]), w1 = P::pack(e2[2], e2[3]);
-        float g[4];
-        unpack2<Bf16>(w0, g[0], g[1]);
-        unpack2<Bf16>(w1, g[2], g[3]);
-        const u32 wl0 = P::pack(e2[0] - g[0], e2[1] - g[1]);
-        const u32 wl1 = P::pack(e2[2] - g[2], e2[3] - g[3]);
+        // Checksums go into the MMA as hi + lo 16-bit parts, so they carry no 16-bit rounding of
+        // their own (c2 too: rounded, the location ratio and the rebuilt value's c2 check failed
+        // for all but huge errors, and located faults went uncorrected).
+        auto split = [](const float(&e)[4], u32(&hi)[2], u32(&lo)[2]) {
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            hi[j] = P::pack(e[2 * j], e[2 * j + 1]);
+            float h0, h1;
+            unpack2<Bf16>(hi[j], h0, h1);
+            lo[j] = P::pack(e[2 * j] - h0, e[2 * j + 1] - h1);
+          }
+        };
+        u32 c1_hi[2], c1_lo[2], c2_hi[2], c2_lo[2];
+        split(e1, c1_hi, c1_lo);
+        split(e2, c2_hi, c2_lo);
         const u32 s0 = P::pack(ea[0], ea[1]), s1 = P::pack(ea[2], ea[3]);
 #pragma unroll
         for (int ma = 0; ma < m_atoms; ++ma) {
-          P::mma(acc.c1[ma], af[ma], hi0, hi1);
-          P::mma(acc.c1[ma], af[ma], lo0, lo1);
-          P::mma(acc.c2[ma], af[ma], w0, w1);
-          P::mma(acc.c2[ma], af[ma], wl0, wl1);
+          P::mma(acc.c1[ma], af[ma], c1_hi[0], c1_hi[1]);
+          P::mma(acc.c1[ma], af[ma], c1_lo[0], c1_lo[1]);
+          P::mma(acc.c2[ma], af[ma], c2_hi[0], c2_hi[1]);
+          P::mma(acc.c2[ma], af[ma], c2_lo[0], c2_lo[1]);
           P::mma(acc.ca[ma], aa[ma], s0, s1);
         }
       }

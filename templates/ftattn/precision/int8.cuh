@@ -54,18 +54,18 @@ struct Int8 {
   using PSum = unsigned;
   __device__ __forceinline__ static u32 p_word(float t0, float t1, float t2, float t3,
                                                unsigned& sum) {
-    u32 lo, hi, w;
+    u32 w;
     asm("{\n\t"
         ".reg .b32 a, b;\n\t"
-        "cvt.rn.f16x2.f32 a, %4, %3;\n\t"
-        "cvt.rn.f16x2.f32 b, %6, %5;\n\t"
+        "cvt.rn.f16x2.f32 a, %2, %1;\n\t"
+        "cvt.rn.f16x2.f32 b, %4, %3;\n\t"
         "ex2.approx.f16x2 a, a;\n\t"
         "ex2.approx.f16x2 b, b;\n\t"
-        "fma.rn.f16x2 %0, a, %7, %8;\n\t"
-        "fma.rn.f16x2 %1, b, %7, %8;\n\t"
-        "prmt.b32 %2, %0, %1, 0x6420;\n\t"
+        "fma.rn.f16x2 a, a, %5, %6;\n\t"
+        "fma.rn.f16x2 b, b, %5, %6;\n\t"
+        "prmt.b32 %0, a, b, 0x6420;\n\t"
         "}"
-        : "=r"(lo), "=r"(hi), "=r"(w)
+        : "=r"(w)
         : "f"(t0), "f"(t1), "f"(t2), "f"(t3), "r"(0x57F057F0u) /* 127, 127 */,
           "r"(0x66006600u) /* 1536, 1536 */);
     asm("dp4a.u32.u32 %0, %1, %2, %0;" : "+r"(sum) : "r"(w), "r"(0x01010101u));
