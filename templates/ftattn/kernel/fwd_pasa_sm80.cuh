@@ -140,11 +140,8 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
   constexpr int kStages = T::num_stages;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  const u32 sQ = sm80::smem_addr(smem_raw);
-  const u32 sK = sQ + T::block_m * T::row_stride * 2;
-  constexpr u32 k_stage_bytes = T::k_rows * T::row_stride * 2;
-  constexpr u32 kv_stage_bytes = T::block_n * T::row_stride * 2;
-  const u32 sV = sK + kStages * k_stage_bytes;
+  const detail::SmemTiles<T> smem(sm80::smem_addr(smem_raw));
+  const u32 sQ = smem.q;
 
   const int m_block = T::causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // longest first
   const int head = blockIdx.y;
@@ -187,7 +184,7 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
   // A K tile brings its shift row r_j; each load is one cp.async group.
   auto load_k = [&](int stage, int n_block) {
     const int key0 = n_block * T::block_n;
-    const u32 dst = sK + stage * k_stage_bytes;
+    const u32 dst = smem.k_stage(stage);
     detail::load_tile<T, T::block_n>(dst, k + key0 * p.k_seq_stride, p.k_seq_stride,
                                      p.seqlen_k - key0);
     if (tid < T::chunks_per_row)
@@ -197,8 +194,8 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
   };
   auto load_v = [&](int stage, int n_block) {
     const int key0 = n_block * T::block_n;
-    detail::load_tile<T, T::block_n>(sV + stage * kv_stage_bytes, v + key0 * p.v_seq_stride,
-                                     p.v_seq_stride, p.seqlen_k - key0);
+    detail::load_tile<T, T::block_n>(smem.v_stage(stage), v + key0 * p.v_seq_stride, p.v_seq_stride,
+                                     p.seqlen_k - key0);
     sm80::cp_async_commit();
   };
   auto skip_kv = [] {
@@ -253,7 +250,7 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
 #pragma unroll
       for (int i = 0; i < 4; ++i) rc[mt][i] = 0.f;
     }
-    const u32 sKs = sK + stage * k_stage_bytes;
+    const u32 sKs = smem.k_stage(stage);
     detail::gemm_qk<T>(
         s, sQ, sKs, warp_row, a_row, a_col, k_row, k_col,
         [](u32(&acc)[2], const u32(&a)[4], u32 b0, u32 b1) { P::mma_f16(acc, a, b0, b1); },
@@ -351,7 +348,7 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
     }
 
     // GEMM II: O += P V, P straight from the FP16 S accumulators (C layout == A layout).
-    const u32 sVs = sV + stage * kv_stage_bytes;
+    const u32 sVs = smem.v_stage(stage);
 #pragma unroll
     for (int kp = 0; kp < kST / 2; ++kp) {
       u32 a[kMT][4];

@@ -58,6 +58,24 @@ struct FwdTraits {
 
 namespace detail {
 
+// Shared memory of the 16-bit skeletons (fwd_sm80, fwd_pasa_sm80): the Q tile, num_stages K
+// stages of T::k_rows rows (the K tile and whatever rows the skeleton appends), then num_stages V
+// stages; byte addresses in the shared window.
+template <class T>
+struct SmemTiles {
+  u32 q, k, v;
+  __device__ __forceinline__ explicit SmemTiles(u32 base)
+      : q(base),
+        k(base + T::block_m * T::row_stride * 2),
+        v(base + (T::block_m + T::num_stages * T::k_rows) * T::row_stride * 2) {}
+  __device__ __forceinline__ u32 k_stage(int stage) const {
+    return k + stage * (T::k_rows * T::row_stride * 2);
+  }
+  __device__ __forceinline__ u32 v_stage(int stage) const {
+    return v + stage * (T::block_n * T::row_stride * 2);
+  }
+};
+
 template <bool B>
 struct Bool {
   static constexpr bool value = B;
@@ -243,11 +261,8 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
   constexpr int kStages = T::num_stages;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  const u32 sQ = sm80::smem_addr(smem_raw);
-  const u32 sK = sQ + T::block_m * T::row_stride * 2;
-  constexpr u32 k_stage_bytes = T::k_rows * T::row_stride * 2;
-  constexpr u32 kv_stage_bytes = T::block_n * T::row_stride * 2;
-  const u32 sV = sK + kStages * k_stage_bytes;
+  const detail::SmemTiles<T> smem(sm80::smem_addr(smem_raw));
+  const u32 sQ = smem.q;
 
   // Causal grids run longest-first: the last query blocks see the most keys. A recompute launch
   // walks its list of (query block, head, batch) tiles instead.
@@ -305,7 +320,7 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
   // columns.
   auto load_k = [&](int stage, int n_block) {
     const int key0 = n_block * T::block_n;
-    const u32 dst = sK + stage * k_stage_bytes;
+    const u32 dst = smem.k_stage(stage);
     detail::load_tile<T, T::block_n>(dst, k + key0 * p.k_seq_stride, p.k_seq_stride,
                                      p.seqlen_k - key0);
     if constexpr (Protect::k_atoms > 0) {
@@ -322,7 +337,7 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
   };
   auto load_v = [&](int stage, int n_block) {
     const int key0 = n_block * T::block_n;
-    const u32 dst = sV + stage * kv_stage_bytes;
+    const u32 dst = smem.v_stage(stage);
     detail::load_tile<T, T::block_n>(dst, v + key0 * p.v_seq_stride, p.v_seq_stride,
                                      p.seqlen_k - key0);
     if constexpr (Protect::v_atoms > 0) {
@@ -447,7 +462,7 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) s[mt][nt][i] = 0.f;
 
-    const u32 sKs = sK + stage * k_stage_bytes;
+    const u32 sKs = smem.k_stage(stage);
     detail::gemm_qk<T>(
         s, sQ, sKs, warp_row, a_row, a_col, k_row, k_col,
         [](float(&acc)[4], const u32(&a)[4], u32 b0, u32 b1) { P::mma(acc, a, b0, b1); },
@@ -636,7 +651,7 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
     }
 
     // GEMM II: O += P V, P taken straight from the S accumulators (C layout == A layout).
-    const u32 sVs = sV + stage * kv_stage_bytes;
+    const u32 sVs = smem.v_stage(stage);
 #pragma unroll
     for (int kp = 0; kp < kST / 2; ++kp) {
       u32 a[kMT][4];
