@@ -32,6 +32,10 @@ def flops(batch, heads, seqlen, head_dim, causal):
     return 4.0 * batch * heads * pairs * head_dim
 
 
+def l2_bytes():
+    return getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
+
+
 def time_torch(backend, q, k, v, causal, warmup, iters):
     with sdpa_kernel([backend]):
         try:
@@ -40,10 +44,16 @@ def time_torch(backend, q, k, v, causal, warmup, iters):
         except RuntimeError as e:  # backend not available for this shape/dtype
             print(f"  torch {backend.name}: unavailable ({str(e).splitlines()[0]})", flush=True)
             return float("nan")
+        # The same protocol as `ftattn bench`: before each timed call, a fill of twice the L2
+        # runs ahead on the stream. It empties the L2 for both sides alike, and while the GPU
+        # runs it the CPU has queued the call, so Python's dispatch time is not in the figure.
+        flush = torch.empty(2 * l2_bytes(), dtype=torch.uint8, device="cuda")
         times = []
-        for _ in range(iters):
+        for i in range(iters):
             start = torch.cuda.Event(enable_timing=True)
             stop = torch.cuda.Event(enable_timing=True)
+            flush.fill_(i % 256)
+            torch.cuda._sleep(200_000)  # ~0.1 ms more queue, in case dispatch outlasts the fill
             start.record()
             F.scaled_dot_product_attention(q, k, v, is_causal=causal)
             stop.record()
