@@ -230,7 +230,7 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
       __syncthreads();
       load_v(0, n_block);
     } else {
-      sm80::cp_async_wait<2 * kStages - 3>();
+      sm80::cp_async_wait<2 * kStages - 4>();  // K and V of this block: one barrier per block
       __syncthreads();
       if (ahead < n_blocks) {
         load_kv((it + kStages - 1) % kStages, ahead);
@@ -340,11 +340,6 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
         for (int nt = 0; nt < kOT; ++nt)
 #pragma unroll
           for (int i = 0; i < 4; ++i) o[mt][nt][i] *= rescale[mt][i / 2];
-    }
-
-    if constexpr (kStages > 1) {
-      sm80::cp_async_wait<2 * kStages - 2>();
-      __syncthreads();
     }
 
     // GEMM II: O += P V, P straight from the FP16 S accumulators (C layout == A layout).

@@ -186,7 +186,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
       __syncthreads();
       load_v(0, n_block);
     } else {
-      sm80::cp_async_wait<2 * kStages - 3>();
+      sm80::cp_async_wait<2 * kStages - 4>();  // K and V of this block: one barrier per block
       __syncthreads();
       if (ahead < n_blocks) {
         load_k((n_block + kStages - 1) % kStages, ahead);
@@ -298,9 +298,6 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
       sm80::cp_async_wait<0>();
       __syncthreads();  // V landed and every warp is done with K and its scales: fetch the next K
       if (ahead < n_blocks) load_k(0, ahead++);
-    } else {  // wait for V of this block
-      sm80::cp_async_wait<2 * kStages - 2>();
-      __syncthreads();
     }
 
     // GEMM II: O += P V, 16 channels at a time. int8 sums a block in INT32 (exact), then adds it
