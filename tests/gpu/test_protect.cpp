@@ -104,6 +104,34 @@ TEST_CASE("efta detects faults in P and the row sum; recompute repairs the outpu
     }
 }
 
+TEST_CASE("efta sees a masked probability that is not zero, and efta_correct zeroes it",
+          "[gpu][protect]") {
+  // Causal, CTA 0 (the last query block, run first), its last key block: lane 0's element of
+  // column kST - 1, odd key, first row half holds a key far right of the diagonal, so its P is
+  // masked to 0. Bit 30 turns that 0 into 2.0, which the product check never sees (it skips
+  // masked keys) and GEMM II's checksum sums consistently.
+  const Problem problem = Problem::bhsd(1, 2, 2, 256, 256, 128);
+  for (Protection prot : {Protection::efta_detect, Protection::efta_correct}) {
+    const KernelConfig c = protect_runtime().resolve(
+        protected_config(128, Precision::f16, Mask::causal, prot, true), &problem);
+    const int m_blocks = (problem.seqlen_q + c.block_m - 1) / c.block_m;
+    const int row0 = (m_blocks - 1) * c.block_m;
+    const int last_block = (row0 + c.block_m - 1) / c.block_n;
+    const int s_tiles = c.block_n / 8;
+    ProtectOptions o;
+    o.inject = FaultPlan{FaultSite::probs, 0, 0, last_block, (s_tiles - 1) * 4 + 1, 30};
+    const Outcome seen = run(c, problem, o);
+    INFO(c.name() << ": " << seen.result.report.summary() << "; " << seen.fault.summary());
+    REQUIRE(seen.fault.detected >= 1);
+    CHECK(seen.fault.events.at(0).stage == FaultStage::probs);
+    CHECK(seen.fault.events.at(0).row == row0);
+    if (prot == Protection::efta_correct) {
+      CHECK(seen.fault.corrected == seen.fault.detected);
+      CHECK(seen.result.report.passed);
+    }
+  }
+}
+
 TEST_CASE("flash_abft sees output faults and, as derived, not score faults", "[gpu][protect]") {
   const Problem problem = Problem::bhsd(1, 2, 2, 256, 512, 64);
   const KernelConfig c =

@@ -595,6 +595,17 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
             x = fast_exp2(fmaf(x, p.scale_log2, -shift));
             if constexpr (T::inject)
               inject_at(fault_site_probs, it, (mt * kST + nt) * 4 + 2 * r + c, kMT * kST * 4, x);
+            if constexpr (Protect::k_atoms > 0 && kMasked) {
+              // A masked probability is exactly 0 and outside the product check, and GEMM II's
+              // checksum sums whatever it becomes: a fault there would pass every later check.
+              // The mask itself is the reference.
+              if (masked && x != 0.f) {
+                record_fault(p.fault_log, batch, head, global_row(mt, r),
+                             n_block * T::block_n + protect::row_group_column(2 * nt + c, quad_t),
+                             fault_stage_probs, Protect::correct, fabsf(x), 0.f);
+                if (Protect::correct) x = 0.f;
+              }
+            }
             if constexpr (Protect::k_atoms > 0) {
               prod *= masked ? 1.f : x * norm;
               // l then sums what GEMM II and the ones column see: the two agree to FP32
