@@ -205,6 +205,109 @@ __device__ __forceinline__ void walk_key_blocks(int seqlen_k, int row0, int diag
   }
 }
 
+// This CTA's (query block, head, batch): from the grid (causal grids run longest-first: the last
+// query blocks see the most keys), or, for a recompute launch, from its list of tiles. Only
+// protected kernels are relaunched; the others keep the grid's indices (registers they can
+// rematerialise).
+template <class T>
+__device__ __forceinline__ void tile_coords(const AttentionParams& p, int& m_block, int& head,
+                                            int& batch) {
+  m_block = T::causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  head = blockIdx.y;
+  batch = blockIdx.z;
+  if (T::Protect::enabled && p.tile_count > 0) {
+    const int* tile = p.tile_list + 3 * blockIdx.x;
+    m_block = tile[0];
+    head = tile[1];
+    batch = tile[2];
+  }
+}
+
+// The GEMM II checksum columns of a V tile (Protect::v_atoms 16-byte chunks per key, from the
+// workspace at `src`), stored beside the tile's head_dim columns.
+template <class T>
+__device__ __forceinline__ void load_v_checksums(u32 dst, const unsigned char* src) {
+  constexpr int atoms = T::Protect::v_atoms;
+  constexpr int chunks = T::block_n * atoms;
+  for (int c = threadIdx.x; c < chunks; c += T::threads)
+    sm80::cp_async_16(dst + ((c / atoms) * T::row_stride + T::head_dim + (c % atoms) * 8) * 2,
+                      src + c * 16, true);
+}
+
+// GEMM II's checksum tiles for one 16-key step: P (this warp's A fragments) times the checksum
+// columns at `addr` (this lane's ldmatrix row of them), into oc.
+template <class T, int kMT, int kAtoms, class Mma>
+__device__ __forceinline__ void gemm_pv_checksums(float (&oc)[kMT][kAtoms][4],
+                                                  const u32 (&a)[kMT][4], u32 addr, Mma&& mma) {
+  if constexpr (T::Protect::v_atoms == 1) {
+    u32 b[2];
+    sm80::ldmatrix_x2_trans(b, addr);
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) mma(oc[mt][0], a[mt], b[0], b[1]);
+  } else if constexpr (T::Protect::v_atoms == 2) {
+    u32 b[4];
+    sm80::ldmatrix_x4_trans(b, addr);
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+      mma(oc[mt][0], a[mt], b[0], b[1]);
+      mma(oc[mt][1], a[mt], b[2], b[3]);
+    }
+  }
+}
+
+// O and its checksum columns rescaled alike, by row.
+template <int kMT, int kOT, int kAtoms>
+__device__ __forceinline__ void rescale_output(float (&o)[kMT][kOT][4], float (&oc)[kMT][kAtoms][4],
+                                               int v_atoms, const float (&rescale)[kMT][2]) {
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < kOT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[mt][nt][i] *= rescale[mt][i / 2];
+#pragma unroll
+    for (int g = 0; g < kAtoms; ++g)
+      if (g < v_atoms)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) oc[mt][g][i] *= rescale[mt][i / 2];
+  }
+}
+
+// GEMM II check: the O checksum columns against the O elements they sum (per thread for EFTA,
+// per row for Flash-ABFT); efta_correct rebuilds a single faulty element. The threshold is
+// relative to l * max_j sum|v_j| (the thread's columns), times a growth term in the key blocks.
+// `row_of(mt, r)` is the global query row of this thread's row half r of tile mt.
+template <class T, int kMT, int kOT, int kAtoms, class RowOf>
+__device__ __forceinline__ void check_output(const AttentionParams& p, float (&o)[kMT][kOT][4],
+                                             const float (&oc)[kMT][kAtoms][4],
+                                             const float (&l)[kMT][2], float v_bound, int n_blocks,
+                                             int batch, int head, int lane, RowOf&& row_of) {
+  using Protect = typename T::Protect;
+  const int quad_t = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < kOT; ++nt) sum += o[mt][nt][2 * r] + o[mt][nt][2 * r + 1];
+      if constexpr (Protect::row_check) sum = quad_sum(sum);
+      const float ref = oc[mt][0][2 * r] + oc[mt][0][2 * r + 1];
+      const float tol = p.tol_output * fabsf(l[mt][r]) * v_bound * (n_blocks + 16) + p.tol_floor;
+      const float e1 = ref - sum;
+      const int row = row_of(mt, r);
+      if (!(fabsf(e1) <= tol) && row < p.seqlen_q) {
+        int bad = -1;
+        if constexpr (Protect::correct)
+          bad = protect::correct_row(o[mt], r, e1, ref, oc[mt][kAtoms - 1][2 * r]);
+        if (!Protect::row_check || lane % 4 == 0)
+          record_fault(p.fault_log, batch, head, row,
+                       bad >= 0 ? protect::row_group_column(bad, quad_t) : -1, fault_stage_output,
+                       bad >= 0, fabsf(e1), tol);
+      }
+    }
+}
+
 // Epilogue: O / l, converted, staged in this warp's own rows of the Q tile (no other warp reads
 // them), then written out in coalesced 16-byte rows. LSE = (row_max * max_scale + log2 l) * ln 2,
 // with max_scale taking row_max to base-2 logits. Rows that see no key get O = 0 and LSE = -inf.
@@ -264,17 +367,8 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
   const detail::SmemTiles<T> smem(sm80::smem_addr(smem_raw));
   const u32 sQ = smem.q;
 
-  // Causal grids run longest-first: the last query blocks see the most keys. A recompute launch
-  // walks its list of (query block, head, batch) tiles instead.
-  int m_block = T::causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  int head = blockIdx.y;
-  int batch = blockIdx.z;
-  if (p.tile_count > 0) {
-    const int* tile = p.tile_list + 3 * blockIdx.x;
-    m_block = tile[0];
-    head = tile[1];
-    batch = tile[2];
-  }
+  int m_block, head, batch;
+  detail::tile_coords<T>(p, m_block, head, batch);
   const int head_kv = head / p.group_size;
   const int tid = threadIdx.x;
   const int warp = tid / 32;
@@ -340,16 +434,9 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
     const u32 dst = smem.v_stage(stage);
     detail::load_tile<T, T::block_n>(dst, v + key0 * p.v_seq_stride, p.v_seq_stride,
                                      p.seqlen_k - key0);
-    if constexpr (Protect::v_atoms > 0) {
-      constexpr int chunks = T::block_n * Protect::v_atoms;
-      const unsigned char* src =
-          cs_base + cs_head * cs.v_per_head + static_cast<long long>(key0) * 16 * Protect::v_atoms;
-      for (int c = threadIdx.x; c < chunks; c += T::threads)
-        sm80::cp_async_16(dst + ((c / Protect::v_atoms) * T::row_stride + T::head_dim +
-                                 (c % Protect::v_atoms) * 8) *
-                                    2,
-                          src + c * 16, true);
-    }
+    if constexpr (Protect::v_atoms > 0)
+      detail::load_v_checksums<T>(dst, cs_base + cs_head * cs.v_per_head +
+                                           static_cast<long long>(key0) * 16 * Protect::v_atoms);
     sm80::cp_async_commit();
   };
   auto load_kv = [&](int stage, int n_block) {
@@ -642,20 +729,8 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
     bool new_max = !T::lazy_rescale;
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) new_max |= rescale[mt][0] != 1.f || rescale[mt][1] != 1.f;
-    if (!T::lazy_rescale || __any_sync(0xffffffffu, new_max)) {
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kOT; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) o[mt][nt][i] *= rescale[mt][i / 2];
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int g = 0; g < Protect::v_atoms; ++g)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) oc[mt][g][i] *= rescale[mt][i / 2];
-    }
+    if (!T::lazy_rescale || __any_sync(0xffffffffu, new_max))
+      detail::rescale_output(o, oc, Protect::v_atoms, rescale);
 
     // GEMM II: O += P V, P taken straight from the S accumulators (C layout == A layout).
     const u32 sVs = smem.v_stage(stage);
@@ -680,23 +755,9 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
         }
       }
       // The checksum columns beside the V tile.
-      if constexpr (Protect::v_atoms > 0) {
-        const u32 addr = sVs + ((kp * 16 + v_row) * T::row_stride + T::head_dim + v_col) * 2;
-        if constexpr (Protect::v_atoms == 1) {
-          u32 b[2];
-          sm80::ldmatrix_x2_trans(b, addr);
-#pragma unroll
-          for (int mt = 0; mt < kMT; ++mt) P::mma(oc[mt][0], a[mt], b[0], b[1]);
-        } else {
-          u32 b[4];
-          sm80::ldmatrix_x4_trans(b, addr);
-#pragma unroll
-          for (int mt = 0; mt < kMT; ++mt) {
-            P::mma(oc[mt][0], a[mt], b[0], b[1]);
-            P::mma(oc[mt][1], a[mt], b[2], b[3]);
-          }
-        }
-      }
+      detail::gemm_pv_checksums<T>(
+          oc, a, sVs + ((kp * 16 + v_row) * T::row_stride + T::head_dim + v_col) * 2,
+          [](float(&acc)[4], const u32(&x)[4], u32 b0, u32 b1) { P::mma(acc, x, b0, b1); });
     }
     if constexpr (T::inject) {
       inject(fault_site_output, it, &o[0][0][0], kMT * kOT * 4);
@@ -783,36 +844,11 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
       l_final[mt][r] = l;
     }
 
-  // GEMM II check: the O checksum columns against the O elements they sum (per thread for EFTA,
-  // per row for Flash-ABFT); efta_correct rebuilds a single faulty element.
-  if constexpr (Protect::v_atoms > 0) {
-    const float* vmax =
-        reinterpret_cast<const float*>(cs_base + cs.vmax_offset + cs_head * cs.vmax_per_head);
-    const float v_bound = vmax[quad_t];
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < kOT; ++nt) sum += o[mt][nt][2 * r] + o[mt][nt][2 * r + 1];
-        if constexpr (Protect::row_check) sum = quad_sum(sum);
-        const float ref = oc[mt][0][2 * r] + oc[mt][0][2 * r + 1];
-        const float tol =
-            p.tol_output * fabsf(l_final[mt][r]) * v_bound * (n_blocks + 16) + p.tol_floor;
-        const float e1 = ref - sum;
-        const int row = global_row(mt, r);
-        if (!(fabsf(e1) <= tol) && row < p.seqlen_q) {
-          int bad = -1;
-          if constexpr (Protect::correct)
-            bad = protect::correct_row(o[mt], r, e1, ref, oc[mt][1][2 * r]);
-          if (!Protect::row_check || lane % 4 == 0)
-            record_fault(p.fault_log, batch, head, row,
-                         bad >= 0 ? protect::row_group_column(bad, quad_t) : -1, fault_stage_output,
-                         bad >= 0, fabsf(e1), tol);
-        }
-      }
-  }
+  if constexpr (Protect::v_atoms > 0)
+    detail::check_output<T>(p, o, oc, l_final,
+                            reinterpret_cast<const float*>(cs_base + cs.vmax_offset +
+                                                           cs_head * cs.vmax_per_head)[quad_t],
+                            n_blocks, batch, head, lane, global_row);
 
   detail::store_output<T>(p, o, l_final, row_max, p.scale_log2, batch, head, row0, warp_row, lane,
                           sQ);
