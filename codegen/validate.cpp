@@ -109,13 +109,14 @@ void validate(const KernelConfig& c) {
         to_string(c.protection), to_string(c.precision)));
   }
 
-  // f16_pasa runs its own skeleton (kernel/fwd_pasa_sm80.cuh) without protection hooks.
+  // f16_pasa runs its own skeleton (kernel/fwd_pasa_sm80.cuh): Flash-ABFT's P V checksum fits
+  // it as is; EFTA's score checksums and product check assume FP32 scores, not shifted FP16 ones.
   if (c.precision == Precision::f16_pasa) {
-    if (c.protection != Protection::none) {
+    if (c.protection != Protection::none && c.protection != Protection::flash_abft) {
       throw ConfigError(fmt::format(
-          "protection {} is not built for precision f16_pasa (its FP16 score tile has no "
-          "checksum hooks yet): use protection none with f16_pasa, or precision f16/bf16 with "
-          "protection {}",
+          "protection {} is not built for precision f16_pasa (its shifted FP16 scores have no "
+          "score checksums): use protection flash_abft or none with f16_pasa, or precision "
+          "f16/bf16 with protection {}",
           to_string(c.protection), to_string(c.protection)));
     }
     if (c.fault_injection) {

@@ -40,6 +40,8 @@ class LoadedKernel final : public Kernel {
     function_ = module_.function(compiled_->symbol);
     if (checksum_atoms(compiled_->config.protection).v > 0)
       prologue_ = module_.function(codegen::checksum_symbol(compiled_->symbol));
+    if (compiled_->config.precision == Precision::f16_pasa)
+      shift_ = module_.function(codegen::pasa_shift_symbol(compiled_->symbol));
   }
 
   const CompiledKernel& compiled() const override { return *compiled_; }
@@ -99,7 +101,8 @@ class LoadedKernel final : public Kernel {
   }
 
  private:
-  // The protection set-up, then the kernel (or the decoupled pipeline). Caller holds protect_mu_.
+  // The protection set-up (its checksums read the caller's K and V), PASA's key shift, then the
+  // kernel (or the decoupled pipeline). Caller holds protect_mu_.
   void enqueue(const Problem& problem, AttentionParams& params, CUstream stream,
                const ProtectOptions& protect) const {
     const KernelConfig& c = compiled_->config;
@@ -115,7 +118,11 @@ class LoadedKernel final : public Kernel {
             ? Dim3{static_cast<unsigned>(params.tile_count), 1, 1}
             : Dim3{static_cast<unsigned>((problem.seqlen_q + c.block_m - 1) / c.block_m),
                    static_cast<unsigned>(problem.heads_q), static_cast<unsigned>(problem.batch)};
-    void* args[] = {&params};
+    // PASA reads shifted keys: a copy of the parameters points at them, so that a recompute
+    // relaunch shifts the caller's keys again, not the shifted ones.
+    AttentionParams run = params;
+    if (shift_ != nullptr) enqueue_pasa_shift(shift_, c, problem, run, pasa_workspace_, stream);
+    void* args[] = {&run};
     runtime::launch(function_, grid, Dim3{static_cast<unsigned>(32 * c.num_warps), 1, 1},
                     static_cast<unsigned>(c.shared_memory_bytes()), stream, args);
   }
@@ -124,9 +131,11 @@ class LoadedKernel final : public Kernel {
   Module module_;
   CUfunction function_ = nullptr;
   CUfunction prologue_ = nullptr;  // checksum schemes: the workspace kernel
+  CUfunction shift_ = nullptr;     // f16_pasa: the key-shift kernel
   DecoupledLauncher decoupled_;    // used by Protection::decoupled only
-  mutable std::mutex protect_mu_;  // one workspace and log per kernel object
+  mutable std::mutex protect_mu_;  // one set of workspaces and log per kernel object
   mutable ProtectedLauncher protector_;
+  mutable DeviceBuffer pasa_workspace_;  // f16_pasa: the shifted keys and shift vectors
 };
 
 }  // namespace
@@ -193,8 +202,6 @@ AttentionParams make_params(const Problem& problem, const KernelConfig& config, 
 
 std::shared_ptr<const Kernel> load_kernel(std::shared_ptr<const CompiledKernel> compiled) {
   if (is_quantized(compiled->config.precision)) return load_quantized_kernel(std::move(compiled));
-  if (compiled->config.precision == Precision::f16_pasa)
-    return load_pasa_kernel(std::move(compiled));
   ensure_context();
   return std::make_shared<LoadedKernel>(std::move(compiled));
 }

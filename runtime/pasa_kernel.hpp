@@ -1,11 +1,12 @@
-// f16_pasa kernels loaded with their key-shift kernel (one module) and launched on f16 tensors:
-// each launch shifts K into a workspace the kernel owns, then runs the attention on it.
+// f16_pasa's key shift: before each attention launch, K is shifted into a workspace the kernel
+// object owns (same stream), and the launch parameters are pointed at it.
 #pragma once
 
 #include <cstddef>
-#include <memory>
 
+#include "ftattn/params.cuh"
 #include "ftattn/runtime.hpp"
+#include "runtime/driver.hpp"
 
 namespace ftattn::runtime {
 
@@ -17,7 +18,9 @@ struct PasaLayout {
   static PasaLayout of(const Problem& problem, int block_n);
 };
 
-// Loads an f16_pasa kernel. Throws NoDeviceError without a GPU.
-std::shared_ptr<const Kernel> load_pasa_kernel(std::shared_ptr<const CompiledKernel> compiled);
+// Enqueues `shift` (the module's pasa_shift kernel) on p's keys into `workspace` (grown as
+// needed), then rewrites p's K pointer and strides to the shifted keys and sets its shift vectors.
+void enqueue_pasa_shift(CUfunction shift, const KernelConfig& config, const Problem& problem,
+                        AttentionParams& p, DeviceBuffer& workspace, CUstream stream);
 
 }  // namespace ftattn::runtime

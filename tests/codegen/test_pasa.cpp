@@ -149,20 +149,52 @@ TEST_CASE("f16_pasa units bake beta for their block_n into the source", "[pasa][
   }
 }
 
-TEST_CASE("f16_pasa: protections, fault injection and the LLVM route are refused", "[pasa]") {
+TEST_CASE("f16_pasa: score-checksum protections, fault injection and the LLVM route are refused",
+          "[pasa]") {
   KernelConfig c = test::tile_config(128, 128, 32, 4, 1, Arch{80, false}, Precision::f16_pasa);
   CHECK_NOTHROW(validate(c));
-  for (Protection p : {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct,
-                       Protection::decoupled}) {
+  c.protection = Protection::flash_abft;  // the P V checksum needs no FP32 scores
+  CHECK_NOTHROW(validate(c));
+  for (Protection p : {Protection::efta_detect, Protection::efta_correct, Protection::decoupled}) {
     c.protection = p;
     REQUIRE_CONFIG_ERROR(validate(c), fmt::format("protection {} is not built for precision "
                                                   "f16_pasa",
                                                   to_string(p)));
-    REQUIRE_CONFIG_ERROR(validate(c), "use protection none with f16_pasa");
+    REQUIRE_CONFIG_ERROR(validate(c), "use protection flash_abft or none with f16_pasa");
   }
   c.protection = Protection::none;
   c.fault_injection = true;
   REQUIRE_CONFIG_ERROR(validate(c), "f16_pasa has no fault-injection points");
+}
+
+TEST_CASE("f16_pasa with flash_abft: the checksum prologue and one more MMA per 16 keys",
+          "[pasa][codegen][nvrtc]") {
+  for (Mask m : {Mask::none, Mask::causal}) {
+    KernelConfig plain = test::default_config(128, Precision::f16_pasa, m, Arch{90, true});
+    KernelConfig abft = plain;
+    abft.protection = Protection::flash_abft;
+    INFO(abft.name());
+    CHECK(abft.shared_memory_bytes() == plain.shared_memory_bytes());  // V's checksum: padding
+    const codegen::KernelSource src = codegen::generate(abft);
+    const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
+    const runtime::NvrtcOutput base = runtime::compile_with_nvrtc(codegen::generate(plain));
+    CHECK(out.ptx.find(".entry " + codegen::checksum_symbol(src.symbol)) != std::string::npos);
+    CHECK(base.ptx.find(".entry checksums_") == std::string::npos);
+    // GEMM II gains one n8 tile per 16-key step and 16-row tile: the checksum column. The loop
+    // body appears once per variant (masked or not): count the copies from the plain kernel's
+    // FP32 MMAs (GEMM II and the recovery tile).
+    const std::string f32_mma = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32";
+    const int d = abft.head_dim, n = abft.block_n;
+    const int tiles = abft.block_m / 16 / abft.num_warps;
+    const int per_copy = tiles * ((d / 8) * (n / 16) + d / 16);
+    const int copies = test::count(base.ptx, f32_mma) / per_copy;
+    CHECK(copies >= 1);
+    CHECK(test::count(base.ptx, f32_mma) == copies * per_copy);
+    CHECK(test::count(out.ptx, f32_mma) - test::count(base.ptx, f32_mma) ==
+          copies * tiles * (n / 16));
+    const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
+    CHECK(r.registers > 0);
+  }
 }
 
 TEST_CASE("f16_pasa workspace: shifted keys, then one shift vector per key block", "[pasa]") {

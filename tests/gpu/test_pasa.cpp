@@ -77,6 +77,55 @@ TEST_CASE("f16_pasa block-sparse masks match the reference", "[gpu][pasa]") {
   }
 }
 
+namespace {
+
+struct OverflowRun {
+  long long non_finite = 0;
+  double rel_l2 = 0.0;
+  FaultReport fault;
+};
+
+// One of PASA's overflow cases (uniform or hybrid with bias x0 and amplitude am), run through
+// Kernel::run with `protect`, against the FP64 reference.
+OverflowRun overflow_run(Runtime& rt, const KernelConfig& c, const Problem& pr, bool uniform,
+                         double x0, double am, const ProtectOptions& protect) {
+  const int d = pr.head_dim;
+  std::mt19937_64 rng(d + (uniform ? 1 : 2));
+  auto gen = [&](int heads, int seqlen, const Strides& s) {
+    return campaign::pasa_tensor(uniform, x0, am, rng, Precision::f16, s, pr.batch, heads, seqlen,
+                                 d);
+  };
+  const auto q = gen(pr.heads_q, pr.seqlen_q, pr.q);
+  const auto k = gen(pr.heads_kv, pr.seqlen_k, pr.k);
+  const auto v = gen(pr.heads_kv, pr.seqlen_k, pr.v);
+  runtime::DeviceBuffer dq(q.data.size() * 2), dk(k.data.size() * 2), dv(v.data.size() * 2),
+      dout(q.data.size() * 2);
+  dq.upload(q.data.data(), dq.bytes());
+  dk.upload(k.data.data(), dk.bytes());
+  dv.upload(v.data.data(), dv.bytes());
+  dout.fill_bytes(0xFF);
+  OverflowRun out;
+  out.fault = rt.kernel(c)->run(pr, dq.data(), dk.data(), dv.data(), dout.data(), nullptr, nullptr,
+                                nullptr, protect);
+  reference::Tensor16 o;
+  o.strides = pr.o;
+  o.data.resize(q.data.size());
+  dout.download(o.data.data(), dout.bytes());
+
+  const std::vector<float> got = campaign::dense_output(pr, Precision::f16, o);
+  const std::vector<double> ref = campaign::reference_output(pr, Precision::f16, c.mask, q, k, v);
+  double err2 = 0.0, ref2 = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) ++out.non_finite;
+    err2 += (got[i] - ref[i]) * (got[i] - ref[i]);
+    ref2 += ref[i] * ref[i];
+  }
+  out.rel_l2 = std::sqrt(err2 / ref2);
+  return out;
+}
+
+}  // namespace
+
 TEST_CASE("f16_pasa on PASA's overflow cases: no NaN or Inf, error within the f16_pasa bound",
           "[gpu][pasa]") {
   Runtime& rt = pasa_runtime();
@@ -92,38 +141,56 @@ TEST_CASE("f16_pasa on PASA's overflow cases: no NaN or Inf, error within the f1
         const KernelConfig c = rt.resolve(pasa_config(d, m), &pr);
         INFO(c.name() << (cs.uniform ? " uniform" : " hybrid") << "(" << cs.x0 << ", " << cs.am
                       << ")");
-        std::mt19937_64 rng(d + (cs.uniform ? 1 : 2));
-        auto gen = [&](int heads, int seqlen, const Strides& s) {
-          return campaign::pasa_tensor(cs.uniform, cs.x0, cs.am, rng, Precision::f16, s, pr.batch,
-                                       heads, seqlen, d);
-        };
-        const auto q = gen(pr.heads_q, pr.seqlen_q, pr.q);
-        const auto k = gen(pr.heads_kv, pr.seqlen_k, pr.k);
-        const auto v = gen(pr.heads_kv, pr.seqlen_k, pr.v);
-        runtime::DeviceBuffer dq(q.data.size() * 2), dk(k.data.size() * 2), dv(v.data.size() * 2),
-            dout(q.data.size() * 2);
-        dq.upload(q.data.data(), dq.bytes());
-        dk.upload(k.data.data(), dk.bytes());
-        dv.upload(v.data.data(), dv.bytes());
-        dout.fill_bytes(0xFF);
-        rt.kernel(c)->launch(pr, dq.data(), dk.data(), dv.data(), dout.data(), nullptr, nullptr);
-        reference::Tensor16 o;
-        o.strides = pr.o;
-        o.data.resize(q.data.size());
-        dout.download(o.data.data(), dout.bytes());
-
-        const std::vector<float> got = campaign::dense_output(pr, Precision::f16, o);
-        const std::vector<double> ref = campaign::reference_output(pr, Precision::f16, m, q, k, v);
-        long long non_finite = 0;
-        double err2 = 0.0, ref2 = 0.0;
-        for (size_t i = 0; i < got.size(); ++i) {
-          if (!std::isfinite(got[i])) ++non_finite;
-          err2 += (got[i] - ref[i]) * (got[i] - ref[i]);
-          ref2 += ref[i] * ref[i];
-        }
-        const double rel_l2 = std::sqrt(err2 / ref2);
-        INFO("non-finite " << non_finite << ", rel L2 " << rel_l2);
-        CHECK(non_finite == 0);
-        CHECK(rel_l2 < 5e-3);
+        const OverflowRun r = overflow_run(rt, c, pr, cs.uniform, cs.x0, cs.am, {});
+        INFO("non-finite " << r.non_finite << ", rel L2 " << r.rel_l2);
+        CHECK(r.non_finite == 0);
+        CHECK(r.rel_l2 < 5e-3);
       }
+}
+
+TEST_CASE("f16_pasa with flash_abft: right answers, no false alarm, a live check, recompute",
+          "[gpu][pasa]") {
+  Runtime& rt = pasa_runtime();
+  for (int d : {64, 128})
+    for (Mask m : {Mask::none, Mask::causal}) {
+      KernelConfig c = pasa_config(d, m);
+      c.protection = Protection::flash_abft;
+      // Normal inputs, odd lengths, GQA, LSE: the reference check and a clean fault report.
+      const Problem pr = Problem::bhsd(2, 4, 2, 203, 517, d);
+      FaultReport fault;
+      const ProtectOptions report;
+      const auto r =
+          gpu_test::run_case(rt, c, pr, true, 256, 7000 + d, false, nullptr, &report, &fault);
+      INFO(r.config_name << ": " << r.report.summary() << "; " << fault.summary());
+      CHECK(r.report.passed);
+      CHECK(fault.clean());
+
+      // PASA's overflow cases: the checksum through shifted FP16 scores raises no alarm either.
+      const Problem big = Problem::bhsd(1, 4, 4, 1280, 1280, d);
+      for (bool uniform : {true, false}) {
+        const OverflowRun o =
+            overflow_run(rt, rt.resolve(c, &big), big, uniform, 30.0, uniform ? 0.5 : 10.0, {});
+        INFO((uniform ? "uniform" : "hybrid") << ": non-finite " << o.non_finite << ", rel L2 "
+                                              << o.rel_l2 << "; " << o.fault.summary());
+        CHECK(o.non_finite == 0);
+        CHECK(o.rel_l2 < 5e-3);
+        CHECK(o.fault.clean());
+      }
+
+      // The check is live: at a threshold far below FP32 rounding every row trips it (only the
+      // 1e-6 floor remains), and recompute relaunches those tiles - shifting the caller's keys
+      // again - to the same right answer.
+      ProtectOptions tight;
+      tight.thresholds.output = 1e-30f;
+      tight.on_fault = OnFault::recompute;
+      FaultReport tripped;
+      const auto t =
+          gpu_test::run_case(rt, c, pr, false, 0, 7000 + d, false, nullptr, &tight, &tripped);
+      INFO("tight: " << t.report.summary() << "; " << tripped.summary());
+      CHECK(tripped.detected > 0);
+      CHECK(tripped.corrected == 0);
+      CHECK(tripped.events.at(0).stage == FaultStage::output);
+      CHECK(tripped.recomputed_tiles >= 1);
+      CHECK(t.report.passed);
+    }
 }

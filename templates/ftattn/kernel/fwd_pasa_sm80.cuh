@@ -37,15 +37,19 @@
 #include "ftattn/params.cuh"
 #include "ftattn/precision/f16_pasa.cuh"
 #include "ftattn/protect/none.cuh"
+#include "ftattn/protect/workspace.cuh"
 
 namespace ftattn {
 
 template <int HeadDim, int BlockM, int BlockN, int NumWarps, int NumStages, bool Causal,
-          bool BlockSparse>
+          bool BlockSparse, class ProtectT = protect::None>
 struct PasaTraits : FwdTraits<HeadDim, BlockM, BlockN, NumWarps, NumStages, precision::F16Pasa,
-                              protect::None, Causal, BlockSparse, false> {
-  using Base = FwdTraits<HeadDim, BlockM, BlockN, NumWarps, NumStages, precision::F16Pasa,
-                         protect::None, Causal, BlockSparse, false>;
+                              ProtectT, Causal, BlockSparse, false> {
+  using Base = FwdTraits<HeadDim, BlockM, BlockN, NumWarps, NumStages, precision::F16Pasa, ProtectT,
+                         Causal, BlockSparse, false>;
+  // Protection on the P V path only (Flash-ABFT): EFTA's score checksums and product check are
+  // derived for FP32 scores, not PASA's shifted FP16 ones.
+  static_assert(ProtectT::k_atoms == 0, "PASA supports protection none or flash_abft");
   // Each K stage carries one more row: the block's shift vector r_j.
   static constexpr int k_rows = BlockN + 1;
   static constexpr int smem_bytes = (BlockM + NumStages * (k_rows + BlockN)) * Base::row_stride * 2;
@@ -134,6 +138,7 @@ __device__ __forceinline__ void pasa_shift_sm80(const PasaShiftParams& p, float 
 template <class T>
 __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p) {
   using P = precision::F16Pasa;
+  using Protect = typename T::Protect;
   constexpr int kMT = T::m_tiles;
   constexpr int kST = T::s_tiles;
   constexpr int kOT = T::o_tiles;
@@ -143,9 +148,8 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
   const detail::SmemTiles<T> smem(sm80::smem_addr(smem_raw));
   const u32 sQ = smem.q;
 
-  const int m_block = T::causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // longest first
-  const int head = blockIdx.y;
-  const int batch = blockIdx.z;
+  int m_block, head, batch;
+  detail::tile_coords<T>(p, m_block, head, batch);
   const int head_kv = head / p.group_size;
   const int tid = threadIdx.x;
   const int warp = tid / 32;
@@ -192,10 +196,19 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
                         shift + n_block * T::head_dim + tid * 8, true);
     sm80::cp_async_commit();
   };
+  // Flash-ABFT: this KV head's V checksum columns (protect/workspace.cuh) ride with V tiles.
+  const ChecksumWorkspace cs = checksum_workspace(p.batch, p.heads_kv, p.seqlen_k, T::head_dim,
+                                                  T::block_n, 0, Protect::v_atoms);
+  const long long cs_head = static_cast<long long>(batch) * p.heads_kv + head_kv;
+  const unsigned char* cs_base = static_cast<const unsigned char*>(p.checksums);
   auto load_v = [&](int stage, int n_block) {
     const int key0 = n_block * T::block_n;
-    detail::load_tile<T, T::block_n>(smem.v_stage(stage), v + key0 * p.v_seq_stride, p.v_seq_stride,
+    const u32 dst = smem.v_stage(stage);
+    detail::load_tile<T, T::block_n>(dst, v + key0 * p.v_seq_stride, p.v_seq_stride,
                                      p.seqlen_k - key0);
+    if constexpr (Protect::v_atoms > 0)
+      detail::load_v_checksums<T>(dst, cs_base + cs_head * cs.v_per_head +
+                                           static_cast<long long>(key0) * 16 * Protect::v_atoms);
     sm80::cp_async_commit();
   };
   auto skip_kv = [] {
@@ -215,6 +228,14 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
   float row_max[kMT][2];  // base 2, absolute (the recovered logits)
   float row_sum[kMT][2];  // this thread's partial sums; the quad is summed at the end
   detail::clear_accumulators(o, row_max, row_sum);
+  constexpr int kAtoms = Protect::v_atoms > 0 ? Protect::v_atoms : 1;
+  float oc[kMT][kAtoms][4];  // GEMM II checksum accumulators, rescaled like O
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int g = 0; g < kAtoms; ++g)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) oc[mt][g][i] = 0.f;
 
   const int warp_row = warp * kMT * 16;
   const int a_row = lane % 16, a_col = (lane / 16) * 8;
@@ -333,14 +354,8 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
     bool new_max = !T::lazy_rescale;
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) new_max |= rescale[mt][0] != 1.f || rescale[mt][1] != 1.f;
-    if (!T::lazy_rescale || __any_sync(0xffffffffu, new_max)) {
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kOT; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) o[mt][nt][i] *= rescale[mt][i / 2];
-    }
+    if (!T::lazy_rescale || __any_sync(0xffffffffu, new_max))
+      detail::rescale_output(o, oc, Protect::v_atoms, rescale);
 
     // GEMM II: O += P V, P straight from the FP16 S accumulators (C layout == A layout).
     const u32 sVs = smem.v_stage(stage);
@@ -364,6 +379,9 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
           P::mma(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
         }
       }
+      detail::gemm_pv_checksums<T>(
+          oc, a, sVs + ((kp * 16 + v_row) * T::row_stride + T::head_dim + v_col) * 2,
+          [](float(&acc)[4], const u32(&x)[4], u32 b0, u32 b1) { P::mma(acc, x, b0, b1); });
     }
   };
 
@@ -377,6 +395,13 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) l[mt][r] = quad_sum(row_sum[mt][r]);
+  if constexpr (Protect::v_atoms > 0)
+    detail::check_output<T>(p, o, oc, l,
+                            reinterpret_cast<const float*>(cs_base + cs.vmax_offset +
+                                                           cs_head * cs.vmax_per_head)[lane % 4],
+                            n_blocks, batch, head, lane, [&](int mt, int r) {
+                              return row0 + warp_row + mt * 16 + lane / 4 + r * 8;
+                            });
   detail::store_output<T>(p, o, l, row_max, 1.f, batch, head, row0, warp_row, lane, sQ);
 }
 
