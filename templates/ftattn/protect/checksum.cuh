@@ -57,45 +57,71 @@ __device__ __forceinline__ void checksum_prologue(const AttentionParams& p) {
       static_cast<const u16*>(p.v) + batch * p.v_batch_stride + head_kv * p.v_head_stride;
   const int key0 = n_block * N;
 
-  // V: one key per thread. Columns of thread group t: 8 * nt + 2t + c, its element j = 2 nt + c.
+  // V: a group of lanes per key, each lane one 16-byte chunk (8 columns) of the key's row, so a
+  // warp's loads are whole rows. Columns of thread group t: 8 * nt + 2t + c, its element j =
+  // 2 nt + c; every chunk holds two columns of each group. The group's partial sums meet by
+  // shuffles (groups are padded to a power of two lanes: head dims 96 and 192 have 12 and 24
+  // chunks), and max sum|v| per column group meets in shared memory first: one global atomic per
+  // group and CTA.
+  constexpr int chunks = D / 8;
+  constexpr int lanes = chunks <= 4 ? 4 : chunks <= 8 ? 8 : chunks <= 16 ? 16 : 32;
+  constexpr int keys_per_pass = T::threads / lanes;
   u32* vc = reinterpret_cast<u32*>(base + head_index * w.v_per_head) +
             static_cast<long long>(key0) * 4 * Pr::v_atoms;
   float* vmax = reinterpret_cast<float*>(base + w.vmax_offset + head_index * w.vmax_per_head);
-  for (int kk = threadIdx.x; kk < N; kk += T::threads) {
+  __shared__ int cta_max[4];  // sums of |v| are >= 0: their bits order as ints
+  if (threadIdx.x < 4) cta_max[threadIdx.x] = 0;
+  __syncthreads();
+  const int chunk = threadIdx.x % lanes;
+  for (int first = 0; first < N; first += keys_per_pass) {  // the same trip count in every lane
+    const int kk = first + static_cast<int>(threadIdx.x) / lanes;
     const int key = key0 + kk;
     float g1[4] = {0.f, 0.f, 0.f, 0.f}, g2[4] = {0.f, 0.f, 0.f, 0.f}, ga[4] = {0.f, 0.f, 0.f, 0.f};
-    if (key < p.seqlen_k) {
-      const u32* row = reinterpret_cast<const u32*>(v + key * p.v_seq_stride);
-      for (int nt = 0; nt < D / 8; ++nt)
-#pragma unroll
-        for (int t = 0; t < 4; ++t) {
-          float x0, x1;
-          unpack2<bf16>(row[nt * 4 + t], x0, x1);
-          const float w0 = (2 * nt + 1) / float(2 * (D / 8)),
-                      w1 = (2 * nt + 2) / float(2 * (D / 8));
-          g1[t] += x0 + x1;
-          g2[t] += w0 * x0 + w1 * x1;
-          ga[t] += fabsf(x0) + fabsf(x1);
-        }
-    }
-    u32* out = vc + kk * 4 * Pr::v_atoms;
-    if constexpr (Pr::row_check) {
-      const u32 total = split_hi_lo<P>(g1[0] + g1[1] + g1[2] + g1[3]);
-#pragma unroll
-      for (int t = 0; t < 4; ++t) out[t] = total;
-      const float a = ga[0] + ga[1] + ga[2] + ga[3];
-#pragma unroll
-      for (int t = 0; t < 4; ++t) atomicMax(reinterpret_cast<int*>(vmax) + t, __float_as_int(a));
-    } else {
-      const float one = key < p.seqlen_k ? 1.f : 0.f;
+    if (kk < N && chunk < chunks && key < p.seqlen_k) {
+      const uint4_ c = *reinterpret_cast<const uint4_*>(v + key * p.v_seq_stride + chunk * 8);
+      const u32 words[4] = {c.x, c.y, c.z, c.w};
+      const float w0 = (2 * chunk + 1) / float(2 * chunks),
+                  w1 = (2 * chunk + 2) / float(2 * chunks);
 #pragma unroll
       for (int t = 0; t < 4; ++t) {
-        out[t] = split_hi_lo<P>(g1[t]);
-        out[4 + t] = P::pack(Pr::correct ? g2[t] : 0.f, one);
-        atomicMax(reinterpret_cast<int*>(vmax) + t, __float_as_int(ga[t]));
+        float x0, x1;
+        unpack2<bf16>(words[t], x0, x1);
+        g1[t] = x0 + x1;
+        g2[t] = w0 * x0 + w1 * x1;
+        ga[t] = fabsf(x0) + fabsf(x1);
+      }
+    }
+#pragma unroll
+    for (int off = 1; off < lanes; off *= 2)
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        g1[t] += __shfl_xor_sync(0xffffffffu, g1[t], off);
+        g2[t] += __shfl_xor_sync(0xffffffffu, g2[t], off);
+        ga[t] += __shfl_xor_sync(0xffffffffu, ga[t], off);
+      }
+    if (kk < N && chunk == 0) {
+      u32* out = vc + kk * 4 * Pr::v_atoms;
+      if constexpr (Pr::row_check) {
+        const u32 total = split_hi_lo<P>(g1[0] + g1[1] + g1[2] + g1[3]);
+        const float a = ga[0] + ga[1] + ga[2] + ga[3];
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          out[t] = total;
+          atomicMax(&cta_max[t], __float_as_int(a));
+        }
+      } else {
+        const float one = key < p.seqlen_k ? 1.f : 0.f;
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          out[t] = split_hi_lo<P>(g1[t]);
+          out[4 + t] = P::pack(Pr::correct ? g2[t] : 0.f, one);
+          atomicMax(&cta_max[t], __float_as_int(ga[t]));
+        }
       }
     }
   }
+  __syncthreads();
+  if (threadIdx.x < 4) atomicMax(reinterpret_cast<int*>(vmax) + threadIdx.x, cta_max[threadIdx.x]);
 
   if constexpr (Pr::k_atoms > 0) {
     // K: one (thread group t, dim) per item. Keys of group t: 8 l + 2t + c, element j = 2 l + c.
