@@ -273,6 +273,16 @@ __device__ __forceinline__ void rescale_output(float (&o)[kMT][kOT][4], float (&
   }
 }
 
+// Sum of this thread's elements of row half r across n8 accumulator tiles: what a per-thread
+// (EFTA) checksum column covers.
+template <int kN>
+__device__ __forceinline__ float thread_row_sum(const float (&x)[kN][4], int r) {
+  float sum = 0.f;
+#pragma unroll
+  for (int nt = 0; nt < kN; ++nt) sum += x[nt][2 * r] + x[nt][2 * r + 1];
+  return sum;
+}
+
 // GEMM II check: the O checksum columns against the O elements they sum (per thread for EFTA,
 // per row for Flash-ABFT); efta_correct rebuilds a single faulty element. The threshold is
 // relative to l * max_j sum|v_j| (the thread's columns), times a growth term in the key blocks.
@@ -288,9 +298,7 @@ __device__ __forceinline__ void check_output(const AttentionParams& p, float (&o
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < kOT; ++nt) sum += o[mt][nt][2 * r] + o[mt][nt][2 * r + 1];
+      float sum = thread_row_sum(o[mt], r);
       if constexpr (Protect::row_check) sum = quad_sum(sum);
       const float ref = oc[mt][0][2 * r] + oc[mt][0][2 * r + 1];
       const float tol = p.tol_output * fabsf(l[mt][r]) * v_bound * (n_blocks + 16) + p.tol_floor;
@@ -588,9 +596,7 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          float sum = 0.f;
-#pragma unroll
-          for (int nt = 0; nt < kST; ++nt) sum += s[mt][nt][2 * r] + s[mt][nt][2 * r + 1];
+          const float sum = detail::thread_row_sum(s[mt], r);
           const float ref = sc[mt][0][2 * r] + sc[mt][0][2 * r + 1];
           const float tol = p.tol_scores * q_norm[mt][r] * k_norm + p.tol_floor;
           const float e1 = ref - sum;
