@@ -8,11 +8,11 @@
 namespace ftattn::codegen {
 
 struct EmbeddedFile {
-  std::string_view path; // relative to templates/, e.g. "ftattn/kernel/fwd_sm80.cuh"
+  std::string_view path;  // relative to templates/, e.g. "ftattn/kernel/fwd_sm80.cuh"
   std::string_view text;
 };
 
 // Sorted by path.
 const std::vector<EmbeddedFile>& embedded_templates();
 
-} // namespace ftattn::codegen
+}  // namespace ftattn::codegen

@@ -115,8 +115,9 @@ FaultReport Kernel::run(const Problem& problem, const void* q, const void* k, co
                         void* o, float* lse, CUstream stream, const unsigned char* block_mask,
                         const ProtectOptions& protect) const {
   if (protect.inject)
-    throw ConfigError(config().name() + " takes no fault plan: only 16-bit kernels built with "
-                                        "fault_injection do");
+    throw ConfigError(config().name() +
+                      " takes no fault plan: only 16-bit kernels built with "
+                      "fault_injection do");
   launch(problem, q, k, v, o, lse, stream, block_mask);
   return {};
 }

@@ -29,8 +29,7 @@ TEST_CASE("ftattn tune tunes a small grid end to end and the runtime picks the w
   REQUIRE(fs::exists(cli_path()));
   test::TempDir dir("ftattn-tune");
   const fs::path csv = dir.path() / "tune.csv";
-  const std::string cmd = "FTATTN_CACHE_DIR='" + dir.path().string() + "' '" +
-                          cli_path().string() +
+  const std::string cmd = "FTATTN_CACHE_DIR='" + dir.path().string() + "' '" + cli_path().string() +
                           "' tune --shapes '64,8,1024,2' --masks none,causal --warmup 1 --iters 5 "
                           "--csv '" +
                           csv.string() + "' > '" + (dir.path() / "tune.log").string() + "' 2>&1";
