@@ -1,6 +1,7 @@
 #include "ftattn/protect_model.hpp"
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <stdexcept>
 
@@ -82,6 +83,87 @@ AbftRow flash_abft_row(std::span<const double> scores, std::span<const double> v
   for (double& x : r.out) x /= l;
   r.predicted = c / l;
   return r;
+}
+
+namespace {
+
+// The top digit of c's balanced base-128 form with `count` digits (lower digits in [-64, 63]).
+long long top_digit(long long c, int count) {
+  for (int i = 0; i < count - 1; ++i) {
+    long long d = ((c % 128) + 128) % 128;
+    if (d >= 64) d -= 128;
+    c = (c - d) / 128;
+  }
+  return c;
+}
+
+}  // namespace
+
+int int8_checksum_digit_count(int head_dim) {
+  if (head_dim < 1) throw std::invalid_argument("head_dim must be positive");
+  // |c| <= 127 head_dim, and the top digit grows with |c|: the two extremes decide.
+  const long long bound = 127LL * head_dim;
+  int count = 1;
+  while (std::abs(top_digit(bound, count)) > 127 || std::abs(top_digit(-bound, count)) > 127)
+    ++count;
+  return count;
+}
+
+std::vector<int8_t> int8_checksum_digits(int c, int count) {
+  if (count < 1) throw std::invalid_argument("at least one digit");
+  std::vector<int8_t> digits(count);
+  long long rest = c;
+  for (int i = 0; i < count - 1; ++i) {
+    const long long d = rest - 128 * top_digit(rest, 2);  // the balanced low digit, [-64, 63]
+    digits[i] = static_cast<int8_t>(d);
+    rest = (rest - d) / 128;
+  }
+  if (rest < -127 || rest > 127)
+    throw std::invalid_argument("the channel sum needs more base-128 digits");
+  digits[count - 1] = static_cast<int8_t>(rest);
+  return digits;
+}
+
+int int8_checksum_value(std::span<const int8_t> digits) {
+  long long c = 0, unit = 1;
+  for (int8_t d : digits) {
+    c += unit * d;
+    unit *= 128;
+  }
+  return static_cast<int>(c);
+}
+
+Int8BlockSums int8_block_sums(std::span<const uint8_t> p, std::span<const int8_t> v, int head_dim,
+                              uint32_t bias) {
+  const size_t keys = p.size();
+  if (v.size() != keys * static_cast<size_t>(head_dim))
+    throw std::invalid_argument("v must hold block_n x head_dim values");
+  const int count = int8_checksum_digit_count(head_dim);
+  Int8BlockSums s;
+  s.channels.assign(head_dim, bias);
+  s.digits.assign(count, bias);
+  for (size_t j = 0; j < keys; ++j) {
+    if (p[j] > 127) throw std::invalid_argument("P is quantised to 0..127");
+    int c = 0;
+    for (int d = 0; d < head_dim; ++d) {
+      s.channels[d] += static_cast<uint32_t>(p[j] * v[j * head_dim + d]);  // wraps, as INT32 does
+      c += v[j * head_dim + d];
+    }
+    const std::vector<int8_t> digits = int8_checksum_digits(c, count);
+    for (int i = 0; i < count; ++i) s.digits[i] += static_cast<uint32_t>(p[j] * digits[i]);
+  }
+  return s;
+}
+
+Int8Check int8_block_check(const Int8BlockSums& sums, uint32_t bias) {
+  Int8Check c;
+  for (uint32_t a : sums.channels) c.lhs += a - bias;
+  uint32_t unit = 1;
+  for (uint32_t a : sums.digits) {
+    c.rhs += unit * (a - bias);
+    unit *= 128u;
+  }
+  return c;
 }
 
 }  // namespace ftattn::protect_model

@@ -3,6 +3,7 @@
 // what the kernels' protection policies are checked against.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -53,5 +54,40 @@ struct AbftRow {
 enum class Stage { score, probability, output_accumulator };
 AbftRow flash_abft_row(std::span<const double> scores, std::span<const double> values, int head_dim,
                        void (*fault)(Stage, int, double&) = nullptr);
+
+// --- int8 Flash-ABFT: exact INT32 checksums through the 8-bit MMAs ---------------------------
+//
+// int8 GEMM II multiplies P (integers 0..127) by V (int8) into INT32 exactly. V's per-key channel
+// sum c = sum_d v_d needs more than 8 bits (|c| <= 127 head_dim), so it rides as extra V channels
+// holding base-128 digits: c = sum_i 128^i digit_i, each digit an int8 (balanced, in [-64, 63],
+// the top one wider). The MMAs then give sum_j p_j digit_i,j exactly for every digit, and for a
+// query row sum_d (P V)_d == sum_i 128^i (P digit_i) must hold exactly: zero tolerance, in
+// INT32 arithmetic modulo 2^32, so the kernel's biased accumulators (each channel starts at
+// `bias`, int8 kernels use the bits of 1.5 * 2^23) may wrap and the check still holds. Any
+// single flipped bit of a channel's or a digit's accumulator moves one side by a power of two
+// (times 128^i), never 0 modulo 2^32.
+
+// How many base-128 digits hold the channel sum of head_dim int8 values (2 up to head_dim 128:
+// the top digit of |c| <= 16,256 stays within [-127, 127]; 3 above).
+int int8_checksum_digit_count(int head_dim);
+// c as `count` base-128 digits, least significant first. std::invalid_argument when c does not
+// fit (a digit would leave int8).
+std::vector<int8_t> int8_checksum_digits(int c, int count);
+int int8_checksum_value(std::span<const int8_t> digits);
+
+// One query row and one key block, as the kernel's accumulators hold it: `p` (block_n values
+// 0..127), `v` (block_n x head_dim int8, row-major), each accumulator starting at `bias`.
+// lhs = sum_d (acc_d - bias), rhs = sum_i 128^i (acc_digit_i - bias), both modulo 2^32.
+struct Int8BlockSums {
+  std::vector<uint32_t> channels;  // acc_d, per channel
+  std::vector<uint32_t> digits;    // acc_digit_i, per digit
+};
+Int8BlockSums int8_block_sums(std::span<const uint8_t> p, std::span<const int8_t> v, int head_dim,
+                              uint32_t bias);
+struct Int8Check {
+  uint32_t lhs = 0, rhs = 0;
+  bool ok() const { return lhs == rhs; }
+};
+Int8Check int8_block_check(const Int8BlockSums& sums, uint32_t bias);
 
 }  // namespace ftattn::protect_model

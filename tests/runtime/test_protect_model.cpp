@@ -109,3 +109,61 @@ TEST_CASE("Flash-ABFT sees faults on the P V path, not in the scores", "[protect
     CHECK(bad->actual() == Approx(bad->predicted).epsilon(1e-12));  // and invisible
   }
 }
+
+TEST_CASE("int8 Flash-ABFT: channel sums as base-128 int8 digits, exact over the range",
+          "[protect][q8]") {
+  // Two digits hold 127 * 128 = 16,256 (top digit 127); head dims above 128 need a third.
+  CHECK(int8_checksum_digit_count(32) == 2);
+  CHECK(int8_checksum_digit_count(128) == 2);
+  CHECK(int8_checksum_digit_count(192) == 3);
+  CHECK(int8_checksum_digit_count(256) == 3);
+  for (int d : {32, 64, 96, 128, 192, 256}) {
+    const int count = int8_checksum_digit_count(d);
+    for (int c = -127 * d; c <= 127 * d; ++c) {
+      const std::vector<int8_t> digits = int8_checksum_digits(c, count);
+      REQUIRE(int8_checksum_value(digits) == c);
+      for (int i = 0; i + 1 < count; ++i) REQUIRE((digits[i] >= -64 && digits[i] <= 63));
+    }
+  }
+  CHECK_THROWS_AS(int8_checksum_digits(127 * 256, 2), std::invalid_argument);
+}
+
+TEST_CASE("int8 Flash-ABFT: the block check is exact modulo 2^32 and sees every flipped bit",
+          "[protect][q8]") {
+  const uint32_t bias = 0x4B400000u;  // the int8 kernel's accumulator start, 1.5 * 2^23
+  std::mt19937_64 rng(3);
+  for (int d : {64, 128, 256})
+    for (int keys : {64, 128}) {
+      INFO("head_dim " << d << ", block_n " << keys);
+      // The extremes (P = 127, |v| = 127: the largest sums, wrapping the biased accumulators)
+      // and random blocks.
+      for (int trial = 0; trial < 4; ++trial) {
+        std::vector<uint8_t> p(keys);
+        std::vector<int8_t> v(static_cast<size_t>(keys) * d);
+        std::uniform_int_distribution<int> pd(0, 127), vd(-127, 127);
+        for (auto& x : p) x = static_cast<uint8_t>(trial == 0 ? 127 : pd(rng));
+        for (auto& x : v) x = static_cast<int8_t>(trial == 0 ? 127 : trial == 1 ? -127 : vd(rng));
+        const Int8BlockSums sums = int8_block_sums(p, v, d, bias);
+        const Int8Check clean = int8_block_check(sums, bias);
+        REQUIRE(clean.ok());
+        // The lhs is sum_j p_j c_j, as a plain integer when it fits.
+        long long expect = 0;
+        for (int j = 0; j < keys; ++j)
+          for (int x = 0; x < d; ++x) expect += p[j] * v[static_cast<size_t>(j) * d + x];
+        CHECK(clean.lhs == static_cast<uint32_t>(expect));
+        // Any single bit of any accumulator, channel or digit, flipped: the check fails.
+        for (int bit = 0; bit < 32; ++bit) {
+          Int8BlockSums bad = sums;
+          bad.channels[bit % d] ^= 1u << bit;
+          CHECK_FALSE(int8_block_check(bad, bias).ok());
+          bad = sums;
+          bad.digits[bit % bad.digits.size()] ^= 1u << bit;
+          // A flip of digit i's bit b moves the rhs by 128^i 2^b, which is 0 modulo 2^32 when
+          // 7 i + b >= 32. Such a flip lands in a checksum accumulator only, never in O: it
+          // cannot corrupt the output, so missing it is harmless.
+          const int i = bit % static_cast<int>(bad.digits.size());
+          if (7 * i + bit < 32) CHECK_FALSE(int8_block_check(bad, bias).ok());
+        }
+      }
+    }
+}
