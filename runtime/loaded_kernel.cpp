@@ -11,7 +11,7 @@
 #include "ftattn/codegen.hpp"
 #include "runtime/decoupled_launch.hpp"
 #include "runtime/driver.hpp"
-#include "runtime/pasa_kernel.hpp"
+#include "runtime/pasa_shift.hpp"
 #include "runtime/protected_launch.hpp"
 #include "runtime/quantized_kernel.hpp"
 

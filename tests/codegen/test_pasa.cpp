@@ -12,7 +12,7 @@
 #include "ftattn/codegen.hpp"
 #include "ftattn/pasa.hpp"
 #include "runtime/nvrtc_compiler.hpp"
-#include "runtime/pasa_kernel.hpp"
+#include "runtime/pasa_shift.hpp"
 #include "tests/support/configs.hpp"
 
 using namespace ftattn;

@@ -1,4 +1,4 @@
-#include "runtime/pasa_kernel.hpp"
+#include "runtime/pasa_shift.hpp"
 
 #include <fmt/format.h>
 
