@@ -355,7 +355,7 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) new_max |= rescale[mt][0] != 1.f || rescale[mt][1] != 1.f;
     if (!T::lazy_rescale || __any_sync(0xffffffffu, new_max))
-      detail::rescale_output(o, oc, Protect::v_atoms, rescale);
+      detail::rescale_output<Protect>(o, oc, rescale);
 
     // GEMM II: O += P V, P straight from the FP16 S accumulators (C layout == A layout).
     const u32 sVs = smem.v_stage(stage);

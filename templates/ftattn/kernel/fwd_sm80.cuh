@@ -255,10 +255,10 @@ __device__ __forceinline__ void gemm_pv_checksums(float (&oc)[kMT][kAtoms][4],
   }
 }
 
-// O and its checksum columns rescaled alike, by row.
-template <int kMT, int kOT, int kAtoms>
+// O and its Protect::v_atoms checksum columns rescaled alike, by row.
+template <class Protect, int kMT, int kOT, int kAtoms>
 __device__ __forceinline__ void rescale_output(float (&o)[kMT][kOT][4], float (&oc)[kMT][kAtoms][4],
-                                               int v_atoms, const float (&rescale)[kMT][2]) {
+                                               const float (&rescale)[kMT][2]) {
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
@@ -266,10 +266,9 @@ __device__ __forceinline__ void rescale_output(float (&o)[kMT][kOT][4], float (&
 #pragma unroll
       for (int i = 0; i < 4; ++i) o[mt][nt][i] *= rescale[mt][i / 2];
 #pragma unroll
-    for (int g = 0; g < kAtoms; ++g)
-      if (g < v_atoms)
+    for (int g = 0; g < Protect::v_atoms; ++g)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) oc[mt][g][i] *= rescale[mt][i / 2];
+      for (int i = 0; i < 4; ++i) oc[mt][g][i] *= rescale[mt][i / 2];
   }
 }
 
@@ -736,7 +735,7 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) new_max |= rescale[mt][0] != 1.f || rescale[mt][1] != 1.f;
     if (!T::lazy_rescale || __any_sync(0xffffffffu, new_max))
-      detail::rescale_output(o, oc, Protect::v_atoms, rescale);
+      detail::rescale_output<Protect>(o, oc, rescale);
 
     // GEMM II: O += P V, P taken straight from the S accumulators (C layout == A layout).
     const u32 sVs = smem.v_stage(stage);
