@@ -85,6 +85,13 @@ extern "C" __global__ void __launch_bounds__(Traits::threads)
       fmt::arg("precision_type", precision.type), fmt::arg("protect_type", protect.type),
       fmt::arg("causal", is_causal(config.mask) ? "true" : "false"),
       fmt::arg("smem", config.shared_memory_bytes()), fmt::arg("symbol", symbol));
+  if (config.protection == Protection::flash_abft)
+    text += fmt::format(
+        "\n// int8 Flash-ABFT: the digit rows of V^T (protect/int8_abft.cuh), after pack_v.\n"
+        "extern \"C\" __global__ void __launch_bounds__(128)\n"
+        "{}(const ftattn::Int8DigitsParams params) {{\n"
+        "  ftattn::protect::int8_v_digits<{}>(params);\n}}\n",
+        int8_digits_symbol(symbol), config.head_dim);
   for (const char* input : {"F16", "BF16"})
     for (const char* kernel : {"quantize_rows", "v_channel_max", "pack_v"})
       text += fmt::format(
@@ -199,6 +206,11 @@ std::string nvrtc_arch(Arch arch) {
   return fmt::format("sm_{}{}", arch.sm, arch.arch_specific ? "a" : "");
 }
 
+std::string int8_digits_symbol(const std::string& kernel_symbol) {
+  // Not prefixed by the kernel's symbol: ptxas logs are read by symbol prefix.
+  return "int8_digits_" + kernel_symbol;
+}
+
 std::string checksum_symbol(const std::string& kernel_symbol) {
   // Not prefixed by the kernel's symbol: ptxas logs are read by symbol prefix.
   return "checksums_" + kernel_symbol;
@@ -222,7 +234,11 @@ KernelSource generate(const KernelConfig& config) {
     return out;
   }
   const PrecisionPolicy precision = precision_policy(config.precision);
-  const PrecisionPolicy protect = protection_policy(config.protection);
+  // The 8-bit skeleton's Flash-ABFT is its own policy: exact INT32 digit checksums.
+  const PrecisionPolicy protect =
+      is_8bit(config.precision) && config.protection == Protection::flash_abft
+          ? PrecisionPolicy{"ftattn/protect/int8_abft.cuh", "ftattn::protect::Int8Abft"}
+          : protection_policy(config.protection);
   KernelSource out;
   out.name = config.name();
   out.symbol = config.symbol();

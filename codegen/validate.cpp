@@ -103,9 +103,13 @@ void validate(const KernelConfig& c) {
   const bool checksums = c.protection == Protection::flash_abft ||
                          c.protection == Protection::efta_detect ||
                          c.protection == Protection::efta_correct;
-  if (checksums && is_8bit(c.precision)) {
+  // int8 has Flash-ABFT with exact INT32 digit checksums (protect/int8_abft.cuh); fp8's P V
+  // accumulates in FP32 and has no checksum path yet, nor does EFTA on 8-bit scores.
+  if (checksums && is_8bit(c.precision) &&
+      !(c.precision == Precision::int8 && c.protection == Protection::flash_abft)) {
     throw ConfigError(fmt::format(
-        "protection {} is not built for precision {} yet: use f16 or bf16, or protection none",
+        "protection {} is not built for precision {} yet: use flash_abft with int8, f16 or bf16 "
+        "with any scheme, or protection none",
         to_string(c.protection), to_string(c.precision)));
   }
 
@@ -143,10 +147,10 @@ void validate(const KernelConfig& c) {
           "mask {} is not built for precision {} yet: use none or causal, or precision f16/bf16",
           to_string(c.mask), to_string(c.precision)));
     }
-    if (c.protection != Protection::none || c.fault_injection) {
+    if (c.protection == Protection::decoupled || c.fault_injection) {
       throw ConfigError(fmt::format(
-          "precision {} has no protection or fault-injection hooks filled in yet: use protection "
-          "none without fault injection, or precision f16/bf16",
+          "precision {} has no decoupled baseline or fault-injection points: use protection none "
+          "or flash_abft (int8) without fault injection, or precision f16/bf16",
           to_string(c.precision)));
     }
   }

@@ -66,38 +66,10 @@ class LoadedKernel final : public Kernel {
     ensure_context();
     std::lock_guard lock(protect_mu_);
     enqueue(problem, params, stream, protect);
-    FaultReport report = protector_.collect(stream);
-    const bool uncorrected = report.detected > report.corrected;
-    if (!uncorrected || protect.on_fault == OnFault::report) return report;
-    if (protect.on_fault == OnFault::raise) throw FaultError(c.name() + ": " + report.summary());
-
-    // Recompute: every tile with an uncorrected detection; all tiles when the log overflowed
-    // and some detections went unrecorded. The relaunch carries no fault plan.
-    std::vector<int> tiles;
-    if (report.events.size() >= report.detected) {
-      for (const FaultEvent& e : report.events) {
-        if (e.corrected) continue;
-        const int tile[3] = {e.row / c.block_m, e.head, e.batch};
-        bool seen = false;
-        for (size_t i = 0; i < tiles.size() && !seen; i += 3)
-          seen = std::equal(tile, tile + 3, tiles.begin() + i);
-        if (!seen) tiles.insert(tiles.end(), tile, tile + 3);
-      }
-    } else {  // the log overflowed: some detections are unlocated, so every tile
-      const int m_blocks = (problem.seqlen_q + c.block_m - 1) / c.block_m;
-      for (int b = 0; b < problem.batch; ++b)
-        for (int h = 0; h < problem.heads_q; ++h)
-          for (int m = 0; m < m_blocks; ++m) tiles.insert(tiles.end(), {m, h, b});
-    }
-    protector_.set_tiles(params, tiles);
-    enqueue(problem, params, stream, ProtectOptions{});
-    FaultReport again = protector_.collect(stream);
-    report.recomputed_tiles = static_cast<int>(tiles.size() / 3);
-    // What the relaunch itself detected stays visible.
-    report.detected += again.detected;
-    report.corrected += again.corrected;
-    report.events.insert(report.events.end(), again.events.begin(), again.events.end());
-    return report;
+    // The relaunch carries no fault plan.
+    return protector_.settle(
+        protector_.collect(stream), protect.on_fault, c, problem, params, stream,
+        [&](AttentionParams& again) { enqueue(problem, again, stream, ProtectOptions{}); });
   }
 
  private:

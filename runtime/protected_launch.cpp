@@ -92,6 +92,9 @@ void ProtectedLauncher::prepare(CUfunction prologue, const KernelConfig& config,
     params.fault = FaultPlanParams{};
   }
 
+  // No prologue: the kernel's checksums come from elsewhere (int8's digit rows, built by the
+  // quantised kernel object), or there are none.
+  if (prologue == nullptr) return;
   const ChecksumAtoms atoms = checksum_atoms(config.protection);
   if (atoms.k == 0 && atoms.v == 0) return;
   const ChecksumWorkspace w = checksum_workspace(problem.batch, problem.heads_kv, problem.seqlen_k,
@@ -120,6 +123,43 @@ void ProtectedLauncher::set_tiles(AttentionParams& params, const std::vector<int
   tiles_.upload(tiles.data(), bytes);
   params.tile_list = static_cast<const int*>(tiles_.data());
   params.tile_count = static_cast<int>(tiles.size() / 3);
+}
+
+FaultReport ProtectedLauncher::settle(FaultReport report, OnFault on_fault,
+                                      const KernelConfig& config, const Problem& problem,
+                                      AttentionParams& params, CUstream stream,
+                                      const std::function<void(AttentionParams&)>& relaunch) {
+  const bool uncorrected = report.detected > report.corrected;
+  if (!uncorrected || on_fault == OnFault::report) return report;
+  if (on_fault == OnFault::raise) throw FaultError(config.name() + ": " + report.summary());
+
+  // Recompute: every tile with an uncorrected detection; all tiles when the log overflowed
+  // and some detections went unrecorded.
+  std::vector<int> tiles;
+  if (report.events.size() >= report.detected) {
+    for (const FaultEvent& e : report.events) {
+      if (e.corrected) continue;
+      const int tile[3] = {e.row / config.block_m, e.head, e.batch};
+      bool seen = false;
+      for (size_t i = 0; i < tiles.size() && !seen; i += 3)
+        seen = std::equal(tile, tile + 3, tiles.begin() + i);
+      if (!seen) tiles.insert(tiles.end(), tile, tile + 3);
+    }
+  } else {  // the log overflowed: some detections are unlocated, so every tile
+    const int m_blocks = (problem.seqlen_q + config.block_m - 1) / config.block_m;
+    for (int b = 0; b < problem.batch; ++b)
+      for (int h = 0; h < problem.heads_q; ++h)
+        for (int m = 0; m < m_blocks; ++m) tiles.insert(tiles.end(), {m, h, b});
+  }
+  set_tiles(params, tiles);
+  relaunch(params);
+  FaultReport again = collect(stream);
+  report.recomputed_tiles = static_cast<int>(tiles.size() / 3);
+  // What the relaunch itself detected stays visible.
+  report.detected += again.detected;
+  report.corrected += again.corrected;
+  report.events.insert(report.events.end(), again.events.begin(), again.events.end());
+  return report;
 }
 
 FaultReport ProtectedLauncher::collect(CUstream stream) const {

@@ -3,6 +3,7 @@
 // back into a FaultReport.
 #pragma once
 
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -40,6 +41,13 @@ class ProtectedLauncher {
   void set_tiles(AttentionParams& params, const std::vector<int>& tiles);
   // Waits for `stream`, then reads the log.
   FaultReport collect(CUstream stream) const;
+  // Acts on `report` as `on_fault` says: OnFault::raise throws FaultError; OnFault::recompute
+  // points `params` at the tiles with an uncorrected detection (every tile when the log
+  // overflowed) and calls `relaunch(params)`, which enqueues the kernel again without a fault
+  // plan; what that run reports is merged in.
+  FaultReport settle(FaultReport report, OnFault on_fault, const KernelConfig& config,
+                     const Problem& problem, AttentionParams& params, CUstream stream,
+                     const std::function<void(AttentionParams&)>& relaunch);
 
  private:
   DeviceBuffer workspace_, log_, tiles_;

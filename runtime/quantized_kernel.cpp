@@ -10,6 +10,7 @@
 #include "ftattn/quantize_params.cuh"
 #include "runtime/driver.hpp"
 #include "runtime/loaded_kernel.hpp"
+#include "runtime/protected_launch.hpp"
 
 namespace ftattn {
 namespace runtime {
@@ -47,6 +48,8 @@ class QuantizedKernel final : public Kernel {
   explicit QuantizedKernel(std::shared_ptr<const CompiledKernel> compiled)
       : compiled_(std::move(compiled)), module_(compiled_->cubin) {
     attention_ = module_.function(compiled_->symbol);
+    if (compiled_->config.protection == Protection::flash_abft)
+      digits_ = module_.function(codegen::int8_digits_symbol(compiled_->symbol));
   }
 
   const CompiledKernel& compiled() const override { return *compiled_; }
@@ -60,6 +63,26 @@ class QuantizedKernel final : public Kernel {
     const QuantizedInputs in =
         quantize(problem, q, k, v, Precision::f16, workspace_.data(), stream);
     launch_quantized(problem, in, o, Precision::f16, lse, stream);
+  }
+
+  // Protected (int8 flash_abft): quantise, build the digit rows, run, read the fault log and act
+  // on it; a recompute relaunches the attention on the same quantised operands.
+  FaultReport run(const Problem& problem, const void* q, const void* k, const void* v, void* o,
+                  float* lse, CUstream stream, const unsigned char* block_mask,
+                  const ProtectOptions& protect) const override {
+    const KernelConfig& c = compiled_->config;
+    if (c.protection == Protection::none || protect.inject)
+      return Kernel::run(problem, q, k, v, o, lse, stream, block_mask, protect);
+    const QuantizedLayout layout = QuantizedLayout::of(problem);
+    std::scoped_lock lock(workspace_mu_, protect_mu_);  // launch()'s order: workspace first
+    if (workspace_.bytes() < layout.bytes) workspace_ = DeviceBuffer(layout.bytes);
+    const QuantizedInputs in =
+        quantize(problem, q, k, v, Precision::f16, workspace_.data(), stream);
+    AttentionParams p = attention_params(problem, in, o, Precision::f16, lse);
+    enqueue(problem, p, stream, protect);
+    return protector_.settle(
+        protector_.collect(stream), protect.on_fault, c, problem, p, stream,
+        [&](AttentionParams& again) { enqueue(problem, again, stream, ProtectOptions{}); });
   }
 
   QuantizedInputs quantize(const Problem& problem, const void* q, const void* k, const void* v,
@@ -128,6 +151,14 @@ class QuantizedKernel final : public Kernel {
 
   void launch_quantized(const Problem& problem, const QuantizedInputs& in, void* o,
                         Precision output, float* lse, CUstream stream) const {
+    AttentionParams p = attention_params(problem, in, o, output, lse);
+    std::lock_guard lock(protect_mu_);
+    enqueue(problem, p, stream, ProtectOptions{});
+  }
+
+ private:
+  AttentionParams attention_params(const Problem& problem, const QuantizedInputs& in, void* o,
+                                   Precision output, float* lse) const {
     const KernelConfig& c = compiled_->config;
     require_16bit(output, "the output type");
     if (in.q == nullptr || in.k == nullptr || in.v == nullptr || in.q_scale == nullptr ||
@@ -150,20 +181,45 @@ class QuantizedKernel final : public Kernel {
     p.v_scale = in.v_scale;
     p.o_is_bf16 = output == Precision::bf16 ? 1 : 0;
     ensure_context();
-    const unsigned m_blocks = blocks(problem.seqlen_q, c.block_m);
+    return p;
+  }
+
+  // Protection set-up (the fault log; int8 Flash-ABFT's digit rows from the quantised V^T into
+  // a buffer this object owns), then the attention over the grid or the recompute tile list.
+  // Caller holds protect_mu_.
+  void enqueue(const Problem& problem, AttentionParams& p, CUstream stream,
+               const ProtectOptions& protect) const {
+    const KernelConfig& c = compiled_->config;
+    if (c.protection != Protection::none) {
+      protector_.prepare(nullptr, c, problem, p, stream, protect);
+      const QuantizedLayout layout = QuantizedLayout::of(problem);
+      const size_t bytes = size_t(problem.batch) * problem.heads_kv * 8 * layout.keys_padded;
+      if (digits_buffer_.bytes() < bytes) digits_buffer_ = DeviceBuffer(bytes);
+      Int8DigitsParams dp{p.v, digits_buffer_.data(), layout.keys_padded};
+      void* dargs[] = {&dp};
+      runtime::launch(digits_,
+                      Dim3{blocks(layout.keys_padded, 128), static_cast<unsigned>(problem.heads_kv),
+                           static_cast<unsigned>(problem.batch)},
+                      Dim3{128, 1, 1}, 0, stream, dargs);
+      p.checksums = digits_buffer_.data();
+    }
+    const Dim3 grid = p.tile_count > 0 ? Dim3{static_cast<unsigned>(p.tile_count), 1, 1}
+                                       : Dim3{blocks(problem.seqlen_q, c.block_m),
+                                              static_cast<unsigned>(problem.heads_q),
+                                              static_cast<unsigned>(problem.batch)};
     void* args[] = {&p};
-    runtime::launch(attention_,
-                    Dim3{m_blocks, static_cast<unsigned>(problem.heads_q),
-                         static_cast<unsigned>(problem.batch)},
-                    Dim3{static_cast<unsigned>(32 * c.num_warps), 1, 1},
+    runtime::launch(attention_, grid, Dim3{static_cast<unsigned>(32 * c.num_warps), 1, 1},
                     static_cast<unsigned>(c.shared_memory_bytes()), stream, args);
   }
 
- private:
   std::shared_ptr<const CompiledKernel> compiled_;
   Module module_;
   CUfunction attention_ = nullptr;
+  CUfunction digits_ = nullptr;  // int8 flash_abft: V^T's digit rows
   mutable std::mutex workspace_mu_;
+  mutable std::mutex protect_mu_;  // the fault log and digit rows of launch_quantized
+  mutable ProtectedLauncher protector_;
+  mutable DeviceBuffer digits_buffer_;
   mutable DeviceBuffer workspace_;  // Kernel::launch's quantised operands
 };
 

@@ -37,6 +37,8 @@ void use_llvm_route(const KernelConfig& config, KernelSource& source);
 // bf16. E.g. "pack_v_bf16_<symbol>".
 // The protection prologue that writes a call's checksums (protected configs only).
 std::string checksum_symbol(const std::string& kernel_symbol);
+// int8 with flash_abft: the kernel that writes V^T's digit rows (protect/int8_abft.cuh).
+std::string int8_digits_symbol(const std::string& kernel_symbol);
 
 std::string quantize_symbol(const std::string& kernel_symbol, std::string_view kernel,
                             Precision input);

@@ -15,4 +15,12 @@ struct QuantizeParams {
   int keys_padded;  // V: the padded key count of a V^T row
 };
 
+// int8 Flash-ABFT's digit rows (protect/int8_abft.cuh): from the quantised V^T (head_dim rows of
+// keys_padded bytes per head) to 8 rows of keys_padded bytes per head.
+struct Int8DigitsParams {
+  const void* vt;
+  void* out;
+  int keys_padded;
+};
+
 }  // namespace ftattn

@@ -31,6 +31,49 @@ TEST_CASE("8-bit precisions: validation says what to change", "[codegen][q8]") {
   REQUIRE_CONFIG_ERROR(validate(tile_config(128, 128, 64, 8, 1, kSm89, Precision::fp8_e4m3,
                                             Mask::none, Protection::efta_detect)),
                        "protection efta_detect");
+  // Protection: int8 has Flash-ABFT (exact digit checksums); nothing else on 8-bit yet.
+  CHECK_NOTHROW(validate(tile_config(128, 128, 64, 8, 1, kSm80, Precision::int8, Mask::causal,
+                                     Protection::flash_abft)));
+  REQUIRE_CONFIG_ERROR(validate(tile_config(128, 128, 64, 8, 1, kSm89, Precision::fp8_e4m3,
+                                            Mask::none, Protection::flash_abft)),
+                       "use flash_abft with int8");
+  REQUIRE_CONFIG_ERROR(validate(tile_config(128, 128, 64, 8, 1, kSm80, Precision::int8, Mask::none,
+                                            Protection::efta_correct)),
+                       "protection efta_correct is not built for precision int8");
+  REQUIRE_CONFIG_ERROR(validate(tile_config(128, 128, 64, 8, 1, kSm80, Precision::int8, Mask::none,
+                                            Protection::decoupled)),
+                       "no decoupled baseline");
+}
+
+TEST_CASE("int8 with flash_abft: digit rows in V^T, their kernel, one more IMMA tile per 32 keys",
+          "[codegen][nvrtc][q8][protect]") {
+  for (int d : {64, 128, 256}) {
+    KernelConfig plain = default_config(d, Precision::int8, Mask::none, kSm90a);
+    KernelConfig abft = plain;
+    abft.protection = Protection::flash_abft;
+    INFO(abft.name());
+    // 8 more V^T rows of block_n + 16 bytes per stage.
+    CHECK(abft.shared_memory_bytes() - plain.shared_memory_bytes() ==
+          abft.num_stages * 8 * (abft.block_n + 16));
+    const codegen::KernelSource src = codegen::generate(abft);
+    CHECK(src.text.find("ftattn::protect::Int8Abft") != std::string::npos);
+    CHECK(count(src.text, codegen::int8_digits_symbol(src.symbol) + "(") == 1);
+    const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
+    const runtime::NvrtcOutput base = runtime::compile_with_nvrtc(codegen::generate(plain));
+    CHECK(out.ptx.find(".entry " + codegen::int8_digits_symbol(src.symbol)) != std::string::npos);
+    // GEMM II: head_dim / 8 channel tiles per 32 keys, plus the digit tile; per row tile and per
+    // copy of the loop body.
+    const std::string imma = "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32";
+    const int tiles = abft.block_m / 16 / abft.num_warps;
+    const int per_copy_gemm2 = tiles * (d / 8) * (abft.block_n / 32);
+    const int per_copy_gemm1 = tiles * (abft.block_n / 8) * (d / 32);
+    const int copies = count(base.ptx, imma) / (per_copy_gemm1 + per_copy_gemm2);
+    CHECK(copies >= 1);
+    CHECK(count(base.ptx, imma) == copies * (per_copy_gemm1 + per_copy_gemm2));
+    CHECK(count(out.ptx, imma) - count(base.ptx, imma) == copies * tiles * (abft.block_n / 32));
+    const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
+    CHECK(r.registers > 0);
+  }
 }
 
 TEST_CASE("8-bit defaults: complete, valid, block_n a multiple of 32", "[codegen][q8]") {

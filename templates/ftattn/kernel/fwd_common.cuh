@@ -2,8 +2,27 @@
 #pragma once
 
 #include "ftattn/common/math.cuh"
+#include "ftattn/params.cuh"
 
 namespace ftattn::detail {
+
+// This CTA's (query block, head, batch): from the grid (causal grids run longest-first: the last
+// query blocks see the most keys), or, for a recompute launch, from its list of tiles. Only
+// protected kernels are relaunched; the others keep the grid's indices (registers they can
+// rematerialise).
+template <class T>
+__device__ __forceinline__ void tile_coords(const AttentionParams& p, int& m_block, int& head,
+                                            int& batch) {
+  m_block = T::causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  head = blockIdx.y;
+  batch = blockIdx.z;
+  if (T::Protect::enabled && p.tile_count > 0) {
+    const int* tile = p.tile_list + 3 * blockIdx.x;
+    m_block = tile[0];
+    head = tile[1];
+    batch = tile[2];
+  }
+}
 
 // O = 0, running max = -inf, row sums = 0.
 template <int kMT, int kOT>

@@ -19,12 +19,14 @@
 #include "ftattn/arch/sm80/ldmatrix.cuh"
 #include "ftattn/arch/sm80/shared.cuh"
 #include "ftattn/arch/sm80/tile_load.cuh"
+#include "ftattn/common/faults.cuh"
 #include "ftattn/common/math.cuh"
 #include "ftattn/common/types.cuh"
 #include "ftattn/kernel/fwd_common.cuh"
 #include "ftattn/params.cuh"
 #include "ftattn/precision/bf16.cuh"
 #include "ftattn/precision/f16.cuh"
+#include "ftattn/protect/int8_abft.cuh"
 
 namespace ftattn {
 
@@ -51,7 +53,9 @@ struct Q8Traits {
   static constexpr int vt_stride = BlockN + 16;   // a V^T row: one channel, block_n keys
   static constexpr int q_bytes = BlockM * qk_stride;
   static constexpr int k_stage_bytes = BlockN * qk_stride + BlockN * 4;  // rows, then key scales
-  static constexpr int v_stage_bytes = HeadDim * vt_stride;
+  // V^T rows: head_dim channels, then the protection's checksum rows (int8 Flash-ABFT's digits).
+  static constexpr int v_rows = HeadDim + ProtectT::digit_rows;
+  static constexpr int v_stage_bytes = v_rows * vt_stride;
   static constexpr int o_stride = HeadDim * 2 + 16;  // the epilogue stages 16-bit O rows
   static constexpr int loop_bytes = q_bytes + NumStages * (k_stage_bytes + v_stage_bytes);
   static constexpr int smem_bytes = loop_bytes > BlockM* o_stride ? loop_bytes : BlockM* o_stride;
@@ -88,9 +92,8 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
   const u32 sK = sQ + T::q_bytes;
   const u32 sV = sK + kStages * T::k_stage_bytes;
 
-  const int m_block = T::causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // longest first
-  const int head = blockIdx.y;
-  const int batch = blockIdx.z;
+  int m_block, head, batch;
+  detail::tile_coords<T>(p, m_block, head, batch);
   const int head_kv = head / p.group_size;
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
@@ -123,10 +126,18 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
         dst + T::block_n * T::qk_stride, k_scale + key0, 0, 1, (keys_padded - key0) * 4);
     sm80::cp_async_commit();
   };
+  // Checksum rows of this KV head's V^T (int8 Flash-ABFT: 8 rows of keys_padded digit bytes).
+  const char* digits = static_cast<const char*>(p.checksums) +
+                       static_cast<i64>(batch * p.heads_kv + head_kv) * 8 * keys_padded;
   auto load_v = [&](int stage, int n_block) {
     const int key0 = n_block * T::block_n;
+    const u32 dst = sV + stage * T::v_stage_bytes;
     sm80::load_rows<T::threads, T::head_dim, T::block_n, T::vt_stride>(
-        sV + stage * T::v_stage_bytes, vt + key0, p.v_seq_stride, T::head_dim, keys_padded - key0);
+        dst, vt + key0, p.v_seq_stride, T::head_dim, keys_padded - key0);
+    if constexpr (Protect::digit_rows > 0)
+      sm80::load_rows<T::threads, Protect::digit_rows, T::block_n, T::vt_stride>(
+          dst + T::head_dim * T::vt_stride, digits + key0, keys_padded, Protect::digit_rows,
+          keys_padded - key0);
     sm80::cp_async_commit();
   };
 
@@ -173,6 +184,11 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
   float row_sum[kMT][2];  // this thread's share, in units of 2^p_log2_range
   detail::clear_accumulators(o, row_max, row_sum);
   typename Protect::State protect_state;
+  // int8 Flash-ABFT: per thread, the FP32 checksum of its O elements of each row half, carried
+  // through the same rescales as O.
+  float oc[kMT][2];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) oc[mt][0] = oc[mt][1] = 0.f;
 
   // ldmatrix lane addressing in bytes: A (Q) and B (K rows, V^T rows) of m16n8k32.
   const int a_row = lane % 16, a_col = (lane / 16) * 16;
@@ -303,6 +319,26 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
     // GEMM II: O += P V, 16 channels at a time. int8 sums a block in INT32 (exact), then adds it
     // to O (with the rescale, kFusedRescale); fp8 accumulates into the rescaled O directly.
     const u32 sVs = sV + stage * T::v_stage_bytes;
+    // int8 Flash-ABFT: P times the digit rows (one n8 tile), and the thread's sum over its
+    // channels of the block's P V, both exact INT32 (modulo 2^32).
+    [[maybe_unused]] Acc dacc[kMT][4];
+    [[maybe_unused]] u32 isum[kMT][2];
+    if constexpr (Protect::digit_rows > 0) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) dacc[mt][i] = P::acc_zero;
+        isum[mt][0] = isum[mt][1] = 0u;
+      }
+#pragma unroll
+      for (int kc = 0; kc < kST / 4; ++kc) {
+        u32 b[2];
+        sm80::ldmatrix_x2(
+            b, sVs + (T::head_dim + lane % 8) * T::vt_stride + kc * 32 + ((lane / 8) % 2) * 16);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) P::mma(dacc[mt], pa[mt][kc], b[0], b[1]);
+      }
+    }
 #pragma unroll
     for (int dp = 0; dp < kOT / 2; ++dp) {
       Acc acc[kMT][2][4];
@@ -335,8 +371,39 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
             float& out = o[mt][2 * dp + i / 4][i % 4];
             const float pv = P::to_float(acc[mt][i / 4][i % 4]);
             out = kFusedRescale ? fmaf(out, rescale[mt][(i % 4) / 2], pv) : out + pv;
+            if constexpr (Protect::digit_rows > 0)
+              isum[mt][(i % 4) / 2] += static_cast<u32>(acc[mt][i / 4][i % 4] - P::acc_zero);
           }
       }
+    }
+    if constexpr (Protect::digit_rows > 0) {
+      // The block identity, per row: the quad's channel sums against the digits (thread t holds
+      // digit columns 2t and 2t + 1, weights 128^column), exact modulo 2^32.
+      const int quad_t = lane % 4;
+      constexpr int kDigits = protect::int8_digit_count<T::head_dim>;
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          u32 digit_part = 0u;
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int column = 2 * quad_t + c;
+            const u32 weight = column < kDigits ? (1u << (7 * column)) : 0u;
+            digit_part += weight * static_cast<u32>(dacc[mt][2 * r + c] - P::acc_zero);
+          }
+          u32 diff = isum[mt][r] - digit_part;
+          diff += __shfl_xor_sync(0xffffffffu, diff, 1);
+          diff += __shfl_xor_sync(0xffffffffu, diff, 2);
+          const int row = row0 + warp_row + mt * 16 + lane / 4 + r * 8;
+          if (diff != 0u && quad_t == 0 && row < p.seqlen_q)
+            record_fault(p.fault_log, batch, head, row, -1, fault_stage_output, false,
+                         static_cast<float>(static_cast<int>(diff)), 0.f);
+          // The FP32 checksum follows O: the same rescale, plus this thread's verified sum.
+          const float block = static_cast<float>(static_cast<int>(isum[mt][r]));
+          oc[mt][r] = kFusedRescale ? fmaf(oc[mt][r], rescale[mt][r], block)
+                                    : oc[mt][r] * rescale[mt][r] + block;
+        }
     }
     Protect::after_pv(protect_state, o, n_block);
   };
@@ -352,6 +419,26 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
   __syncthreads();
 
   Protect::finish(protect_state, o, row_sum);
+  if constexpr (Protect::digit_rows > 0) {
+    // The FP32 path (dequantised adds and rescales) against its checksum, per thread: both sum
+    // the same verified integers, rounding apart by a few ulps of sum |o| per key block.
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float sum = 0.f, mag = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < kOT; ++nt) {
+          sum += o[mt][nt][2 * r] + o[mt][nt][2 * r + 1];
+          mag += fabsf(o[mt][nt][2 * r]) + fabsf(o[mt][nt][2 * r + 1]);
+        }
+        const float tol = p.tol_output * mag * (n_blocks + 16) + p.tol_floor;
+        const float e = fabsf(sum - oc[mt][r]);
+        const int row = row0 + warp_row + mt * 16 + lane / 4 + r * 8;
+        if (!(e <= tol) && row < p.seqlen_q)
+          record_fault(p.fault_log, batch, head, row, -1, fault_stage_output, false, e, tol);
+      }
+  }
 
   // Epilogue: O * s_V[channel] / l as f16 or bf16, staged in shared memory, written in 16-byte
   // rows. LSE = max + log2(l) - p_log2_range, in natural-log units.

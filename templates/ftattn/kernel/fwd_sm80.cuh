@@ -205,24 +205,6 @@ __device__ __forceinline__ void walk_key_blocks(int seqlen_k, int row0, int diag
   }
 }
 
-// This CTA's (query block, head, batch): from the grid (causal grids run longest-first: the last
-// query blocks see the most keys), or, for a recompute launch, from its list of tiles. Only
-// protected kernels are relaunched; the others keep the grid's indices (registers they can
-// rematerialise).
-template <class T>
-__device__ __forceinline__ void tile_coords(const AttentionParams& p, int& m_block, int& head,
-                                            int& batch) {
-  m_block = T::causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  head = blockIdx.y;
-  batch = blockIdx.z;
-  if (T::Protect::enabled && p.tile_count > 0) {
-    const int* tile = p.tile_list + 3 * blockIdx.x;
-    m_block = tile[0];
-    head = tile[1];
-    batch = tile[2];
-  }
-}
-
 // The GEMM II checksum columns of a V tile (Protect::v_atoms 16-byte chunks per key, from the
 // workspace at `src`), stored beside the tile's head_dim columns.
 template <class T>
