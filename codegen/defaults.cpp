@@ -37,9 +37,11 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   // and one K/V buffer in FlashAttention-2's schedule. Head dims up to 64 take 128-key blocks,
   // 96-128 take 64 (their accumulators leave no room for more), 192-256 need 8 warps for a
   // 128x128 tile. Short causal problems prefer smaller tiles: more CTAs to balance the
-  // triangle.
+  // triangle (up to 1024 keys at wide heads, 512 at narrow ones: at 1024 the H100 ran d64's
+  // 128x128 tile 5% faster, the H200 tied).
   const bool wide = c.head_dim > 128, narrow = c.head_dim <= 64;
-  const bool short_causal = problem != nullptr && is_causal(c.mask) && problem->seqlen_k <= 1024;
+  const bool short_causal =
+      problem != nullptr && is_causal(c.mask) && problem->seqlen_k <= (narrow ? 512 : 1024);
   if (short_causal && (narrow || wide)) {
     if (open_m) c.block_m = 64;
     if (open_n) c.block_n = 64;
@@ -50,6 +52,16 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
     if (open_n) c.block_n = narrow || wide ? 128 : 64;
     if (open_w) c.num_warps = wide ? 8 : 4;
     if (open_s) c.num_stages = 1;
+    // Since a two-stage step issues the next block's copies after GEMM I, the H100's `ftattn
+    // tune` (bench/results/nvidia-h100/tune_f16.csv, tune_bf16.csv) takes two stages for
+    // unprotected 16-bit kernels at head dims 96-128, except non-causal problems of 512 keys or
+    // fewer (a tie there), and at head dim 64 without a mask past 512 keys (+1-2%).
+    const bool sixteen_bit = c.precision == Precision::f16 || c.precision == Precision::bf16;
+    const bool past_512 = problem == nullptr || problem->seqlen_k > 512;
+    const bool two_stages =
+        sixteen_bit && c.protection == Protection::none && !wide &&
+        (narrow ? !is_causal(c.mask) && past_512 : is_causal(c.mask) || past_512);
+    if (open_s && two_stages) c.num_stages = 2;
   }
 
   // 8-bit kernels. int8: the fastest spill-free tiles of a sweep on an H100 (d32-d256, seqlen

@@ -139,11 +139,26 @@ TEST_CASE("validate: precisions and protections not built yet", "[validate]") {
 
 TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
   KernelConfig c = with_defaults(partial(128), kSm90a);
-  CHECK(c == make(128, 128, 64, 4, 1, kSm90a));
-  CHECK(c.name() == "ftattn_fwd_sm90a_f16_d128_m128n64_w4s1_none_none");
+  CHECK(c == make(128, 128, 64, 4, 2, kSm90a));
+  CHECK(c.name() == "ftattn_fwd_sm90a_f16_d128_m128n64_w4s2_none_none");
 
   c = with_defaults(partial(64), kSm80);
-  CHECK(c == make(64, 128, 128, 4, 1, kSm80));
+  CHECK(c == make(64, 128, 128, 4, 2, kSm80));
+
+  // One stage where two did not pay on the H100: 512 keys without a mask, head dim 64 with
+  // causal, and protected kernels (their checks add registers).
+  const Problem keys_512 = Problem::bhsd(1, 1, 1, 512, 512, 128);
+  CHECK(with_defaults(partial(128), kSm90a, &keys_512).num_stages == 1);
+  CHECK(with_defaults(partial(64), kSm90a, &keys_512).num_stages == 1);
+  KernelConfig masked = partial(128);
+  masked.mask = Mask::causal;
+  CHECK(with_defaults(masked, kSm90a, &keys_512).num_stages == 2);
+  masked.head_dim = 64;
+  const Problem keys_4k = Problem::bhsd(1, 1, 1, 4096, 4096, 64);
+  CHECK(with_defaults(masked, kSm90a, &keys_4k).num_stages == 1);
+  KernelConfig protected_128 = partial(128);
+  protected_128.protection = Protection::flash_abft;
+  CHECK(with_defaults(protected_128, kSm90a).num_stages == 1);
 
   c = with_defaults(partial(192), kSm90a);
   CHECK(c == make(192, 128, 128, 8, 1, kSm90a));
@@ -159,7 +174,10 @@ TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
   const Problem long_seq = Problem::bhsd(1, 1, 1, 8192, 8192, 256);
   CHECK(with_defaults(causal, kSm90a, &long_seq).block_m == 128);
   causal.head_dim = 64;
-  CHECK(with_defaults(causal, kSm90a, &short_seq).num_stages == 2);
+  const Problem shorter_seq = Problem::bhsd(1, 1, 1, 512, 512, 64);
+  CHECK(with_defaults(causal, kSm90a, &shorter_seq).num_stages == 2);
+  CHECK(with_defaults(causal, kSm90a, &shorter_seq).block_m == 64);
+  CHECK(with_defaults(causal, kSm90a, &short_seq).block_m == 128);
   causal.head_dim = 128;
   CHECK(with_defaults(causal, kSm90a, &short_seq).block_n == 64);
 

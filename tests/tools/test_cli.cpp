@@ -86,7 +86,7 @@ bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
 
-const std::string kName = "ftattn_fwd_sm90a_f16_d128_m128n64_w4s1_none_none";
+const std::string kName = "ftattn_fwd_sm90a_f16_d128_m128n64_w4s2_none_none";
 
 }  // namespace
 
@@ -190,7 +190,7 @@ TEST_CASE("cli: inspect shows name, resources, source and PTX", "[cli]") {
   const CliResult bf16 =
       run_cli(dir, with_cache(dir, {"inspect", "--config", kName, "--precision", "bf16"}));
   CHECK(bf16.exit_code == 0);
-  CHECK(contains(bf16.out, "ftattn_fwd_sm90a_bf16_d128_m128n64_w4s1_none_none"));
+  CHECK(contains(bf16.out, "ftattn_fwd_sm90a_bf16_d128_m128n64_w4s2_none_none"));
 }
 
 TEST_CASE("cli: compile fills the cache; cache ls, clear and path", "[cli]") {
