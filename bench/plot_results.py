@@ -27,27 +27,29 @@ def save(fig, folder, name):
     print("wrote", os.path.join(folder, name))
 
 
-def protect_overhead(folder):
-    data = rows(folder, "protect_overhead.csv")
+def protect_overhead(folder, name="protect_overhead", schemes=("flash_abft", "efta_detect",
+                                                                 "efta_correct")):
+    """Each scheme's time over the unprotected kernel of the same run, per shape."""
+    data = rows(folder, name + ".csv")
     if not data:
         return
-    ms = {(r["seqlen"], r["causal"], r["protection"]): float(r["ms"]) for r in data}
-    shapes = sorted({(int(s), c) for s, c, _ in ms}, key=lambda x: (x[1], x[0]))
-    schemes = ["flash_abft", "efta_detect", "efta_correct"]
-    fig, ax = plt.subplots(figsize=(9, 4))
+    ms = {(r["head_dim"], r["seqlen"], r["causal"], r["protection"]): float(r["ms"]) for r in data}
+    shapes = sorted({k[:3] for k in ms}, key=lambda x: (int(x[0]), x[2], int(x[1])))
+    fig, ax = plt.subplots(figsize=(max(9, len(shapes)), 4))
     width = 0.8 / len(schemes)
     for i, scheme in enumerate(schemes):
-        ys = [100 * (ms[(str(s), c, scheme)] / ms[(str(s), c, "none")] - 1)
-              if (str(s), c, scheme) in ms else 0 for s, c in shapes]
+        ys = [100 * (ms[k + (scheme,)] / ms[k + ("none",)] - 1) if k + (scheme,) in ms else 0
+              for k in shapes]
         ax.bar([x + i * width for x in range(len(shapes))], ys, width, label=scheme)
     for goal in (3, 8, 12):
         ax.axhline(goal, ls=":", lw=1, color="gray")
-    ax.set_xticks([x + width for x in range(len(shapes))])
-    ax.set_xticklabels([f"{s}\n{'causal' if c == '1' else 'none'}" for s, c in shapes])
+    ax.set_xticks([x + width * (len(schemes) - 1) / 2 for x in range(len(shapes))])
+    ax.set_xticklabels([f"d{d} {s}\n{'causal' if c == '1' else 'none'}" for d, s, c in shapes])
     ax.set_ylabel("time over unprotected (%)")
-    ax.set_title("Protection overhead, head dim 128 (dotted: the goals 3/8/12%)")
+    precision = data[0]["dtype"]
+    ax.set_title(f"Protection overhead, {precision} (dotted: the goals 3/8/12%)")
     ax.legend()
-    save(fig, folder, "protect_overhead.png")
+    save(fig, folder, name + ".png")
 
 
 def speed_vs_f16(folder, name, goals=()):
@@ -121,6 +123,7 @@ def llvm_campaign(folder):
 def main():
     folder = sys.argv[1] if len(sys.argv) > 1 else "bench/results"
     protect_overhead(folder)
+    protect_overhead(folder, "int8_abft", schemes=("flash_abft",))
     speed_vs_f16(folder, "pasa_speed")
     speed_vs_f16(folder, "precision_speed", goals=(1.5, 1.6))
     tile_sweep(folder, "q8_tiles")
