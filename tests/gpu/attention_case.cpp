@@ -1,5 +1,7 @@
 #include "tests/gpu/attention_case.hpp"
 
+#include <catch2/catch.hpp>
+
 #include "runtime/driver.hpp"
 
 namespace ftattn::gpu_test {
@@ -58,6 +60,34 @@ CaseResult run_case(Runtime& rt, const KernelConfig& config, const Problem& prob
   r.report = reference::check(problem, p, full.mask, q, k, v, o, with_lse ? &lse : nullptr, rows,
                               seed + 17, block_mask ? block_mask->data() : nullptr);
   return r;
+}
+
+void check_clean_protected(Runtime& rt, const KernelConfig& config, const Problem& problem,
+                           uint64_t seed) {
+  FaultReport fault;
+  const ProtectOptions report;
+  const CaseResult r =
+      run_case(rt, config, problem, true, 256, seed, false, nullptr, &report, &fault);
+  INFO(r.config_name << ": " << r.report.summary() << "; " << fault.summary());
+  CHECK(r.report.passed);
+  CHECK(fault.clean());
+}
+
+FaultReport check_live_output(Runtime& rt, const KernelConfig& config, const Problem& problem,
+                              uint64_t seed) {
+  ProtectOptions tight;
+  tight.thresholds.output = 1e-30f;
+  tight.on_fault = OnFault::recompute;
+  FaultReport tripped;
+  const CaseResult t =
+      run_case(rt, config, problem, false, 0, seed, false, nullptr, &tight, &tripped);
+  INFO(t.config_name << " tight: " << t.report.summary() << "; " << tripped.summary());
+  CHECK(tripped.detected > 0);
+  REQUIRE_FALSE(tripped.events.empty());
+  CHECK(tripped.events.at(0).stage == FaultStage::output);
+  CHECK(tripped.recomputed_tiles >= 1);
+  CHECK(t.report.passed);
+  return tripped;
 }
 
 }  // namespace ftattn::gpu_test

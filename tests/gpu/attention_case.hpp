@@ -21,4 +21,15 @@ CaseResult run_case(Runtime& rt, const KernelConfig& config, const Problem& prob
                     const std::vector<uint8_t>* block_mask = nullptr,
                     const ProtectOptions* protect = nullptr, FaultReport* fault = nullptr);
 
+// A protected config on `problem` (with LSE, 256 rows checked): the reference check passes and
+// the fault report is clean.
+void check_clean_protected(Runtime& rt, const KernelConfig& config, const Problem& problem,
+                           uint64_t seed);
+
+// Its output check is live: at a threshold far below FP32 rounding every row trips it (only the
+// absolute floor remains), and recompute relaunches those tiles to the right answer. Returns the
+// report for the caller's own checks.
+FaultReport check_live_output(Runtime& rt, const KernelConfig& config, const Problem& problem,
+                              uint64_t seed);
+
 }  // namespace ftattn::gpu_test

@@ -157,13 +157,7 @@ TEST_CASE("f16_pasa with flash_abft: right answers, no false alarm, a live check
       c.protection = Protection::flash_abft;
       // Normal inputs, odd lengths, GQA, LSE: the reference check and a clean fault report.
       const Problem pr = Problem::bhsd(2, 4, 2, 203, 517, d);
-      FaultReport fault;
-      const ProtectOptions report;
-      const auto r =
-          gpu_test::run_case(rt, c, pr, true, 256, 7000 + d, false, nullptr, &report, &fault);
-      INFO(r.config_name << ": " << r.report.summary() << "; " << fault.summary());
-      CHECK(r.report.passed);
-      CHECK(fault.clean());
+      gpu_test::check_clean_protected(rt, c, pr, 7000 + d);
 
       // PASA's overflow cases: the checksum through shifted FP16 scores raises no alarm either.
       const Problem big = Problem::bhsd(1, 4, 4, 1280, 1280, d);
@@ -177,20 +171,8 @@ TEST_CASE("f16_pasa with flash_abft: right answers, no false alarm, a live check
         CHECK(o.fault.clean());
       }
 
-      // The check is live: at a threshold far below FP32 rounding every row trips it (only the
-      // 1e-6 floor remains), and recompute relaunches those tiles - shifting the caller's keys
-      // again - to the same right answer.
-      ProtectOptions tight;
-      tight.thresholds.output = 1e-30f;
-      tight.on_fault = OnFault::recompute;
-      FaultReport tripped;
-      const auto t =
-          gpu_test::run_case(rt, c, pr, false, 0, 7000 + d, false, nullptr, &tight, &tripped);
-      INFO("tight: " << t.report.summary() << "; " << tripped.summary());
-      CHECK(tripped.detected > 0);
+      // The check is live, and recompute shifts the caller's keys again to the right answer.
+      const FaultReport tripped = gpu_test::check_live_output(rt, c, pr, 7000 + d);
       CHECK(tripped.corrected == 0);
-      CHECK(tripped.events.at(0).stage == FaultStage::output);
-      CHECK(tripped.recomputed_tiles >= 1);
-      CHECK(t.report.passed);
     }
 }

@@ -151,27 +151,9 @@ TEST_CASE("int8 with flash_abft: right answers, no false alarm, a live check, re
       // Odd lengths (a short tail block, padded V^T keys), GQA, LSE: the reference check and a
       // clean report. The block identity is exact, so a clean run must report nothing.
       const Problem pr = Problem::bhsd(2, 4, 2, 203, 517, d);
-      FaultReport fault;
-      const ProtectOptions report;
-      const auto r =
-          gpu_test::run_case(rt, c, pr, true, 256, 3100 + d, false, nullptr, &report, &fault);
-      INFO(r.config_name << ": " << r.report.summary() << "; " << fault.summary());
-      CHECK(r.report.passed);
-      CHECK(fault.clean());
-
-      // The FP32 check is live: far below rounding every row trips it (only the 1e-6 floor
-      // remains); recompute relaunches those tiles on the same quantised operands.
-      ProtectOptions tight;
-      tight.thresholds.output = 1e-30f;
-      tight.on_fault = OnFault::recompute;
-      FaultReport tripped;
-      const auto t =
-          gpu_test::run_case(rt, c, pr, false, 0, 3100 + d, false, nullptr, &tight, &tripped);
-      INFO("tight: " << t.report.summary() << "; " << tripped.summary());
-      CHECK(tripped.detected > 0);
-      CHECK(tripped.events.at(0).stage == FaultStage::output);
+      gpu_test::check_clean_protected(rt, c, pr, 3100 + d);
+      // The FP32 check is live; recompute relaunches on the same quantised operands.
+      const FaultReport tripped = gpu_test::check_live_output(rt, c, pr, 3100 + d);
       CHECK(tripped.events.at(0).threshold > 0.f);  // the FP32 check, not the exact one
-      CHECK(tripped.recomputed_tiles >= 1);
-      CHECK(t.report.passed);
     }
 }
