@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""bench/ab.py against fake ftattn builds (no GPU): alternating rounds, one cache per build, the
+combined CSV, speed ratios against the first build, and a failed reference check in the exit
+code."""
+import csv
+import io
+import os
+import stat
+import sys
+import tempfile
+from contextlib import redirect_stdout
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import ab  # noqa: E402
+
+FAKE = """#!/usr/bin/env bash
+# A fake `ftattn bench --csv -`: logs its call, prints two kernels at {ms} ms.
+echo "{name} $FTATTN_CACHE_DIR $*" >> "{log}"
+echo "head_dim,seqlen,batch,heads,causal,dtype,config,ms,min_ms,tflops,rel_l2_error,passed,protection,overhead_vs_none"
+echo "128,512,32,32,0,f16,k_none,{ms},{ms},300,1e-4,{passed},none,0"
+echo "128,512,32,32,1,f16,k_causal,{ms2},{ms2},200,1e-4,1,none,0"
+"""
+
+
+def fake(folder, name, ms, ms2, passed, log):
+    path = os.path.join(folder, name)
+    with open(path, "w") as f:
+        f.write(FAKE.format(name=name, ms=ms, ms2=ms2, passed=passed, log=log))
+    os.chmod(path, os.stat(path).st_mode | stat.S_IEXEC)
+    return path
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def main():
+    with tempfile.TemporaryDirectory() as d:
+        log = os.path.join(d, "calls.log")
+        a = fake(d, "a", 2.0, 1.0, 1, log)
+        b = fake(d, "b", 1.0, 2.0, 1, log)
+        out = os.path.join(d, "ab.csv")
+        text = io.StringIO()
+        with redirect_stdout(text):
+            rc = ab.main(["--bin", f"base={a}", "--bin", f"new={b}", "--rounds", "3", "--out",
+                          out, "--", "--shapes", "128,32,512,32"])
+        check(rc == 0, f"exit code {rc}")
+        calls = [line.split() for line in open(log)]
+        # Three rounds of two builds, alternating who goes first; the bench args pass through.
+        check([c[0] for c in calls] == ["a", "b", "b", "a", "a", "b"], calls)
+        check(all(c[2:] == ["bench", "--csv", "-", "--shapes", "128,32,512,32"] for c in calls),
+              calls)
+        caches = {c[0]: c[1] for c in calls}
+        check(caches["a"] != caches["b"], "the builds share a kernel cache")
+        rows = list(csv.DictReader(open(out)))
+        check(len(rows) == 12, len(rows))
+        check({r["build"] for r in rows} == {"base", "new"}, rows[0])
+        check({r["round"] for r in rows} == {"1", "2", "3"}, rows[0])
+        # new is twice as fast on k_none and half as fast on k_causal.
+        lines = text.getvalue().splitlines()
+        none_line = next(line for line in lines if line.startswith("k_none"))
+        causal_line = next(line for line in lines if line.startswith("k_causal"))
+        check(none_line.split()[-1] == "2.000x", none_line)
+        check(causal_line.split()[-1] == "0.500x", causal_line)
+
+        # A failed reference check in any build makes the exit code 1.
+        open(log, "w").close()
+        bad = fake(d, "bad", 1.0, 1.0, 0, log)
+        with redirect_stdout(io.StringIO()):
+            rc = ab.main(["--bin", f"base={a}", "--bin", f"bad={bad}", "--rounds", "1", "--out",
+                          out])
+        check(rc == 1, f"a failed check gave exit code {rc}")
+
+        # Bad arguments are refused with a reason.
+        for argv, reason in ((["--bin", f"base={a}", "--out", out], "at least two"),
+                             (["--bin", f"x={a}", "--bin", f"x={b}", "--out", out], "twice"),
+                             (["--bin", a, "--bin", f"y={b}", "--out", out], "NAME=PATH")):
+            try:
+                ab.main(argv)
+                raise AssertionError(f"{argv} was accepted")
+            except SystemExit as e:
+                check(reason in str(e), f"{argv}: {e}")
+    print("ab.py: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
