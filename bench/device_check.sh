@@ -2,11 +2,14 @@
 # What the GPU owes for a change to the unprotected kernels, in stages that each fit the device
 # machine's 10-minute command limit:
 #   tests      the GPU tests of the skeleton and the tuner (attention, block-sparse, tune)
+#   suites     every GPU suite but [llvm] (which needs llvm_route.sh's prefill), each with its own
+#              log (gpu_tests_<suite>.log) and a summary line: skeleton, [q8], [pasa], [protect],
+#              [campaign], [decoupled]; about 8-9 minutes on an H100 with an empty kernel cache
 #   matrix     `ftattn run` against the reference over f16/bf16 x head dim 64/128 x both masks,
 #              plus a block-sparse case
 #   sanitizer  compute-sanitizer memcheck and racecheck on small runs
 #   grid       the standard grid against torch SDPA (flash and cuDNN), two alternating rounds
-#   all        every stage (longer than one command allows)
+#   all        tests, matrix, sanitizer and grid (longer than one command allows)
 # The protection, precision and LLVM-route checks have scripts of their own
 # (protect_check.sh, precision_check.sh, llvm_route.sh).
 #   bash bench/device_check.sh <folder with ftattn and ftattn_gpu_tests> <results folder> [stage]
@@ -22,6 +25,18 @@ if want tests; then
   ./ftattn_gpu_tests "[gpu]~[q8]~[decoupled]~[llvm]~[campaign]~[protect]~[precision]" \
     --durations yes 2>&1 | tail -40 > "$out/gpu_tests.log"
   echo "gpu tests rc=$?" | tee -a "$out/gpu_tests.log"
+fi
+if [[ $stage == suites ]]; then
+  for suite in "skeleton:[gpu]~[q8]~[decoupled]~[llvm]~[campaign]~[protect]~[precision]" \
+               "q8:[q8]" "pasa:[pasa]" "protect:[protect]~[q8]" "campaign:[campaign]" \
+               "decoupled:[decoupled]"; do
+    name=${suite%%:*}
+    start=$(date +%s)
+    ./ftattn_gpu_tests "${suite#*:}" --durations yes > "$out/gpu_tests_$name.log" 2>&1
+    rc=$?
+    echo "$name rc=$rc $(grep -E 'test cases' "$out/gpu_tests_$name.log" | tail -1)" \
+      "($(( $(date +%s) - start )) s)"
+  done | tee "$out/gpu_suites.log"
 fi
 if want matrix; then
   {
