@@ -202,14 +202,8 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
   const long long cs_head = static_cast<long long>(batch) * p.heads_kv + head_kv;
   const unsigned char* cs_base = static_cast<const unsigned char*>(p.checksums);
   auto load_v = [&](int stage, int n_block) {
-    const int key0 = n_block * T::block_n;
-    const u32 dst = smem.v_stage(stage);
-    detail::load_tile<T, T::block_n>(dst, v + key0 * p.v_seq_stride, p.v_seq_stride,
-                                     p.seqlen_k - key0);
-    if constexpr (Protect::v_atoms > 0)
-      detail::load_v_checksums<T>(dst, cs_base + cs_head * cs.v_per_head +
-                                           static_cast<long long>(key0) * 16 * Protect::v_atoms);
-    sm80::cp_async_commit();
+    detail::load_v_tile<T>(smem.v_stage(stage), v, p, n_block * T::block_n, cs_base, cs_head,
+                           cs.v_per_head);
   };
   auto skip_kv = [] {
     sm80::cp_async_commit();

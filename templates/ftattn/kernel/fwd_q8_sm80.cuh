@@ -161,6 +161,8 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
   }
 
   const int warp_row = warp * kMT * 16;
+  // The global query row of this thread's row half r of tile mt.
+  auto global_row = [&](int mt, int r) { return row0 + warp_row + mt * 16 + lane / 4 + r * 8; };
   // Per-row dequantisation: s_Q * softmax scale * log2(e), so that S lands in base-2 logits. It
   // is applied after the row max (a positive factor commutes with max) inside the exp's FMA.
   // Scales are max |x| / range, so never negative; zero rows (and rows past the end) get a tiny
@@ -170,7 +172,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int row = row0 + warp_row + mt * 16 + lane / 4 + r * 8;
+      const int row = global_row(mt, r);
       const float qs =
           row < p.seqlen_q
               ? p.q_scale[static_cast<i64>(batch * p.heads_q + head) * p.seqlen_q + row] *
@@ -395,7 +397,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
           u32 diff = isum[mt][r] - digit_part;
           diff += __shfl_xor_sync(0xffffffffu, diff, 1);
           diff += __shfl_xor_sync(0xffffffffu, diff, 2);
-          const int row = row0 + warp_row + mt * 16 + lane / 4 + r * 8;
+          const int row = global_row(mt, r);
           if (diff != 0u && quad_t == 0 && row < p.seqlen_q)
             record_fault(p.fault_log, batch, head, row, -1, fault_stage_output, false,
                          static_cast<float>(static_cast<int>(diff)), 0.f);
@@ -434,7 +436,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
         }
         const float tol = p.tol_output * mag * (n_blocks + 16) + p.tol_floor;
         const float e = fabsf(sum - oc[mt][r]);
-        const int row = row0 + warp_row + mt * 16 + lane / 4 + r * 8;
+        const int row = global_row(mt, r);
         if (!(e <= tol) && row < p.seqlen_q)
           record_fault(p.fault_log, batch, head, row, -1, fault_stage_output, false, e, tol);
       }

@@ -205,15 +205,25 @@ __device__ __forceinline__ void walk_key_blocks(int seqlen_k, int row0, int diag
   }
 }
 
-// The GEMM II checksum columns of a V tile (Protect::v_atoms 16-byte chunks per key, from the
-// workspace at `src`), stored beside the tile's head_dim columns.
+// One V tile, keys key0 .. key0 + block_n of `v`, as one cp.async group; under Flash-ABFT or
+// EFTA its GEMM II checksum columns (Protect::v_atoms 16-byte chunks per key, from KV head
+// cs_head's part of the checksum workspace) ride in the tile's padding beside the head_dim
+// columns. Shared by the f16/bf16 and PASA skeletons.
 template <class T>
-__device__ __forceinline__ void load_v_checksums(u32 dst, const unsigned char* src) {
+__device__ __forceinline__ void load_v_tile(u32 dst, const u16* v, const AttentionParams& p,
+                                            int key0, const unsigned char* cs_base,
+                                            long long cs_head, long long v_per_head) {
+  load_tile<T, T::block_n>(dst, v + key0 * p.v_seq_stride, p.v_seq_stride, p.seqlen_k - key0);
   constexpr int atoms = T::Protect::v_atoms;
-  constexpr int chunks = T::block_n * atoms;
-  for (int c = threadIdx.x; c < chunks; c += T::threads)
-    sm80::cp_async_16(dst + ((c / atoms) * T::row_stride + T::head_dim + (c % atoms) * 8) * 2,
-                      src + c * 16, true);
+  if constexpr (atoms > 0) {
+    const unsigned char* src =
+        cs_base + cs_head * v_per_head + static_cast<long long>(key0) * 16 * atoms;
+    constexpr int chunks = T::block_n * atoms;
+    for (int c = threadIdx.x; c < chunks; c += T::threads)
+      sm80::cp_async_16(dst + ((c / atoms) * T::row_stride + T::head_dim + (c % atoms) * 8) * 2,
+                        src + c * 16, true);
+  }
+  sm80::cp_async_commit();
 }
 
 // GEMM II's checksum tiles for one 16-key step: P (this warp's A fragments) times the checksum
@@ -419,14 +429,8 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
     sm80::cp_async_commit();
   };
   auto load_v = [&](int stage, int n_block) {
-    const int key0 = n_block * T::block_n;
-    const u32 dst = smem.v_stage(stage);
-    detail::load_tile<T, T::block_n>(dst, v + key0 * p.v_seq_stride, p.v_seq_stride,
-                                     p.seqlen_k - key0);
-    if constexpr (Protect::v_atoms > 0)
-      detail::load_v_checksums<T>(dst, cs_base + cs_head * cs.v_per_head +
-                                           static_cast<long long>(key0) * 16 * Protect::v_atoms);
-    sm80::cp_async_commit();
+    detail::load_v_tile<T>(smem.v_stage(stage), v, p, n_block * T::block_n, cs_base, cs_head,
+                           cs.v_per_head);
   };
   auto load_kv = [&](int stage, int n_block) {
     load_k(stage, n_block);
