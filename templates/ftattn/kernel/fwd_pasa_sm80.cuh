@@ -232,9 +232,7 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
       for (int i = 0; i < 4; ++i) oc[mt][g][i] = 0.f;
 
   const int warp_row = warp * kMT * 16;
-  const int a_row = lane % 16, a_col = (lane / 16) * 8;
-  const int k_row = (lane / 16) * 8 + lane % 8, k_col = ((lane / 8) % 2) * 8;
-  const int v_row = ((lane / 8) % 2) * 8 + lane % 8, v_col = (lane / 16) * 8;
+  const detail::LaneAddressing<T> at(warp_row, lane);
   const int shift_col = ((lane / 8) % 2) * 8;  // the shift row as 8 equal keys
 
   auto step = [&](const int it, const int n_block, auto masked) {
@@ -267,7 +265,7 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
     }
     const u32 sKs = smem.k_stage(stage);
     detail::gemm_qk<T>(
-        s, sQ, sKs, warp_row, a_row, a_col, k_row, k_col,
+        s, sQ + at.q_offset, sKs + at.k_offset, at.warp_row, at.a_row, at.a_col, at.k_row, at.k_col,
         [](u32(&acc)[2], const u32(&a)[4], u32 b0, u32 b1) { P::mma_f16(acc, a, b0, b1); },
         [&](const u32(&a)[kMT][4], int ks) {  // the shift row: q . r_j in FP32
           u32 br[2];
@@ -352,7 +350,7 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
       detail::rescale_output<Protect>(o, oc, rescale);
 
     // GEMM II: O += P V, P straight from the FP16 S accumulators (C layout == A layout).
-    const u32 sVs = smem.v_stage(stage);
+    const u32 sVs = smem.v_stage(stage) + at.v_offset;
 #pragma unroll
     for (int kp = 0; kp < kST / 2; ++kp) {
       u32 a[kMT][4];
@@ -366,7 +364,8 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
 #pragma unroll
       for (int dp = 0; dp < kOT / 2; ++dp) {
         u32 b[4];
-        sm80::ldmatrix_x4_trans(b, sVs + ((kp * 16 + v_row) * T::row_stride + dp * 16 + v_col) * 2);
+        sm80::ldmatrix_x4_trans(
+            b, sVs + ((kp * 16 + at.v_row) * T::row_stride + dp * 16 + at.v_col) * 2);
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
           P::mma(o[mt][2 * dp], a[mt], b[0], b[1]);
@@ -374,7 +373,7 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
         }
       }
       detail::gemm_pv_checksums<T>(
-          oc, a, sVs + ((kp * 16 + v_row) * T::row_stride + T::head_dim + v_col) * 2,
+          oc, a, sVs + ((kp * 16 + at.v_row) * T::row_stride + T::head_dim + at.v_col) * 2,
           [](float(&acc)[4], const u32(&x)[4], u32 b0, u32 b1) { P::mma(acc, x, b0, b1); });
     }
   };

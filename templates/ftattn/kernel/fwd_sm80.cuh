@@ -47,8 +47,11 @@ struct FwdTraits {
       (BlockM + NumStages * (k_rows + BlockN)) * row_stride * PrecisionT::element_bytes;
   static constexpr int chunks_per_row = HeadDim / 8;  // 16-byte chunks
   // Skip O's rescale when no row of a warp has a new max. Measured on an H200: it helps at head
-  // dims 96-128; at 64 and 256 the branch costs registers (spills) and ~5-9% of speed.
-  static constexpr bool lazy_rescale = HeadDim == 96 || HeadDim == 128;
+  // dims 96-128; at 64 and 256 the branch costs registers (spills) and ~5-9% of speed. Not in
+  // unprotected one-stage kernels (H100, d128): the branch keeps the exponentials apart from
+  // GEMM II's MMAs, and without it ptxas interleaves them: +1-2% (non-causal), PASA +3-10%.
+  static constexpr bool lazy_rescale =
+      (HeadDim == 96 || HeadDim == 128) && (NumStages > 1 || ProtectT::enabled);
 
   static_assert(HeadDim % 16 == 0, "head_dim must be a multiple of 16");
   static_assert(BlockN % 16 == 0, "block_n must be a multiple of 16");
@@ -150,6 +153,35 @@ __device__ __forceinline__ int prefetch_key_blocks(int n_blocks, NextActive&& ne
   }
   return ahead;
 }
+
+// Where this lane's ldmatrix rows of the mma.m16n8k16 fragments sit in the shared tiles: Q (A
+// operand) at q_offset + ((warp_row + a_row) * row_stride + a_col) * 2 bytes of the Q tile, K (B,
+// not transposed) at k_offset + (k_row * row_stride + k_col) * 2 of a K stage, V (B, transposed)
+// at v_offset + (v_row * row_stride + v_col) * 2 of a V stage. Unprotected kernels carry it all
+// in the three byte offsets (the indices are 0), so the loops add only constants; protected
+// kernels keep the indices (offsets 0). Measured on an H100: with the offsets, unprotected
+// kernels ran 1-5% faster (d64, d128), while ptxas allocated the protected kernels' main loop
+// differently and causal Flash-ABFT ran 5% slower.
+template <class T, bool Offsets = !T::Protect::enabled>
+struct LaneAddressing {
+  int warp_row, a_row, a_col, k_row, k_col, v_row, v_col;
+  u32 q_offset = 0, k_offset = 0, v_offset = 0;
+  __device__ __forceinline__ LaneAddressing(int warp_row_, int lane)
+      : warp_row(warp_row_),
+        a_row(lane % 16),
+        a_col((lane / 16) * 8),
+        k_row((lane / 16) * 8 + lane % 8),
+        k_col(((lane / 8) % 2) * 8),
+        v_row(((lane / 8) % 2) * 8 + lane % 8),
+        v_col((lane / 16) * 8) {
+    if constexpr (Offsets) {
+      q_offset = ((warp_row + a_row) * T::row_stride + a_col) * 2;
+      k_offset = (k_row * T::row_stride + k_col) * 2;
+      v_offset = (v_row * T::row_stride + v_col) * 2;
+      warp_row = a_row = a_col = k_row = k_col = v_row = v_col = 0;
+    }
+  }
+};
 
 // GEMM I in 16-wide steps over head_dim: this warp's Q fragments, loaded from the Q tile, times
 // the block's K tile into `s` through `mma(acc, a, b0, b1)`; `extra(a, ks)` then multiplies the
@@ -307,6 +339,34 @@ __device__ __forceinline__ void check_output(const AttentionParams& p, float (&o
     }
 }
 
+// Writes a warp's Rows output rows, staged in the Q tile from `staged` on, to global rows
+// first_row.. of `out` (`row_stride` elements apart), in 16-byte chunks, when lanes cover whole
+// rows (head dims 32, 64, 128, 256): each lane walks one column down a running pointer, its
+// shared addresses differ by constants, and a tile inside the sequence (valid_rows >= Rows)
+// checks no row.
+template <class T, int Rows>
+__device__ __forceinline__ void store_rows(u16* out, i64 row_stride, int first_row, u32 staged,
+                                           int valid_rows, int lane) {
+  constexpr int cpr = T::chunks_per_row;
+  constexpr int rows_per_pass = 32 / cpr;
+  static_assert(32 % cpr == 0 && Rows % rows_per_pass == 0, "lanes must cover whole rows");
+  const int r = lane / cpr, col = (lane % cpr) * 8;
+  u16* dst = out + (first_row + r) * row_stride + col;
+  const i64 step = rows_per_pass * row_stride;
+  const u32 src = staged + (r * T::row_stride + col) * 2;
+  constexpr u32 src_step = rows_per_pass * T::row_stride * 2;
+  if (valid_rows >= Rows) {
+#pragma unroll
+    for (int i = 0; i < Rows / rows_per_pass; ++i, dst += step)
+      *reinterpret_cast<uint4_*>(dst) = sm80::ld_shared_u128(src + i * src_step);
+  } else {
+#pragma unroll
+    for (int i = 0; i < Rows / rows_per_pass; ++i, dst += step)
+      if (r + i * rows_per_pass < valid_rows)
+        *reinterpret_cast<uint4_*>(dst) = sm80::ld_shared_u128(src + i * src_step);
+  }
+}
+
 // Epilogue: O / l, converted, staged in this warp's own rows of the Q tile (no other warp reads
 // them), then written out in coalesced 16-byte rows. LSE = (row_max * max_scale + log2 l) * ln 2,
 // with max_scale taking row_max to base-2 logits. Rows that see no key get O = 0 and LSE = -inf.
@@ -338,15 +398,25 @@ __device__ __forceinline__ void store_output(const AttentionParams& p,
     }
   __syncwarp();
   u16* out = static_cast<u16*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
-  constexpr int warp_chunks = kMT * 16 * T::chunks_per_row;
+  // Lanes covering whole rows: ncu put 8% of an H100's stall samples in the loop below at d128,
+  // seqlen 512 (a 64-bit row product and a bounds check per chunk). Protected kernels keep it
+  // and their lane indices, so their SASS is unchanged: with this epilogue alone ptxas spilled
+  // 96 bytes instead of 16 in Flash-ABFT's main loop, with the lane offsets as well causal
+  // Flash-ABFT ran 5% slower.
+  if constexpr (!T::Protect::enabled && 32 % T::chunks_per_row == 0) {
+    store_rows<T, kMT * 16>(out, p.o_seq_stride, row0 + warp_row, sQ + warp_row * T::row_stride * 2,
+                            p.seqlen_q - row0 - warp_row, lane);
+  } else {
+    constexpr int warp_chunks = kMT * 16 * T::chunks_per_row;
 #pragma unroll
-  for (int c = lane; c < warp_chunks; c += 32) {
-    const int tile_row = warp_row + c / T::chunks_per_row;
-    const int col = (c % T::chunks_per_row) * 8;
-    const int row = row0 + tile_row;
-    if (row < p.seqlen_q) {
-      const uint4_ v = sm80::ld_shared_u128(sQ + (tile_row * T::row_stride + col) * 2);
-      *reinterpret_cast<uint4_*>(out + row * p.o_seq_stride + col) = v;
+    for (int c = lane; c < warp_chunks; c += 32) {
+      const int tile_row = warp_row + c / T::chunks_per_row;
+      const int col = (c % T::chunks_per_row) * 8;
+      const int row = row0 + tile_row;
+      if (row < p.seqlen_q) {
+        const uint4_ v = sm80::ld_shared_u128(sQ + (tile_row * T::row_stride + col) * 2);
+        *reinterpret_cast<uint4_*>(out + row * p.o_seq_stride + col) = v;
+      }
     }
   }
 }
@@ -491,10 +561,7 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
   };
 
   const int warp_row = warp * kMT * 16;  // first row of this warp within the CTA
-  // ldmatrix lane addressing (see the fragment layouts of mma.m16n8k16).
-  const int a_row = lane % 16, a_col = (lane / 16) * 8;                        // Q (A operand)
-  const int k_row = (lane / 16) * 8 + lane % 8, k_col = ((lane / 8) % 2) * 8;  // K (B, no trans)
-  const int v_row = ((lane / 8) % 2) * 8 + lane % 8, v_col = (lane / 16) * 8;  // V (B, trans)
+  const detail::LaneAddressing<T> at(warp_row, lane);
 
   // One key block, the it-th one computed. Masked == false is the hot path: no index
   // arithmetic, fewer registers.
@@ -540,12 +607,13 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
 
     const u32 sKs = smem.k_stage(stage);
     detail::gemm_qk<T>(
-        s, sQ, sKs, warp_row, a_row, a_col, k_row, k_col,
+        s, sQ + at.q_offset, sKs + at.k_offset, at.warp_row, at.a_row, at.a_col, at.k_row, at.k_col,
         [](float(&acc)[4], const u32(&a)[4], u32 b0, u32 b1) { P::mma(acc, a, b0, b1); },
         [&](const u32(&a)[kMT][4], int ks) {
           // The checksum rows below the K tile: one more 8-wide MMA tile per checksum.
           if constexpr (Protect::k_atoms > 0) {
-            const u32 addr = sKs + ((T::block_n + k_row) * T::row_stride + ks * 16 + k_col) * 2;
+            const u32 addr = sKs + at.k_offset +
+                             ((T::block_n + at.k_row) * T::row_stride + ks * 16 + at.k_col) * 2;
             if constexpr (Protect::k_atoms == 1) {
               u32 b[2];
               sm80::ldmatrix_x2(b, addr);
@@ -727,7 +795,7 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
       detail::rescale_output<Protect>(o, oc, rescale);
 
     // GEMM II: O += P V, P taken straight from the S accumulators (C layout == A layout).
-    const u32 sVs = smem.v_stage(stage);
+    const u32 sVs = smem.v_stage(stage) + at.v_offset;
 #pragma unroll
     for (int kp = 0; kp < kST / 2; ++kp) {
       u32 a[kMT][4];
@@ -741,7 +809,8 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
 #pragma unroll
       for (int dp = 0; dp < kOT / 2; ++dp) {
         u32 b[4];
-        sm80::ldmatrix_x4_trans(b, sVs + ((kp * 16 + v_row) * T::row_stride + dp * 16 + v_col) * 2);
+        sm80::ldmatrix_x4_trans(
+            b, sVs + ((kp * 16 + at.v_row) * T::row_stride + dp * 16 + at.v_col) * 2);
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
           P::mma(o[mt][2 * dp], a[mt], b[0], b[1]);
@@ -750,7 +819,7 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
       }
       // The checksum columns beside the V tile.
       detail::gemm_pv_checksums<T>(
-          oc, a, sVs + ((kp * 16 + v_row) * T::row_stride + T::head_dim + v_col) * 2,
+          oc, a, sVs + ((kp * 16 + at.v_row) * T::row_stride + T::head_dim + at.v_col) * 2,
           [](float(&acc)[4], const u32(&x)[4], u32 b0, u32 b1) { P::mma(acc, x, b0, b1); });
     }
     if constexpr (T::inject) {
