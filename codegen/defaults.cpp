@@ -50,17 +50,19 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   } else {
     if (open_m) c.block_m = 128;
     if (open_n) c.block_n = narrow || wide ? 128 : 64;
+    // Head dim 64, causal, up to 1024 keys: 64-key blocks (the H100's tune at both precisions,
+    // the H200's at f16: 1-2%).
+    if (open_n && narrow && is_causal(c.mask) && problem != nullptr && problem->seqlen_k <= 1024)
+      c.block_n = 64;
     if (open_w) c.num_warps = wide ? 8 : 4;
     if (open_s) c.num_stages = 1;
-    // Since a two-stage step issues the next block's copies after GEMM I, the H100's `ftattn
-    // tune` (bench/results/nvidia-h100/tune_f16.csv, tune_bf16.csv) takes two stages for
-    // unprotected 16-bit kernels at head dims 96-128, except non-causal problems of 512 keys or
-    // fewer (a tie there), and at head dim 64 without a mask past 512 keys (+1-2%).
+    // The H100's `ftattn tune` (bench/results/nvidia-h100/tune_f16.csv, tune_bf16.csv), since
+    // two-stage steps issue the next block's copies after GEMM I and unprotected kernels write
+    // O with running pointers, takes two stages for unprotected 16-bit kernels at head dims up to
+    // 128 at every shape of the standard grid, both masks (one stage won by 0.5% or less at 2 of
+    // 48).
     const bool sixteen_bit = c.precision == Precision::f16 || c.precision == Precision::bf16;
-    const bool past_512 = problem == nullptr || problem->seqlen_k > 512;
-    const bool two_stages =
-        sixteen_bit && c.protection == Protection::none && !wide &&
-        (narrow ? !is_causal(c.mask) && past_512 : is_causal(c.mask) || past_512);
+    const bool two_stages = sixteen_bit && c.protection == Protection::none && !wide;
     if (open_s && two_stages) c.num_stages = 2;
   }
 
@@ -93,11 +95,12 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
     if (open_n && c.head_dim > 128) c.block_n = 32;
   }
 
-  // f16_pasa: ptxas -v (sm_80 and sm_90a, masks none and causal) reports no spills with these,
-  // except 8 bytes at head dim 128 without a mask on sm_90a; the f16 tiles at head dims 32 and
-  // 96-192 spill a few bytes. Head dim 128 takes 64-key blocks all the same: on an H100 they ran
-  // 9% faster than the spill-free 32-key ones (bench/results/nvidia-h100/pasa_tiles.csv); head
-  // dims 96 and 192 keep 32.
+  // f16_pasa: ptxas -v (sm_80 and sm_90a, masks none and causal) reports no spills with these
+  // except at head dim 128, where the one-stage kernel (no lazy rescale, fwd_sm80.cuh) spills
+  // 48-100 bytes and still ran 2-6% faster than the spill-free lazy one; the f16 tiles at head
+  // dims 32 and 96-192 spill a few bytes. Head dim 128 takes 64-key blocks: on an H100 they ran
+  // 9% faster than 32-key ones (bench/results/nvidia-h100/pasa_tiles.csv); head dims 96 and 192
+  // keep 32.
   if (c.precision == Precision::f16_pasa && open_m && open_n && open_w && open_s) {
     const int d = c.head_dim;
     c.block_m = 128;

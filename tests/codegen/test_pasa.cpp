@@ -206,7 +206,7 @@ TEST_CASE("f16_pasa workspace: shifted keys, then one shift vector per key block
   CHECK(l.bytes % 256 == 0);
 }
 
-TEST_CASE("f16_pasa compiles at every head dim, without spills at the defaults",
+TEST_CASE("f16_pasa compiles at every head dim, spilling only where documented",
           "[pasa][codegen][nvrtc]") {
   for (Arch arch : {Arch{80, false}, Arch{90, true}})
     for (int d : {32, 64, 96, 128, 192, 256})
@@ -226,10 +226,12 @@ TEST_CASE("f16_pasa compiles at every head dim, without spills at the defaults",
               tiles * ((d / 8) * (c.block_n / 16) + d / 16));
         const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
         CHECK(r.registers > 0);
-        // Documented (codegen/defaults.cpp): 8 bytes at head dim 128 without a mask on sm_90a,
-        // where the 64-key blocks measured faster than spill-free 32-key ones.
-        const bool known = d == 128 && m == Mask::none && arch.sm == 90;
-        CHECK(r.spill_stores <= (known ? 16 : 0));
-        CHECK(r.spill_loads <= (known ? 16 : 0));
+        // Documented (fwd_sm80.cuh, lazy_rescale): at head dim 128 the one-stage PASA kernel
+        // rescales O on every block, and ptxas interleaves the exponentials with GEMM II at the
+        // cost of 48-100 bytes of spills; it measured 2-6% faster (H100) than the spill-free
+        // version with the rescale behind a branch.
+        const int known = d == 128 ? 128 : 0;
+        CHECK(r.spill_stores <= known);
+        CHECK(r.spill_loads <= known);
       }
 }

@@ -145,17 +145,26 @@ TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
   c = with_defaults(partial(64), kSm80);
   CHECK(c == make(64, 128, 128, 4, 2, kSm80));
 
-  // One stage where two did not pay on the H100: 512 keys without a mask, head dim 64 with
-  // causal, and protected kernels (their checks add registers).
+  // Two stages at every shape for unprotected kernels up to head dim 128 (the H100's tune since
+  // the lean epilogue), one for protected kernels (their checks add registers); head dim 64
+  // causal up to 1024 keys takes 64-key blocks, and 64 x 64 tiles up to 512.
   const Problem keys_512 = Problem::bhsd(1, 1, 1, 512, 512, 128);
-  CHECK(with_defaults(partial(128), kSm90a, &keys_512).num_stages == 1);
-  CHECK(with_defaults(partial(64), kSm90a, &keys_512).num_stages == 1);
+  CHECK(with_defaults(partial(128), kSm90a, &keys_512).num_stages == 2);
+  CHECK(with_defaults(partial(64), kSm90a, &keys_512).num_stages == 2);
   KernelConfig masked = partial(128);
   masked.mask = Mask::causal;
   CHECK(with_defaults(masked, kSm90a, &keys_512).num_stages == 2);
   masked.head_dim = 64;
   const Problem keys_4k = Problem::bhsd(1, 1, 1, 4096, 4096, 64);
-  CHECK(with_defaults(masked, kSm90a, &keys_4k).num_stages == 1);
+  CHECK(with_defaults(masked, kSm90a, &keys_4k).num_stages == 2);
+  CHECK(with_defaults(masked, kSm90a, &keys_4k).block_n == 128);
+  const Problem keys_1k = Problem::bhsd(1, 1, 1, 1024, 1024, 64);
+  CHECK(with_defaults(masked, kSm90a, &keys_1k) == [&] {
+    auto e = make(64, 128, 64, 4, 2, kSm90a);
+    e.mask = Mask::causal;
+    return e;
+  }());
+  CHECK(with_defaults(masked, kSm90a, &keys_512).block_m == 64);
   KernelConfig protected_128 = partial(128);
   protected_128.protection = Protection::flash_abft;
   CHECK(with_defaults(protected_128, kSm90a).num_stages == 1);
