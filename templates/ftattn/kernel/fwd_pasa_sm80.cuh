@@ -361,19 +361,8 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
         a[mt][2] = s[mt][2 * kp + 1][0];
         a[mt][3] = s[mt][2 * kp + 1][1];
       }
-#pragma unroll
-      for (int dp = 0; dp < kOT / 2; ++dp) {
-        u32 b[4];
-        sm80::ldmatrix_x4_trans(
-            b, sVs + ((kp * 16 + at.v_row) * T::row_stride + dp * 16 + at.v_col) * 2);
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          P::mma(o[mt][2 * dp], a[mt], b[0], b[1]);
-          P::mma(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
-        }
-      }
-      detail::gemm_pv_checksums<T>(
-          oc, a, sVs + ((kp * 16 + at.v_row) * T::row_stride + T::head_dim + at.v_col) * 2,
+      detail::gemm_pv_step<T>(
+          o, oc, a, sVs, at, kp,
           [](float(&acc)[4], const u32(&x)[4], u32 b0, u32 b1) { P::mma(acc, x, b0, b1); });
     }
   };

@@ -126,9 +126,10 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
         dst + T::block_n * T::qk_stride, k_scale + key0, 0, 1, (keys_padded - key0) * 4);
     sm80::cp_async_commit();
   };
-  // Checksum rows of this KV head's V^T (int8 Flash-ABFT: 8 rows of keys_padded digit bytes).
-  const char* digits = static_cast<const char*>(p.checksums) +
-                       static_cast<i64>(batch * p.heads_kv + head_kv) * 8 * keys_padded;
+  // Checksum rows of this KV head's V^T (int8 Flash-ABFT: digit_rows rows of keys_padded bytes).
+  const char* digits =
+      static_cast<const char*>(p.checksums) +
+      static_cast<i64>(batch * p.heads_kv + head_kv) * Protect::digit_rows * keys_padded;
   auto load_v = [&](int stage, int n_block) {
     const int key0 = n_block * T::block_n;
     const u32 dst = sV + stage * T::v_stage_bytes;

@@ -258,19 +258,34 @@ __device__ __forceinline__ void load_v_tile(u32 dst, const u16* v, const Attenti
   sm80::cp_async_commit();
 }
 
-// GEMM II's checksum tiles for one 16-key step: P (this warp's A fragments) times the checksum
-// columns at `addr` (this lane's ldmatrix row of them), into oc.
-template <class T, int kMT, int kAtoms, class Mma>
-__device__ __forceinline__ void gemm_pv_checksums(float (&oc)[kMT][kAtoms][4],
-                                                  const u32 (&a)[kMT][4], u32 addr, Mma&& mma) {
+// GEMM II for one 16-key step kp: P (this warp's A fragments) times the V tile at sVs (this
+// lane's rows per `at`, whose v_offset sVs already holds) into O, then times the
+// Protect::v_atoms checksum columns beside the tile into oc. Shared by the f16/bf16 and PASA
+// skeletons.
+template <class T, int kMT, int kOT, int kAtoms, class At, class Mma>
+__device__ __forceinline__ void gemm_pv_step(float (&o)[kMT][kOT][4], float (&oc)[kMT][kAtoms][4],
+                                             const u32 (&a)[kMT][4], u32 sVs, const At& at, int kp,
+                                             Mma&& mma) {
+#pragma unroll
+  for (int dp = 0; dp < kOT / 2; ++dp) {
+    u32 b[4];
+    sm80::ldmatrix_x4_trans(b,
+                            sVs + ((kp * 16 + at.v_row) * T::row_stride + dp * 16 + at.v_col) * 2);
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+      mma(o[mt][2 * dp], a[mt], b[0], b[1]);
+      mma(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+    }
+  }
+  const u32 cs = sVs + ((kp * 16 + at.v_row) * T::row_stride + T::head_dim + at.v_col) * 2;
   if constexpr (T::Protect::v_atoms == 1) {
     u32 b[2];
-    sm80::ldmatrix_x2_trans(b, addr);
+    sm80::ldmatrix_x2_trans(b, cs);
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) mma(oc[mt][0], a[mt], b[0], b[1]);
   } else if constexpr (T::Protect::v_atoms == 2) {
     u32 b[4];
-    sm80::ldmatrix_x4_trans(b, addr);
+    sm80::ldmatrix_x4_trans(b, cs);
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
       mma(oc[mt][0], a[mt], b[0], b[1]);
@@ -806,20 +821,8 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
         a[mt][2] = P::pack(s[mt][2 * kp + 1][0], s[mt][2 * kp + 1][1]);
         a[mt][3] = P::pack(s[mt][2 * kp + 1][2], s[mt][2 * kp + 1][3]);
       }
-#pragma unroll
-      for (int dp = 0; dp < kOT / 2; ++dp) {
-        u32 b[4];
-        sm80::ldmatrix_x4_trans(
-            b, sVs + ((kp * 16 + at.v_row) * T::row_stride + dp * 16 + at.v_col) * 2);
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          P::mma(o[mt][2 * dp], a[mt], b[0], b[1]);
-          P::mma(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
-        }
-      }
-      // The checksum columns beside the V tile.
-      detail::gemm_pv_checksums<T>(
-          oc, a, sVs + ((kp * 16 + at.v_row) * T::row_stride + T::head_dim + at.v_col) * 2,
+      detail::gemm_pv_step<T>(
+          o, oc, a, sVs, at, kp,
           [](float(&acc)[4], const u32(&x)[4], u32 b0, u32 b1) { P::mma(acc, x, b0, b1); });
     }
     if constexpr (T::inject) {
