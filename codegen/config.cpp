@@ -519,9 +519,10 @@ int KernelConfig::shared_memory_bytes() const {
   const int k_atoms = protection == Protection::efta_correct  ? 2
                       : protection == Protection::efta_detect ? 1
                                                               : 0;
+  // efta_detect's ones column shares Flash-ABFT's one atom (protect/checksum.cuh).
   const int v_atoms =
-      protection == Protection::efta_correct || protection == Protection::efta_detect ? 2
-      : protection == Protection::flash_abft                                          ? 1
+      protection == Protection::efta_correct                                          ? 2
+      : protection == Protection::efta_detect || protection == Protection::flash_abft ? 1
                                                                                       : 0;
   // f16_pasa K tiles carry one more row, the block's shift vector (PasaTraits in
   // kernel/fwd_pasa_sm80.cuh).

@@ -109,15 +109,17 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
     c.num_stages = d == 32 ? 2 : 1;
   }
 
-  // EFTA adds accumulators (up to 16 registers per 16-row MMA tile) and checks: with two MMA
-  // tiles per warp it spills, so one tile per warp (64 x 128 with 4 warps won `ftattn tune` at
-  // d128 on an H200, bench/results/nvidia-h200/tune_protect.csv). Flash-ABFT's one checksum
-  // fits the unprotected tiles.
+  // EFTA adds accumulators and checks. At head dims 64 and 128 two 16-row MMA tiles per warp
+  // (128 x 64, 4 warps, one stage: every K/V fragment feeds two MMAs) ran 8-25% faster on an H100
+  // than one (64 x 128) although they spill at d128 (bench/results/nvidia-h100/efta_tiles.csv);
+  // head dim 96 spills 230-300 bytes there and keeps 64 x 128, 192-256 keep 64 x 64.
+  // Flash-ABFT's one checksum fits the unprotected tiles.
   const bool efta =
       c.protection == Protection::efta_detect || c.protection == Protection::efta_correct;
   if (efta && !short_causal) {
-    if (open_m) c.block_m = 64;
-    if (open_n) c.block_n = c.head_dim <= 128 ? 128 : 64;
+    const bool two_tiles = c.head_dim == 64 || c.head_dim == 128;
+    if (open_m) c.block_m = two_tiles ? 128 : 64;
+    if (open_n) c.block_n = !two_tiles && c.head_dim <= 128 ? 128 : 64;
     if (open_w) c.num_warps = 4;
   }
 

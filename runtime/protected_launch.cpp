@@ -13,7 +13,7 @@ ChecksumAtoms checksum_atoms(Protection p) {
     case Protection::flash_abft:
       return {0, 1};
     case Protection::efta_detect:
-      return {1, 2};
+      return {1, 1};
     case Protection::efta_correct:
       return {2, 2};
     default:
@@ -24,10 +24,12 @@ ChecksumAtoms checksum_atoms(Protection p) {
 // Relative to the bounds the kernel forms (|q| sum|k| for S, l * max sum|v| * (blocks + 16) for
 // O). Derived from the rounding of what each check compares: FP32 tensor-core accumulation
 // (about 2^-23 per step over head_dim / 16 MMAs) and the hi + lo split of the 16-bit checksum
-// operands (2^-22 of the checksum for f16, 2^-16 for bf16), times a safety factor of 4-8.
+// operands (2^-22 of the checksum for f16, 2^-16 for bf16), times a safety factor of 4-8. The row
+// sum (EFTA) compares the ones column, a sum of 16-bit P, with the FP32 sum of the unrounded P:
+// half an ulp per term (2^-11 for f16, 2^-8 for bf16) plus 1e-4 of FP32 accumulation.
 Thresholds default_thresholds(Precision precision) {
-  if (precision == Precision::bf16) return {2e-6f, 1e-4f, 5e-7f, 1e-4f};
-  return {2e-6f, 2e-5f, 2e-7f, 1e-4f};
+  if (precision == Precision::bf16) return {2e-6f, 1e-4f, 5e-7f, 0x1p-8f + 1e-4f};
+  return {2e-6f, 2e-5f, 2e-7f, 0x1p-11f + 1e-4f};
 }
 
 Thresholds effective_thresholds(Precision precision, Protection protection,

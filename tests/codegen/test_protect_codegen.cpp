@@ -1,6 +1,7 @@
 // The checksum protections on the host side: the kernels they generate (prologue, checksum MMA
 // tiles, injection points), the shared-memory sizes the launch asks for, the workspace layout
 // host and kernel share, thresholds, and the names of the fault enums.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <limits>
 
@@ -44,21 +45,28 @@ TEST_CASE("checksum schemes generate a prologue and compile with their extra MMA
     const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
     CHECK(out.ptx.find(".entry " + prologue) != std::string::npos);
     CHECK(out.ptx.find("atom.global") != std::string::npos);  // the fault log
-    // Per key block and 16-row MMA tile: one more 8-wide tile per K checksum on GEMM I
-    // (head_dim / 16 MMAs) and per V checksum on GEMM II (block_n / 16 MMAs).
+    // Per key block and 16-row MMA tile: one more 8-wide tile on GEMM I for the plain K
+    // checksum (head_dim / 16 MMAs; efta_correct's weighted one runs only after a failed check)
+    // and one per V checksum on GEMM II (block_n / 16 MMAs).
     const runtime::ChecksumAtoms atoms = runtime::checksum_atoms(prot);
     const int tiles = c.block_m / 16 / c.num_warps;
     const int plain =
         tiles * ((c.block_n / 8) * (c.head_dim / 16) + (c.head_dim / 8) * (c.block_n / 16));
-    const int extra = tiles * (atoms.k * (c.head_dim / 16) + atoms.v * (c.block_n / 16));
-    CHECK(count(out.ptx, mma) >= plain + extra);
-    // EFTA's defaults are chosen to fit without spills (defaults.cpp); Flash-ABFT keeps the
-    // unprotected tiles and spills no more than they do.
+    const int extra =
+        tiles * (std::min(atoms.k, 1) * (c.head_dim / 16) + atoms.v * (c.block_n / 16));
+    // The key-block step is instantiated twice (blocks with and without a mask); efta_correct's
+    // weighted checksum is a rolled loop of one MMA per tile.
+    const int weighted = prot == Protection::efta_correct ? tiles : 0;
+    CHECK(count(out.ptx, mma) == 2 * (plain + extra + weighted));
+    // Flash-ABFT keeps the unprotected tiles and spills no more than they do. EFTA's d128
+    // default, two MMA tiles per warp, spills (defaults.cpp: measured faster than one tile
+    // without spills); pinned near what ptxas 13 gives (168-224 bytes stored) so that growth
+    // shows.
     const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
     if (prot == Protection::flash_abft)
       CHECK(r.spill_stores <= base_usage.spill_stores);
     else
-      CHECK(r.spill_stores == 0);
+      CHECK(r.spill_stores <= 256);
   }
   CHECK(count(base.ptx, "atom.global") == 0);  // unprotected kernels carry no log
 }
@@ -85,8 +93,8 @@ TEST_CASE("protected tiles take more shared memory: checksum rows and columns",
   CHECK(none == (64 + 2 * 128) * (128 + 8) * 2);
   c.protection = Protection::flash_abft;  // one V checksum tile fits the row padding
   CHECK(c.shared_memory_bytes() == none);
-  c.protection = Protection::efta_detect;  // 8 K rows, and V rows widened by 16 columns
-  CHECK(c.shared_memory_bytes() == (64 + 2 * 128 + 8) * (128 + 24) * 2);
+  c.protection = Protection::efta_detect;  // 8 K rows; its one V atom fits the row padding
+  CHECK(c.shared_memory_bytes() == (64 + 2 * 128 + 8) * (128 + 8) * 2);
   c.protection = Protection::efta_correct;  // 16 K rows
   CHECK(c.shared_memory_bytes() == (64 + 2 * 128 + 16) * (128 + 24) * 2);
 }
@@ -114,10 +122,14 @@ TEST_CASE("thresholds: calibrated defaults per precision, overridable field by f
           "[protect]") {
   const Thresholds f16 = runtime::default_thresholds(Precision::f16);
   const Thresholds bf16 = runtime::default_thresholds(Precision::bf16);
-  // Calibrated on clean inputs (README): bf16's O checksum operands keep fewer bits; l and the
-  // ones column sum the same rounded probabilities, so their check is tight at either precision.
+  // Calibrated on clean inputs (README): bf16's O checksum operands keep fewer bits. The row-sum
+  // check compares a sum of 16-bit P with the FP32 sum of the unrounded P: at least half an ulp
+  // of the format per term, and not much more (a looser check would pass faults that move l).
   CHECK(bf16.output > f16.output);
-  CHECK(f16.row_sum <= 1e-4f);
+  CHECK(f16.row_sum >= 0x1p-11f);
+  CHECK(f16.row_sum < 0x1p-10f);
+  CHECK(bf16.row_sum >= 0x1p-8f);
+  CHECK(bf16.row_sum < 0x1p-7f);
   CHECK(f16.scores < 1e-5f);  // 5x the largest residual seen, not the derived worst case
   Thresholds mine;
   mine.output = 1e-3f;

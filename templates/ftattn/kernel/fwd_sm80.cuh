@@ -338,7 +338,8 @@ __device__ __forceinline__ void check_output(const AttentionParams& p, float (&o
     for (int r = 0; r < 2; ++r) {
       float sum = thread_row_sum(o[mt], r);
       if constexpr (Protect::row_check) sum = quad_sum(sum);
-      const float ref = oc[mt][0][2 * r] + oc[mt][0][2 * r + 1];
+      float ref = oc[mt][0][2 * r] + oc[mt][0][2 * r + 1];
+      if constexpr (Protect::ones_in_odd_groups) ref = __shfl_sync(0xffffffffu, ref, lane & ~1);
       const float tol = p.tol_output * fabsf(l[mt][r]) * v_bound * (n_blocks + 16) + p.tol_floor;
       const float e1 = ref - sum;
       const int row = row_of(mt, r);
@@ -536,17 +537,16 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
   float row_max[kMT][2];
   float row_sum[kMT][2];  // this thread's partial sums; the quad is summed once, at the end
   detail::clear_accumulators(o, row_max, row_sum);
-  // Protection state: GEMM II checksum accumulators (rescaled like O), SNVR's lower bound of
-  // l from per-block maxima, |q| of this thread's rows.
+  // Protection state: GEMM II checksum accumulators (rescaled like O), |q| of this thread's rows
+  // (SNVR's lower bound of l lives in shared memory, below).
   float oc[kMT][Protect::v_atoms > 0 ? Protect::v_atoms : 1][4];
-  float lower_bound[kMT][2];
-  float q_norm[kMT][2];
+  // The largest |q| among this thread's rows bounds each of them: one register instead of
+  // 2 * kMT, where the two-tile EFTA kernels have none to spare.
+  float q_norm = 0.f;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      lower_bound[mt][r] = 0.f;
-      q_norm[mt][r] = 0.f;
 #pragma unroll
       for (int g = 0; g < (Protect::v_atoms > 0 ? Protect::v_atoms : 1); ++g) {
         oc[mt][g][2 * r] = 0.f;
@@ -576,6 +576,19 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
   };
 
   const int warp_row = warp * kMT * 16;  // first row of this warp within the CTA
+  // SNVR's lower bound of l per row, in the Q tile's padding columns (the Q load and the
+  // epilogue touch head_dim columns only), a float per lane of the quad: registers are what the
+  // two-tile EFTA kernels lack, and a row's bound is read and written once per key block.
+  static_assert(T::row_stride - T::head_dim >= 8, "four floats of padding per row");
+  auto lower_bound_at = [&](int mt, int r) {
+    return sQ + ((warp_row + mt * 16 + lane / 4 + r * 8) * T::row_stride + T::head_dim) * 2 +
+           quad_t * 4;
+  };
+  if constexpr (Protect::k_atoms > 0)
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) sm80::st_shared_u32(lower_bound_at(mt, r), 0u);
   const detail::LaneAddressing<T> at(warp_row, lane);
 
   // One key block, the it-th one computed. Masked == false is the hot path: no index
@@ -606,13 +619,12 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
 
     // GEMM I: S = Q K^T for this warp's rows and the block's keys.
     float s[kMT][kST][4];
-    float sc[kMT][Protect::k_atoms > 0 ? Protect::k_atoms : 1][4];  // S's checksum columns
+    // S's plain checksum columns (efta_correct's weighted ones are made only when a check fails).
+    float sc[kMT][1][4];
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-      for (int g = 0; g < (Protect::k_atoms > 0 ? Protect::k_atoms : 1); ++g)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) sc[mt][g][i] = 0.f;
+      for (int i = 0; i < 4; ++i) sc[mt][0][i] = 0.f;
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -621,33 +633,26 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
         for (int i = 0; i < 4; ++i) s[mt][nt][i] = 0.f;
 
     const u32 sKs = smem.k_stage(stage);
+    // Checksum atom g: 8 rows below the K tile, as an mma B operand at k-step ks.
+    auto checksum_rows = [&](int g, int ks) {
+      return sKs + at.k_offset +
+             ((T::block_n + 8 * g + at.k_row) * T::row_stride + ks * 16 + at.k_col) * 2;
+    };
     detail::gemm_qk<T>(
         s, sQ + at.q_offset, sKs + at.k_offset, at.warp_row, at.a_row, at.a_col, at.k_row, at.k_col,
         [](float(&acc)[4], const u32(&a)[4], u32 b0, u32 b1) { P::mma(acc, a, b0, b1); },
         [&](const u32(&a)[kMT][4], int ks) {
-          // The checksum rows below the K tile: one more 8-wide MMA tile per checksum.
+          // The plain checksum rows below the K tile: one more 8-wide MMA tile.
           if constexpr (Protect::k_atoms > 0) {
-            const u32 addr = sKs + at.k_offset +
-                             ((T::block_n + at.k_row) * T::row_stride + ks * 16 + at.k_col) * 2;
-            if constexpr (Protect::k_atoms == 1) {
-              u32 b[2];
-              sm80::ldmatrix_x2(b, addr);
+            u32 b[2];
+            sm80::ldmatrix_x2(b, checksum_rows(0, ks));
 #pragma unroll
-              for (int mt = 0; mt < kMT; ++mt) P::mma(sc[mt][0], a[mt], b[0], b[1]);
-            } else {
-              u32 b[4];
-              sm80::ldmatrix_x4(b, addr);
-#pragma unroll
-              for (int mt = 0; mt < kMT; ++mt) {
-                P::mma(sc[mt][0], a[mt], b[0], b[1]);
-                P::mma(sc[mt][1], a[mt], b[2], b[3]);
-              }
-            }
+            for (int mt = 0; mt < kMT; ++mt) P::mma(sc[mt][0], a[mt], b[0], b[1]);
           }
         });
     inject(fault_site_scores, it, &s[0][0][0], kMT * kST * 4);
     // The checksum site is the concatenation [S checksums, O checksums]: S's are hit here.
-    constexpr int n_sc = Protect::k_atoms * kMT * 4, n_oc = Protect::v_atoms * kMT * 4;
+    constexpr int n_sc = (Protect::k_atoms > 0 ? kMT * 4 : 0), n_oc = Protect::v_atoms * kMT * 4;
     if constexpr (T::inject && n_sc > 0)
       if (p.fault.element % (n_sc + n_oc) < n_sc)
         inject(fault_site_checksum, it, &sc[0][0][0], n_sc);
@@ -655,23 +660,53 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
     // efta_correct: check GEMM I on the raw scores and rebuild a single faulty element from the
     // checksum before the softmax consumes it.
     if constexpr (Protect::correct) {
+      float e1[kMT][2];
+      bool failed = false;
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const float sum = detail::thread_row_sum(s[mt], r);
-          const float ref = sc[mt][0][2 * r] + sc[mt][0][2 * r + 1];
-          const float tol = p.tol_scores * q_norm[mt][r] * k_norm + p.tol_floor;
-          const float e1 = ref - sum;
-          if (!(fabsf(e1) <= tol)) {
+          e1[mt][r] = sc[mt][0][2 * r] + sc[mt][0][2 * r + 1] - detail::thread_row_sum(s[mt], r);
+          failed |= !(fabsf(e1[mt][r]) <= p.tol_scores * q_norm * k_norm + p.tol_floor);
+        }
+      // The weighted checksum locates a faulty element; faults are rare, so its MMAs run only
+      // when a check of the warp failed (Q and the K checksum rows are still in shared memory),
+      // which spares GEMM I an MMA tile and eight registers.
+      if (__any_sync(0xffffffffu, failed)) {
+        float sw[kMT][4];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) sw[mt][i] = 0.f;
+#pragma unroll 1
+        for (int ks = 0; ks < T::head_dim / 16; ++ks) {
+          u32 b[2];
+          sm80::ldmatrix_x2(b, checksum_rows(1, ks));
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            u32 a[4];
+            sm80::ldmatrix_x4(
+                a,
+                sQ + at.q_offset +
+                    ((at.warp_row + mt * 16 + at.a_row) * T::row_stride + ks * 16 + at.a_col) * 2);
+            P::mma(sw[mt], a, b[0], b[1]);
+          }
+        }
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const float ref = sc[mt][0][2 * r] + sc[mt][0][2 * r + 1];
+            const float tol = p.tol_scores * q_norm * k_norm + p.tol_floor;
+            if (fabsf(e1[mt][r]) <= tol) continue;
             const int bad =
-                protect::correct_row(s[mt], r, e1, ref, sc[mt][1][2 * r] + sc[mt][1][2 * r + 1]);
+                protect::correct_row(s[mt], r, e1[mt][r], ref, sw[mt][2 * r] + sw[mt][2 * r + 1]);
             record_fault(
                 p.fault_log, batch, head, global_row(mt, r),
                 bad >= 0 ? n_block * T::block_n + protect::row_group_column(bad, quad_t) : -1,
-                fault_stage_scores, bad >= 0, fabsf(e1), tol);
+                fault_stage_scores, bad >= 0, fabsf(e1[mt][r]), tol);
           }
-        }
+      }
     }
     if constexpr (kStages == 1) {
       sm80::cp_async_wait<0>();
@@ -716,6 +751,10 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
 
     // Online softmax: new running max, rescale of the old state, P = 2^(S*scale - max).
     float rescale[kMT][2];
+    u32 p_packed[kMT][Protect::k_atoms > 0 ? kST : 1][2];  // EFTA: P as GEMM II's A fragments
+    // EFTA: rows whose product check failed (bit 2 mt + r), the last one's deviation and bound.
+    unsigned alarms = 0;
+    float alarm_dev = 0.f, alarm_tol = 0.f;
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -731,69 +770,92 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
         rescale[mt][r] = fast_exp2(row_max[mt][r] * p.scale_log2 - shift);
         if constexpr (T::inject) inject(fault_site_rescale, it, &rescale[mt][r], 1);
         row_max[mt][r] = mx;
-        if constexpr (Protect::k_atoms > 0)  // SNVR: l >= sum over blocks of e^(block max - max)
-          lower_bound[mt][r] =
-              lower_bound[mt][r] * rescale[mt][r] +
-              (block_max == neg_inf() ? 0.f : fast_exp2(fmaf(block_max, p.scale_log2, -shift)));
+        if constexpr (Protect::k_atoms > 0) {  // SNVR: l >= sum over blocks of e^(block max - max)
+          const u32 lb = lower_bound_at(mt, r);
+          sm80::st_shared_u32(
+              lb, __float_as_uint(__uint_as_float(sm80::ld_shared_u32(lb)) * rescale[mt][r] +
+                                  (block_max == neg_inf()
+                                       ? 0.f
+                                       : fast_exp2(fmaf(block_max, p.scale_log2, -shift)))));
+        }
         // EFTA's product check, fused into the exps: prod over the thread's P of this row equals
         // 2^(the sum of their exponents), and that sum is the GEMM I checksum scaled, less n *
         // max. Each factor is multiplied by 2^-(mean exponent) so the product stays near 1
         // instead of underflowing; masked elements (P == 0, not in n) count as 1.
-        float norm = 1.f;
+        float norm = 1.f, norm2 = 1.f;
         bool check = false;
         if constexpr (Protect::k_atoms > 0) {
           const int n = n_valid[mt][r];
           const float ref = sc[mt][0][2 * r] + sc[mt][0][2 * r + 1] - masked_sum[mt][r];
-          const float mean = n > 0 ? (ref * p.scale_log2 - n * shift) / n : 0.f;
-          // Every factor tiny (mean below 2^-100): nothing checkable, see the README.
-          check = n > 0 && mx != neg_inf() && mean > -100.f;
+          // Off the mask n is the constant 2 * kST (a power of two: the division is a multiply).
+          const float num = ref * p.scale_log2 - n * shift;
+          const float mean = n > 0 ? (kMasked ? __fdividef(num, float(n)) : num / n) : 0.f;
+          // Every factor tiny (mean below 2^-60, so that norm^2 stays finite): nothing
+          // checkable, see the README.
+          check = n > 0 && mx != neg_inf() && mean > -60.f;
           norm = check ? fast_exp2(-mean) : 1.f;
+          norm2 = norm * norm;
         }
         float sum = 0.f, prod = 1.f;
+        int stray = -1;  // a masked P that is not 0: its index among the thread's row values
+        float stray_p = 0.f;
 #pragma unroll
-        for (int nt = 0; nt < kST; ++nt)
+        for (int nt = 0; nt < kST; ++nt) {
+          bool masked[2];
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             float& x = s[mt][nt][2 * r + c];
-            const bool masked = kMasked && x == neg_inf();
+            masked[c] = kMasked && x == neg_inf();
             x = fast_exp2(fmaf(x, p.scale_log2, -shift));
             if constexpr (T::inject)
               inject_at(fault_site_probs, it, (mt * kST + nt) * 4 + 2 * r + c, kMT * kST * 4, x);
             if constexpr (Protect::k_atoms > 0 && kMasked) {
               // A masked probability is exactly 0 and outside the product check, and GEMM II's
               // checksum sums whatever it becomes: a fault there would pass every later check.
-              // The mask itself is the reference.
-              if (masked && x != 0.f) {
-                record_fault(p.fault_log, batch, head, global_row(mt, r),
-                             n_block * T::block_n + protect::row_group_column(2 * nt + c, quad_t),
-                             fault_stage_probs, Protect::correct, fabsf(x), 0.f);
-                if (Protect::correct) x = 0.f;
-              }
+              // The mask itself is the reference. Selects, not a branch per element (whose
+              // inlined reports bloated the masked step): one report per row, below.
+              const bool bad = masked[c] && x != 0.f;
+              stray = bad ? 2 * nt + c : stray;
+              stray_p = bad ? fabsf(x) : stray_p;
+              if constexpr (Protect::correct) x = masked[c] ? 0.f : x;
             }
-            if constexpr (Protect::k_atoms > 0) {
-              prod *= masked ? 1.f : x * norm;
-              // l then sums what GEMM II and the ones column see: the two agree to FP32
-              // accumulation, and the row-sum check can be tight.
-              x = P::round(x);
-            }
-            sum += x;
+            if constexpr (Protect::k_atoms == 0) sum += x;
           }
+          if constexpr (Protect::k_atoms > 0) {
+            const float x0 = s[mt][nt][2 * r], x1 = s[mt][nt][2 * r + 1];
+            // One normalisation per pair off the mask (three multiplies for two factors).
+            if constexpr (kMasked)
+              prod *= (masked[0] ? 1.f : x0 * norm) * (masked[1] ? 1.f : x1 * norm);
+            else
+              prod *= x0 * (x1 * norm2);
+            // P packed once as GEMM II's operand. l is the ones column (the 16-bit P that O was
+            // multiplied with); this FP32 sum of the unrounded P checks it (see the epilogue).
+            p_packed[mt][nt][r] = P::pack(x0, x1);
+            sum += x0 + x1;
+          }
+        }
+        if constexpr (Protect::k_atoms > 0 && kMasked)
+          if (stray >= 0)
+            record_fault(p.fault_log, batch, head, global_row(mt, r),
+                         n_block * T::block_n + protect::row_group_column(stray, quad_t),
+                         fault_stage_probs, Protect::correct, stray_p, 0.f);
         row_sum[mt][r] = row_sum[mt][r] * rescale[mt][r] + sum;
         if constexpr (Protect::k_atoms > 0) {
           // A factor flushed to zero, or a product past FP32's range (a row whose exponents
           // spread far around their mean: outliers), makes it unverifiable, not wrong. A fault
           // that blows a factor up still reaches the row-sum and output checks as inf.
-          if (check && prod != 0.f && fabsf(prod) < -neg_inf()) {
-            // The exponents' sum, from the checksum, is off by up to tol_probs |q| sum|k|; exp2
-            // adds its own rounding per factor.
-            const float exp_tol =
-                p.scale_log2 * (p.tol_probs * q_norm[mt][r] * k_norm + p.tol_floor);
-            const float tol = fast_exp2(exp_tol) - 1.f + n_valid[mt][r] * 4e-7f + 1e-5f;
-            const float dev = fabsf(prod - 1.f);
-            if (!(dev <= tol))
-              record_fault(p.fault_log, batch, head, global_row(mt, r), -1, fault_stage_probs,
-                           false, dev, tol);
-          }
+          // The exponents' sum, from the checksum, is off by up to tol_probs |q| sum|k|; exp2 adds
+          // its own rounding per factor. 2^y - 1 = e^z - 1 <= z + z^2 for z = y ln 2 <= 1: no
+          // exp2 on the special-function unit, which the softmax keeps busy.
+          const float z = 0.6931472f * p.scale_log2 * (p.tol_probs * q_norm * k_norm + p.tol_floor);
+          const float tol = (z < 1.f ? fmaf(z, z, z) : -neg_inf()) + n_valid[mt][r] * 4e-7f + 1e-5f;
+          const float dev = fabsf(prod - 1.f);
+          // Selects, not a branch: the report waits until after GEMM II, so that nothing splits
+          // the softmax from GEMM II's MMAs.
+          const bool alarm = check && prod != 0.f && fabsf(prod) < -neg_inf() && !(dev <= tol);
+          alarms |= alarm ? 1u << (2 * mt + r) : 0u;
+          alarm_dev = alarm ? dev : alarm_dev;
+          alarm_tol = alarm ? tol : alarm_tol;
         }
       }
     if constexpr (T::inject) {
@@ -816,15 +878,31 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
       u32 a[kMT][4];
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
-        a[mt][0] = P::pack(s[mt][2 * kp][0], s[mt][2 * kp][1]);
-        a[mt][1] = P::pack(s[mt][2 * kp][2], s[mt][2 * kp][3]);
-        a[mt][2] = P::pack(s[mt][2 * kp + 1][0], s[mt][2 * kp + 1][1]);
-        a[mt][3] = P::pack(s[mt][2 * kp + 1][2], s[mt][2 * kp + 1][3]);
+        if constexpr (Protect::k_atoms > 0) {
+          a[mt][0] = p_packed[mt][2 * kp][0];
+          a[mt][1] = p_packed[mt][2 * kp][1];
+          a[mt][2] = p_packed[mt][2 * kp + 1][0];
+          a[mt][3] = p_packed[mt][2 * kp + 1][1];
+        } else {
+          a[mt][0] = P::pack(s[mt][2 * kp][0], s[mt][2 * kp][1]);
+          a[mt][1] = P::pack(s[mt][2 * kp][2], s[mt][2 * kp][3]);
+          a[mt][2] = P::pack(s[mt][2 * kp + 1][0], s[mt][2 * kp + 1][1]);
+          a[mt][3] = P::pack(s[mt][2 * kp + 1][2], s[mt][2 * kp + 1][3]);
+        }
       }
       detail::gemm_pv_step<T>(
           o, oc, a, sVs, at, kp,
           [](float(&acc)[4], const u32(&x)[4], u32 b0, u32 b1) { P::mma(acc, x, b0, b1); });
     }
+    if constexpr (Protect::k_atoms > 0)
+      if (alarms != 0)
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int r = 0; r < 2; ++r)
+            if ((alarms >> (2 * mt + r)) & 1u)
+              record_fault(p.fault_log, batch, head, global_row(mt, r), -1, fault_stage_probs,
+                           false, alarm_dev, alarm_tol);
     if constexpr (T::inject) {
       inject(fault_site_output, it, &o[0][0][0], kMT * kOT * 4);
       if constexpr (n_oc > 0)
@@ -860,7 +938,7 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
               x0, x1);
           sq += x0 * x0 + x1 * x1;
         }
-        q_norm[mt][r] = sqrtf(quad_sum(sq));
+        q_norm = fmaxf(q_norm, sqrtf(quad_sum(sq)));
       }
   }
 
@@ -871,19 +949,31 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
   sm80::cp_async_wait<0>();
   __syncthreads();
 
-  // Row sums, checked: the ones column's accumulator is sum(P) through the tensor cores; SNVR's
-  // range LB <= l <= (unmasked keys) decides which of the two is wrong when they disagree.
+  // Row sums, checked. Under EFTA l is the ones column: the 16-bit P that GEMM II multiplied into
+  // O, summed through the tensor cores. The FP32 sum of the unrounded P checks it: rounding to 16
+  // bits moves each P by at most half an ulp (2^-11 of it for f16, 2^-8 for bf16; f16
+  // subnormals, below 2^-14, by at most 2^-25 each), which tol_row_sum's default covers with FP32
+  // accumulation on top, so a fault the check misses moves l, and the row's output, by about an
+  // ulp of a 16-bit output at most. SNVR's range LB <= l <= (unmasked keys) decides which of the
+  // two is wrong when they disagree.
   float l_final[kMT][2];
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float l = quad_sum(row_sum[mt][r]);
+      const float sum = quad_sum(row_sum[mt][r]);
+      float l = sum;
       if constexpr (Protect::k_atoms > 0) {
         const int row = global_row(mt, r);
         const int keys = T::causal ? max(0, min(p.seqlen_k, row + diag + 1)) : p.seqlen_k;
-        const float ones = oc[mt][1][2 * r + 1];
-        const float lb = lower_bound[mt][r];
+        // The ones column: efta_detect's odd column groups, efta_correct's second atom.
+        float ones;
+        if constexpr (Protect::ones_in_odd_groups)
+          ones = __shfl_sync(0xffffffffu, oc[mt][0][2 * r], lane | 1);
+        else
+          ones = oc[mt][1][2 * r + 1];
+        l = ones;
+        const float lb = __uint_as_float(sm80::ld_shared_u32(lower_bound_at(mt, r)));
         // LB comes from the unrounded block maxima, l from 16-bit probabilities: each can sit
         // below its FP32 value by half an ulp (2^-9 for bf16). Above: a row's max element
         // exp2(fma(s, scale, -shift)) exceeds 1 by the fma's rounding (large scores), and the
@@ -891,18 +981,19 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
         auto in_range = [&](float x) {
           return x >= lb * (1.f - 4e-3f) && x <= keys * (1.f + 1.6e-2f);
         };
-        // Both sum the same 16-bit probabilities, in different orders.
-        const float tol = p.tol_row_sum * fmaxf(fabsf(l), fabsf(ones)) + p.tol_floor;
+        const float tol =
+            p.tol_row_sum * fmaxf(fabsf(sum), fabsf(ones)) + keys * 3e-8f + p.tol_floor;
         if (row < p.seqlen_q && row_max[mt][r] != neg_inf()) {
-          if (!(fabsf(l - ones) <= tol)) {
-            const bool fix = !in_range(l) && in_range(ones);
+          if (!(fabsf(sum - ones) <= tol)) {
+            // Resolved when exactly one of the two is in range: l is then that one.
+            const bool ones_ok = in_range(ones), fix = ones_ok != in_range(sum);
             if (lane % 4 == 0)
               record_fault(p.fault_log, batch, head, row, -1, fault_stage_row_sum, fix,
-                           fabsf(l - ones), tol);
-            if (fix) l = ones;
-          } else if (!in_range(l)) {
+                           fabsf(sum - ones), tol);
+            if (fix && !ones_ok) l = sum;
+          } else if (!in_range(ones)) {
             if (lane % 4 == 0)
-              record_fault(p.fault_log, batch, head, row, -1, fault_stage_row_sum, false, l, lb);
+              record_fault(p.fault_log, batch, head, row, -1, fault_stage_row_sum, false, ones, lb);
             l = lb;  // EFTA's SNVR restriction
           }
         }

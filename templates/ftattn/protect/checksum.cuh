@@ -33,10 +33,14 @@ enum class Scheme { flash_abft, efta_detect, efta_correct };
 template <Scheme S>
 struct Checksum {
   static constexpr bool enabled = true;
-  static constexpr bool row_check = S == Scheme::flash_abft;  // one check per row, detect only
   static constexpr bool correct = S == Scheme::efta_correct;
+  // One output check per row (the quad's sum against one checksum) where nothing is located.
+  static constexpr bool row_check = !correct;
   static constexpr int k_atoms = S == Scheme::flash_abft ? 0 : (correct ? 2 : 1);
-  static constexpr int v_atoms = S == Scheme::flash_abft ? 1 : 2;
+  static constexpr int v_atoms = correct ? 2 : 1;
+  // efta_detect's single V atom: even column groups hold rowsum(V) (hi, lo), odd ones the ones
+  // column (1, 0), so one 8-wide MMA tile per 16 keys carries both.
+  static constexpr bool ones_in_odd_groups = S == Scheme::efta_detect;
 };
 
 // Grid (key blocks, kv heads, batch), T::threads threads: the checksums of one key block.
@@ -101,16 +105,16 @@ __device__ __forceinline__ void checksum_prologue(const AttentionParams& p) {
       }
     if (kk < N && chunk == 0) {
       u32* out = vc + kk * 4 * Pr::v_atoms;
+      const float one = key < p.seqlen_k ? 1.f : 0.f;
       if constexpr (Pr::row_check) {
         const u32 total = split_hi_lo<P>(g1[0] + g1[1] + g1[2] + g1[3]);
         const float a = ga[0] + ga[1] + ga[2] + ga[3];
 #pragma unroll
         for (int t = 0; t < 4; ++t) {
-          out[t] = total;
+          out[t] = Pr::ones_in_odd_groups && t % 2 == 1 ? P::pack(one, 0.f) : total;
           atomicMax(&cta_max[t], __float_as_int(a));
         }
       } else {
-        const float one = key < p.seqlen_k ? 1.f : 0.f;
 #pragma unroll
         for (int t = 0; t < 4; ++t) {
           out[t] = split_hi_lo<P>(g1[t]);
@@ -124,52 +128,65 @@ __device__ __forceinline__ void checksum_prologue(const AttentionParams& p) {
   if (threadIdx.x < 4) atomicMax(reinterpret_cast<int*>(vmax) + threadIdx.x, cta_max[threadIdx.x]);
 
   if constexpr (Pr::k_atoms > 0) {
-    // K: one (thread group t, dim) per item. Keys of group t: 8 l + 2t + c, element j = 2 l + c.
+    // K: one item per (thread group t, 16-byte chunk of a key row), the group's `lanes` items side
+    // by side, so a warp's loads are whole rows as for V. Keys of group t: 8 l + 2t + c, element
+    // j = 2 l + c. The same pass sums each key's |k|^2 (its chunks meet by shuffles) for the
+    // norms: the sum over group t's keys of |k|_2 bounds |q . k| for the S threshold.
     u16* kc = reinterpret_cast<u16*>(base + w.k_offset + head_index * w.k_per_head) +
               static_cast<long long>(n_block) * 8 * Pr::k_atoms * D;
-    for (int item = threadIdx.x; item < 4 * D; item += T::threads) {
-      const int t = item / D, dim = item % D;
-      float c1 = 0.f, c2 = 0.f;
+    float* knorm = reinterpret_cast<float*>(base + w.knorm_offset + head_index * w.knorm_per_head);
+    constexpr int items = 4 * lanes;
+    for (int first = 0; first < items; first += T::threads) {  // the same trip count in every lane
+      const int item = first + static_cast<int>(threadIdx.x);
+      const int t = item / lanes, chunk = item % lanes;
+      const bool live = item < items && chunk < chunks;
+      float c1[8], c2[8], norm = 0.f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) c1[i] = c2[i] = 0.f;
+#pragma unroll 4
       for (int l = 0; l < N / 8; ++l)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int key = key0 + 8 * l + 2 * t + c;
-          if (key < p.seqlen_k) {
-            float x, unused;
-            unpack2<bf16>(k[key * p.k_seq_stride + dim], x, unused);
-            c1 += x;
-            c2 += (2 * l + c + 1) / float(2 * (N / 8)) * x;
+          float sq = 0.f;
+          if (live && key < p.seqlen_k) {
+            const uint4_ r = *reinterpret_cast<const uint4_*>(k + key * p.k_seq_stride + chunk * 8);
+            const u32 words[4] = {r.x, r.y, r.z, r.w};
+            const float weight = (2 * l + c + 1) / float(2 * (N / 8));
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              float x0, x1;
+              unpack2<bf16>(words[i], x0, x1);
+              c1[2 * i] += x0;
+              c1[2 * i + 1] += x1;
+              c2[2 * i] += weight * x0;
+              c2[2 * i + 1] += weight * x1;
+              sq += x0 * x0 + x1 * x1;
+            }
           }
+#pragma unroll
+          for (int off = 1; off < lanes; off *= 2) sq += __shfl_xor_sync(0xffffffffu, sq, off);
+          norm += sqrtf(sq);
         }
-      const u32 h1 = split_hi_lo<P>(c1);
-      kc[(2 * t) * D + dim] = static_cast<u16>(h1);
-      kc[(2 * t + 1) * D + dim] = static_cast<u16>(h1 >> 16);
-      if constexpr (Pr::correct) {
-        const u32 h2 = split_hi_lo<P>(c2);
-        kc[(8 + 2 * t) * D + dim] = static_cast<u16>(h2);
-        kc[(8 + 2 * t + 1) * D + dim] = static_cast<u16>(h2 >> 16);
+      if (live) {
+        // Rows 2t and 2t + 1 (hi and lo) of each checksum, 8 dims as one 16-byte store each.
+        auto store = [&](const float(&x)[8], int row) {
+          u32 hi[4], lo[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const u32 a = split_hi_lo<P>(x[2 * i]), b = split_hi_lo<P>(x[2 * i + 1]);
+            hi[i] = (a & 0xffffu) | (b << 16);
+            lo[i] = (a >> 16) | (b & 0xffff0000u);
+          }
+          *reinterpret_cast<uint4_*>(kc + row * D + chunk * 8) = uint4_{hi[0], hi[1], hi[2], hi[3]};
+          *reinterpret_cast<uint4_*>(kc + (row + 1) * D + chunk * 8) =
+              uint4_{lo[0], lo[1], lo[2], lo[3]};
+        };
+        store(c1, 2 * t);
+        if constexpr (Pr::correct) store(c2, 8 + 2 * t);
       }
+      if (item < items && chunk == 0) knorm[n_block * 4 + t] = norm;
     }
-    // Norms: sum over each group's keys of |k|_2 (bounds |q . k| for the S threshold).
-    __shared__ float norms[4];
-    if (threadIdx.x < 4) norms[threadIdx.x] = 0.f;
-    __syncthreads();
-    for (int kk = threadIdx.x; kk < N; kk += T::threads) {
-      const int key = key0 + kk;
-      float sq = 0.f;
-      if (key < p.seqlen_k) {
-        const u32* row = reinterpret_cast<const u32*>(k + key * p.k_seq_stride);
-        for (int i = 0; i < D / 2; ++i) {
-          float x0, x1;
-          unpack2<bf16>(row[i], x0, x1);
-          sq += x0 * x0 + x1 * x1;
-        }
-      }
-      atomicAdd(&norms[(kk % 8) / 2], sqrtf(sq));
-    }
-    __syncthreads();
-    float* knorm = reinterpret_cast<float*>(base + w.knorm_offset + head_index * w.knorm_per_head);
-    if (threadIdx.x < 4) knorm[n_block * 4 + threadIdx.x] = norms[threadIdx.x];
   }
 }
 
