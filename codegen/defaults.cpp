@@ -109,15 +109,19 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
     c.num_stages = d == 32 ? 2 : 1;
   }
 
-  // EFTA adds accumulators and checks. At head dims 64 and 128 two 16-row MMA tiles per warp
-  // (128 x 64, 4 warps, one stage: every K/V fragment feeds two MMAs) ran 8-25% faster on an H100
-  // than one (64 x 128) although they spill at d128 (bench/results/nvidia-h100/efta_tiles.csv);
-  // head dim 96 spills 230-300 bytes there and keeps 64 x 128, 192-256 keep 64 x 64.
+  // EFTA adds accumulators and checks. For efta_detect at head dims 64 and 128, two 16-row MMA
+  // tiles per warp (128 x 64, 4 warps, one stage: every K/V fragment feeds two MMAs) ran 8-25%
+  // faster on an H100 than one (64 x 128) although they spill at d128
+  // (bench/results/nvidia-h100/efta_tiles.csv). efta_correct keeps 64 x 128: at 128 x 64 (8%
+  // faster) its output site let more single-bit flips through silently (4.4% against 3.0% of
+  // 3,000 at 1 x 4 x 1024 keys, campaign_tiles.csv), and silent corruption is what it is for.
+  // Head dim 96 spills 230-300 bytes at 128 x 64 and keeps 64 x 128, 192-256 keep 64 x 64.
   // Flash-ABFT's one checksum fits the unprotected tiles.
   const bool efta =
       c.protection == Protection::efta_detect || c.protection == Protection::efta_correct;
   if (efta && !short_causal) {
-    const bool two_tiles = c.head_dim == 64 || c.head_dim == 128;
+    const bool two_tiles =
+        c.protection == Protection::efta_detect && (c.head_dim == 64 || c.head_dim == 128);
     if (open_m) c.block_m = two_tiles ? 128 : 64;
     if (open_n) c.block_n = !two_tiles && c.head_dim <= 128 ? 128 : 64;
     if (open_w) c.num_warps = 4;
