@@ -3,12 +3,16 @@
 // host and kernel share, thresholds, and the names of the fault enums.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <limits>
+#include <random>
+#include <vector>
 
 #include "ftattn/codegen.hpp"
 #include "ftattn/errors.hpp"
 #include "ftattn/fault.hpp"
 #include "ftattn/protect/workspace.cuh"
+#include "ftattn/reference.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 #include "runtime/protected_launch.hpp"
 #include "tests/support/configs.hpp"
@@ -180,4 +184,52 @@ TEST_CASE("fault enums read and print the command line's spelling", "[protect]")
   r.events.push_back(FaultEvent{0, 3, 17, 42, FaultStage::output, true, 0.5f, 0.01f});
   CHECK(r.summary().find("2 detected, 1 corrected") != std::string::npos);
   CHECK(r.summary().find("output at batch 0, head 3, row 17, col 42") != std::string::npos);
+}
+
+namespace {
+
+// The EFTA row-sum check as the kernel forms it (fwd_sm80.cuh): the ones column sums the 16-bit
+// P, the reference sums the unrounded P in FP32, over `keys` keys.
+bool row_sum_alarm(const std::vector<float>& p, Precision precision, float extra = 0.0f) {
+  double ones = 0.0, sum = 0.0;
+  for (float x : p) {
+    ones += reference::from_bits(reference::to_bits(x, precision), precision);
+    sum += x;
+  }
+  ones += extra;  // a fault in the ones column
+  const float tol = runtime::default_thresholds(precision).row_sum *
+                        static_cast<float>(std::max(std::abs(sum), std::abs(ones))) +
+                    static_cast<float>(p.size()) * 3e-8f + 1e-6f;
+  return !(std::abs(sum - ones) <= tol);
+}
+
+}  // namespace
+
+TEST_CASE("the row-sum threshold covers rounding P to 16 bits, and no more", "[protect]") {
+  for (Precision precision : {Precision::f16, Precision::bf16}) {
+    INFO(to_string(precision));
+    const double half_ulp = precision == Precision::bf16 ? 0x1p-9 : 0x1p-12;  // of [0.5, 1)
+    // Worst case: every P just above 0.5, rounding down by almost half an ulp, 2^-11 (f16) or
+    // 2^-8 (bf16) of it.
+    CHECK_FALSE(row_sum_alarm(std::vector<float>(4096, static_cast<float>(0.5 + 0.99 * half_ulp)),
+                              precision));
+    // f16 subnormals (below 2^-14) round by up to 2^-25 each: the per-key term covers them.
+    CHECK_FALSE(row_sum_alarm(std::vector<float>(16384, 1.49f * 0x1p-24f), precision));
+    // Softmax-like rows: one P of 1 and the rest spread over many binades.
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> t(-30.0f, 0.0f);
+    for (int keys : {64, 1024, 16384}) {
+      std::vector<float> p(keys);
+      for (float& x : p) x = std::exp2(t(rng));
+      p[0] = 1.0f;
+      CHECK_FALSE(row_sum_alarm(p, precision));
+      // A fault in the ones column of twice the threshold is seen.
+      double sum = 0.0;
+      for (float x : p) sum += x;
+      const float twice =
+          2.0f * runtime::default_thresholds(precision).row_sum * static_cast<float>(sum) +
+          2.0f * (static_cast<float>(keys) * 3e-8f + 1e-6f);
+      CHECK(row_sum_alarm(p, precision, twice));
+    }
+  }
 }
