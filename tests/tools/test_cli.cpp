@@ -185,6 +185,11 @@ TEST_CASE("cli: inspect shows name, resources, source and PTX", "[cli]") {
   const CliResult sass = run_cli(dir, with_cache(dir, {"inspect", kName, "--sass"}));
   CHECK(sass.exit_code == 0);
   CHECK((contains(sass.err, "no cuobjdump or nvdisasm found") || contains(sass.out, "sass (")));
+  // --sass-digest likewise: one line per function of the cubin, the kernel's among them.
+  const CliResult digest = run_cli(dir, with_cache(dir, {"inspect", kName, "--sass-digest"}));
+  CHECK(digest.exit_code == 0);
+  CHECK((contains(digest.err, "no cuobjdump or nvdisasm found") ||
+         contains(digest.out, std::string("sass-digest ") + kName)));
 
   // Knob flags override the fields of a given name.
   const CliResult bf16 =

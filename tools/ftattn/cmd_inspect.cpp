@@ -16,7 +16,8 @@ namespace {
 
 struct InspectOptions {
   ConfigFlags config;
-  bool source = false, ptx = false, sass = false, resources = false, ir = false;
+  bool source = false, ptx = false, sass = false, sass_digest = false, resources = false,
+       ir = false;
 };
 
 int run_inspect(const InspectOptions& o, const GlobalOptions& global) {
@@ -36,11 +37,12 @@ int run_inspect(const InspectOptions& o, const GlobalOptions& global) {
 
   print_kernel_header(*kernel);
   // With no section asked for, resources are the most useful default.
-  const bool any = o.source || o.ptx || o.sass || o.resources;
+  const bool any = o.source || o.ptx || o.sass || o.sass_digest || o.resources;
   if (o.resources || !any) print_resources(kernel->resources);
   if (o.source) fmt::print("source\n{}", kernel->source);
   if (o.ptx) fmt::print("ptx\n{}", kernel->ptx);
   if (o.sass) print_sass(kernel->cubin);
+  if (o.sass_digest) print_sass_digest(kernel->cubin);
   return 0;
 }
 
@@ -54,6 +56,9 @@ Command add_inspect_command(CLI::App& parent, const GlobalOptions& global) {
   cmd->add_flag("--source", o->source, "print the generated CUDA unit");
   cmd->add_flag("--ptx", o->ptx, "print the PTX");
   cmd->add_flag("--sass", o->sass, "print the SASS (needs cuobjdump or nvdisasm)");
+  cmd->add_flag("--sass-digest", o->sass_digest,
+                "per function of the cubin: instruction count and a hash of the SASS without "
+                "addresses and encodings (compare two builds; needs cuobjdump or nvdisasm)");
   cmd->add_flag("--resources", o->resources, "print registers, spills and shared memory");
   cmd->add_flag("--ir", o->ir,
                 "with --backend llvm: print the IR before and after the passes, and statistics");

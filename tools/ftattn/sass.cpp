@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "ftattn/errors.hpp"
+#include "ftattn/sass_digest.hpp"
 
 extern char** environ;
 
@@ -89,9 +90,10 @@ class TempCubin {
   fs::path path_;
 };
 
-// Runs `program args...` with our stdout and stderr; returns its exit status, or -1 when it
-// could not be started or was killed.
-int run_program(const fs::path& program, const std::vector<std::string>& args) {
+// Runs `program args...` with our stderr and our stdout, or its stdout into the file `out` when
+// given; returns its exit status, or -1 when it could not be started or was killed.
+int run_program(const fs::path& program, const std::vector<std::string>& args,
+                const fs::path* out = nullptr) {
   std::vector<std::string> owned;
   owned.push_back(program.string());
   owned.insert(owned.end(), args.begin(), args.end());
@@ -102,10 +104,16 @@ int run_program(const fs::path& program, const std::vector<std::string>& args) {
   // What we printed so far must come before the child's output.
   std::fflush(stdout);
   std::fflush(stderr);
+  posix_spawn_file_actions_t actions;
+  ::posix_spawn_file_actions_init(&actions);
+  if (out != nullptr)
+    ::posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out->c_str(),
+                                       O_WRONLY | O_CREAT | O_TRUNC, 0600);
   pid_t pid = 0;
-  if (::posix_spawn(&pid, owned[0].c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
-    return -1;
-  }
+  const int spawned =
+      ::posix_spawn(&pid, owned[0].c_str(), &actions, nullptr, argv.data(), environ);
+  ::posix_spawn_file_actions_destroy(&actions);
+  if (spawned != 0) return -1;
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) return -1;
@@ -122,29 +130,64 @@ std::optional<Disassembler> find_disassembler() {
   return std::nullopt;
 }
 
-bool print_sass(const std::string& cubin) {
-  const std::optional<Disassembler> tool = find_disassembler();
+namespace {
+
+std::optional<Disassembler> find_or_note() {
+  std::optional<Disassembler> tool = find_disassembler();
   if (!tool) {
     std::fflush(stdout);
     std::fputs(
         "ftattn: note: no cuobjdump or nvdisasm found: install the CUDA toolkit's binary "
         "utilities to see SASS\n",
         stderr);
-    return false;
   }
+  return tool;
+}
+
+void warn_failed(const Disassembler& tool, int status, std::string_view what) {
+  std::fflush(stdout);
+  std::fputs(fmt::format("ftattn: warning: {} {} on the cubin: {}\n", tool.program.string(),
+                         status < 0 ? "could not run" : fmt::format("exited with {}", status), what)
+                 .c_str(),
+             stderr);
+}
+
+}  // namespace
+
+bool print_sass_digest(const std::string& cubin) {
+  const std::optional<Disassembler> tool = find_or_note();
+  if (!tool) return false;
+  TempCubin file(cubin);
+  const fs::path text = file.path().string() + ".sass";
+  std::vector<std::string> args = tool->args;
+  args.push_back(file.path().string());
+  const int status = run_program(tool->program, args, &text);
+  std::string sass;
+  if (std::FILE* f = std::fopen(text.c_str(), "rb")) {
+    char buffer[65536];
+    for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, f)) > 0;) sass.append(buffer, n);
+    std::fclose(f);
+  }
+  std::error_code ec;
+  fs::remove(text, ec);
+  if (status != 0) {
+    warn_failed(*tool, status, "no SASS digest");
+    return true;
+  }
+  for (const SassFunction& f : digest_sass(sass))
+    fmt::print("sass-digest {}  {} instructions  {}\n", f.name, f.instructions, f.hash);
+  return true;
+}
+
+bool print_sass(const std::string& cubin) {
+  const std::optional<Disassembler> tool = find_or_note();
+  if (!tool) return false;
   TempCubin file(cubin);
   std::vector<std::string> args = tool->args;
   args.push_back(file.path().string());
   fmt::print("sass ({})\n", tool->program.filename().string());
   const int status = run_program(tool->program, args);
-  if (status != 0) {
-    std::fflush(stdout);
-    std::fputs(
-        fmt::format("ftattn: warning: {} {} on the cubin: SASS not shown\n", tool->program.string(),
-                    status < 0 ? "could not run" : fmt::format("exited with {}", status))
-            .c_str(),
-        stderr);
-  }
+  if (status != 0) warn_failed(*tool, status, "SASS not shown");
   return true;
 }
 

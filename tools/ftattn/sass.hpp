@@ -22,4 +22,8 @@ std::optional<Disassembler> find_disassembler();
 // disassembler that fails is reported on stderr as a warning. SASS is optional either way.
 bool print_sass(const std::string& cubin);
 
+// The same through ftattn::digest_sass: one line per function (name, instruction count, hash of
+// the normalised instructions), to compare two builds' machine code.
+bool print_sass_digest(const std::string& cubin);
+
 }  // namespace ftattn::cli
