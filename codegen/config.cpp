@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "codegen/checksum_atoms.hpp"
 #include "ftattn/errors.hpp"
 #include "runtime/hash.hpp"
 
@@ -516,14 +517,7 @@ int KernelConfig::shared_memory_bytes() const {
   // Q tile plus num_stages buffers each of K and V; rows padded by 8 elements against bank
   // conflicts. Checksum protections append 8 rows per K checksum to each K tile and 8 columns
   // per V checksum to every row (FwdTraits in kernel/fwd_sm80.cuh; generated units assert it).
-  const int k_atoms = protection == Protection::efta_correct  ? 2
-                      : protection == Protection::efta_detect ? 1
-                                                              : 0;
-  // efta_detect's ones column shares Flash-ABFT's one atom (protect/checksum.cuh).
-  const int v_atoms =
-      protection == Protection::efta_correct                                          ? 2
-      : protection == Protection::efta_detect || protection == Protection::flash_abft ? 1
-                                                                                      : 0;
+  const auto [k_atoms, v_atoms] = codegen::checksum_atoms(protection);
   // f16_pasa K tiles carry one more row, the block's shift vector (PasaTraits in
   // kernel/fwd_pasa_sm80.cuh).
   const int shift_rows = precision == Precision::f16_pasa ? 1 : 0;

@@ -8,19 +8,6 @@
 
 namespace ftattn::runtime {
 
-ChecksumAtoms checksum_atoms(Protection p) {
-  switch (p) {
-    case Protection::flash_abft:
-      return {0, 1};
-    case Protection::efta_detect:
-      return {1, 1};
-    case Protection::efta_correct:
-      return {2, 2};
-    default:
-      return {};
-  }
-}
-
 // Relative to the bounds the kernel forms (|q| sum|k| for S, l * max sum|v| * (blocks + 16) for
 // O). Derived from the rounding of what each check compares: FP32 tensor-core accumulation
 // (about 2^-23 per step over head_dim / 16 MMAs) and the hi + lo split of the 16-bit checksum

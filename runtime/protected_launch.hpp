@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/checksum_atoms.hpp"
 #include "ftattn/config.hpp"
 #include "ftattn/fault.hpp"
 #include "ftattn/params.cuh"
@@ -15,11 +16,8 @@
 
 namespace ftattn::runtime {
 
-// Checksum tiles appended to K and V by each scheme (protect/checksum.cuh).
-struct ChecksumAtoms {
-  int k = 0, v = 0;
-};
-ChecksumAtoms checksum_atoms(Protection p);
+using codegen::checksum_atoms;
+using codegen::ChecksumAtoms;
 
 // The fused schemes' calibrated defaults (README, "Protection").
 Thresholds default_thresholds(Precision precision);

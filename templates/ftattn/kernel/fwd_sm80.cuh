@@ -183,6 +183,13 @@ struct LaneAddressing {
   }
 };
 
+// This lane's ldmatrix address of the A (Q) fragment of MMA row tile mt at k-step ks.
+template <class T>
+__device__ __forceinline__ u32 q_fragment(u32 sQ, int warp_row, int a_row, int a_col, int mt,
+                                          int ks) {
+  return sQ + ((warp_row + mt * 16 + a_row) * T::row_stride + ks * 16 + a_col) * 2;
+}
+
 // GEMM I in 16-wide steps over head_dim: this warp's Q fragments, loaded from the Q tile, times
 // the block's K tile into `s` through `mma(acc, a, b0, b1)`; `extra(a, ks)` then multiplies the
 // same fragments into tiles of its own (checksum rows, PASA's shift row).
@@ -195,8 +202,7 @@ __device__ __forceinline__ void gemm_qk(Acc (&s)[kMT][kST], u32 sQ, u32 sKs, int
     u32 a[kMT][4];
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
-      sm80::ldmatrix_x4(a[mt],
-                        sQ + ((warp_row + mt * 16 + a_row) * T::row_stride + ks * 16 + a_col) * 2);
+      sm80::ldmatrix_x4(a[mt], q_fragment<T>(sQ, warp_row, a_row, a_col, mt, ks));
 #pragma unroll
     for (int np = 0; np < kST / 2; ++np) {
       u32 b[4];
@@ -685,10 +691,8 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt) {
             u32 a[4];
-            sm80::ldmatrix_x4(
-                a,
-                sQ + at.q_offset +
-                    ((at.warp_row + mt * 16 + at.a_row) * T::row_stride + ks * 16 + at.a_col) * 2);
+            sm80::ldmatrix_x4(a, detail::q_fragment<T>(sQ + at.q_offset, at.warp_row, at.a_row,
+                                                       at.a_col, mt, ks));
             P::mma(sw[mt], a, b[0], b[1]);
           }
         }
