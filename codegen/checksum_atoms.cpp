@@ -15,4 +15,17 @@ ChecksumAtoms checksum_atoms(Protection p) {
   }
 }
 
+Int8ChecksumRows int8_checksum_rows(Protection p) {
+  switch (p) {
+    case Protection::flash_abft:
+      return {0, 8};
+    case Protection::efta_detect:
+      return {16, 8};
+    case Protection::efta_correct:
+      return {40, 48};
+    default:
+      return {};
+  }
+}
+
 }  // namespace ftattn::codegen

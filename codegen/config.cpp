@@ -506,10 +506,11 @@ int KernelConfig::shared_memory_bytes() const {
     // The 8-bit skeleton (Q8Traits in kernel/fwd_q8_sm80.cuh; the generated unit asserts that the
     // two agree): Q and K rows of head_dim + 16 bytes, a float scale per key, V transposed into
     // head_dim rows of block_n + 16 bytes; the epilogue reuses it all for 16-bit O rows.
-    // int8 Flash-ABFT appends 8 digit rows to V^T (protect/int8_abft.cuh).
+    // int8's checksum schemes append rows to K and V^T (protect/int8_checksums.cuh).
     const int64_t row = head_dim + 16;
-    const int64_t v_rows = int64_t{head_dim} + (protection == Protection::flash_abft ? 8 : 0);
-    const int64_t stage = int64_t{block_n} * (row + 4) + v_rows * (block_n + 16);
+    const codegen::Int8ChecksumRows check = codegen::int8_checksum_rows(protection);
+    const int64_t v_rows = int64_t{head_dim} + check.v;
+    const int64_t stage = int64_t{block_n} * (row + 4) + check.k * row + v_rows * (block_n + 16);
     const int64_t loop = block_m * row + num_stages * stage;
     const int64_t out = int64_t{block_m} * (2 * head_dim + 16);
     return static_cast<int>(std::min<int64_t>(std::max(loop, out), INT_MAX));

@@ -73,7 +73,18 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   // not worth a sweep): one tile per warp, 8 warps; with two its FP32 score tile and O spill at
   // head_dim 128.
   const bool q8 = c.precision == Precision::int8 || c.precision == Precision::fp8_e4m3;
-  if (c.precision == Precision::int8 && open_m && open_w) {
+  const bool int8_efta =
+      c.precision == Precision::int8 &&
+      (c.protection == Protection::efta_detect || c.protection == Protection::efta_correct);
+  if (int8_efta && open_m && open_w) {
+    // int8 EFTA holds a second softmax evaluation and the checksum tiles: one MMA tile per warp,
+    // 64-key blocks up to head_dim 128 and 32 above (ptxas -v on sm_90a: no spills but 4 bytes at
+    // d256 causal for efta_detect; efta_correct keeps a block's INT32 P V, ~1.1 KB at d256).
+    c.block_m = 64;
+    c.num_warps = 4;
+    if (open_n) c.block_n = c.head_dim <= 128 ? 64 : 32;
+    if (open_s) c.num_stages = 1;
+  } else if (c.precision == Precision::int8 && open_m && open_w) {
     const int d = c.head_dim;
     const bool two_tiles = d == 128 && !is_causal(c.mask);
     c.block_m = two_tiles ? 128 : 64;
@@ -119,7 +130,7 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   // Flash-ABFT's one checksum fits the unprotected tiles.
   const bool efta =
       c.protection == Protection::efta_detect || c.protection == Protection::efta_correct;
-  if (efta && !short_causal) {
+  if (efta && !short_causal && !q8) {
     const bool two_tiles =
         c.protection == Protection::efta_detect && (c.head_dim == 64 || c.head_dim == 128);
     if (open_m) c.block_m = two_tiles ? 128 : 64;

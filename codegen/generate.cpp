@@ -53,6 +53,21 @@ PrecisionPolicy protection_policy(Protection p) {
   throw ConfigError(fmt::format("protection {} has no code generator", to_string(p)));
 }
 
+PrecisionPolicy int8_protection_policy(Protection p) {
+  constexpr const char* header = "ftattn/protect/int8_checksums.cuh";
+  switch (p) {
+    case Protection::flash_abft:
+      return {header, "ftattn::protect::Int8Abft"};
+    case Protection::efta_detect:
+      return {header, "ftattn::protect::Int8Efta<false>"};
+    case Protection::efta_correct:
+      return {header, "ftattn::protect::Int8Efta<true>"};
+    default:
+      break;
+  }
+  throw ConfigError(fmt::format("protection {} has no int8 code generator", to_string(p)));
+}
+
 // 8-bit precisions run their own skeleton; its unit also carries the quantisation kernels.
 bool is_8bit(Precision p) { return p == Precision::int8 || p == Precision::fp8_e4m3; }
 
@@ -70,7 +85,7 @@ std::string generate_8bit(const KernelConfig& config, const PrecisionPolicy& pre
 using Traits = ftattn::Q8Traits<
     /*head_dim=*/{head_dim}, /*block_m=*/{block_m}, /*block_n=*/{block_n},
     /*num_warps=*/{num_warps}, /*num_stages=*/{num_stages},
-    {precision_type}, {protect_type}, /*causal=*/{causal}>;
+    {precision_type}, {protect_type}, /*causal=*/{causal}, /*inject=*/{inject}>;
 static_assert(Traits::smem_bytes == {smem}, "KernelConfig::shared_memory_bytes disagrees");
 
 extern "C" __global__ void __launch_bounds__(Traits::threads)
@@ -84,14 +99,22 @@ extern "C" __global__ void __launch_bounds__(Traits::threads)
       fmt::arg("num_warps", config.num_warps), fmt::arg("num_stages", config.num_stages),
       fmt::arg("precision_type", precision.type), fmt::arg("protect_type", protect.type),
       fmt::arg("causal", is_causal(config.mask) ? "true" : "false"),
+      fmt::arg("inject", config.fault_injection ? "true" : "false"),
       fmt::arg("smem", config.shared_memory_bytes()), fmt::arg("symbol", symbol));
-  if (config.protection == Protection::flash_abft)
+  if (config.protection != Protection::none)
     text += fmt::format(
-        "\n// int8 Flash-ABFT: the digit rows of V^T (protect/int8_abft.cuh), after pack_v.\n"
+        "\n// int8 checksums (protect/int8_checksums.cuh): the rows of V^T, after pack_v.\n"
         "extern \"C\" __global__ void __launch_bounds__(128)\n"
         "{}(const ftattn::Int8DigitsParams params) {{\n"
-        "  ftattn::protect::int8_v_digits<{}>(params);\n}}\n",
+        "  ftattn::protect::int8_v_rows<{}, Traits::Protect>(params);\n}}\n",
         int8_digits_symbol(symbol), config.head_dim);
+  if (config.protection == Protection::efta_detect || config.protection == Protection::efta_correct)
+    text += fmt::format(
+        "\n// int8 EFTA: the checksum rows of every K block, after quantize_rows.\n"
+        "extern \"C\" __global__ void __launch_bounds__(128)\n"
+        "{}(const ftattn::Int8DigitsParams params) {{\n"
+        "  ftattn::protect::int8_k_rows<{}, {}, Traits::Protect>(params);\n}}\n",
+        int8_k_rows_symbol(symbol), config.head_dim, config.block_n);
   for (const char* input : {"F16", "BF16"})
     for (const char* kernel : {"quantize_rows", "v_channel_max", "pack_v"})
       text += fmt::format(
@@ -211,6 +234,11 @@ std::string int8_digits_symbol(const std::string& kernel_symbol) {
   return "int8_digits_" + kernel_symbol;
 }
 
+std::string int8_k_rows_symbol(const std::string& kernel_symbol) {
+  // Not prefixed by the kernel's symbol: ptxas logs are read by symbol prefix.
+  return "int8_k_rows_" + kernel_symbol;
+}
+
 std::string checksum_symbol(const std::string& kernel_symbol) {
   // Not prefixed by the kernel's symbol: ptxas logs are read by symbol prefix.
   return "checksums_" + kernel_symbol;
@@ -234,11 +262,10 @@ KernelSource generate(const KernelConfig& config) {
     return out;
   }
   const PrecisionPolicy precision = precision_policy(config.precision);
-  // The 8-bit skeleton's Flash-ABFT is its own policy: exact INT32 digit checksums.
-  const PrecisionPolicy protect =
-      is_8bit(config.precision) && config.protection == Protection::flash_abft
-          ? PrecisionPolicy{"ftattn/protect/int8_abft.cuh", "ftattn::protect::Int8Abft"}
-          : protection_policy(config.protection);
+  // The 8-bit skeleton's checksum schemes are their own policies: exact INT32 digit checksums.
+  const PrecisionPolicy protect = is_8bit(config.precision) && config.protection != Protection::none
+                                      ? int8_protection_policy(config.protection)
+                                      : protection_policy(config.protection);
   KernelSource out;
   out.name = config.name();
   out.symbol = config.symbol();

@@ -103,14 +103,13 @@ void validate(const KernelConfig& c) {
   const bool checksums = c.protection == Protection::flash_abft ||
                          c.protection == Protection::efta_detect ||
                          c.protection == Protection::efta_correct;
-  // int8 has Flash-ABFT with exact INT32 digit checksums (protect/int8_abft.cuh); fp8's P V
-  // accumulates in FP32 and has no checksum path yet, nor does EFTA on 8-bit scores.
-  if (checksums && is_8bit(c.precision) &&
-      !(c.precision == Precision::int8 && c.protection == Protection::flash_abft)) {
+  // int8 has Flash-ABFT and EFTA with exact INT32 digit checksums (protect/int8_checksums.cuh);
+  // fp8's E4M3 operands cannot carry exact digits, and it has no checksum path yet.
+  if (checksums && c.precision == Precision::fp8_e4m3) {
     throw ConfigError(fmt::format(
-        "protection {} is not built for precision {} yet: use flash_abft with int8, f16 or bf16 "
-        "with any scheme, or protection none",
-        to_string(c.protection), to_string(c.precision)));
+        "protection {} is not built for precision fp8_e4m3 yet: use int8, f16 or bf16 with {}, "
+        "or protection none with fp8_e4m3",
+        to_string(c.protection), to_string(c.protection)));
   }
 
   // f16_pasa runs its own skeleton (kernel/fwd_pasa_sm80.cuh): Flash-ABFT's P V checksum fits
@@ -147,10 +146,16 @@ void validate(const KernelConfig& c) {
           "mask {} is not built for precision {} yet: use none or causal, or precision f16/bf16",
           to_string(c.mask), to_string(c.precision)));
     }
-    if (c.protection == Protection::decoupled || c.fault_injection) {
+    if (c.protection == Protection::decoupled) {
       throw ConfigError(fmt::format(
-          "precision {} has no decoupled baseline or fault-injection points: use protection none "
-          "or flash_abft (int8) without fault injection, or precision f16/bf16",
+          "precision {} has no decoupled baseline (three separate 8-bit kernels): use a fused "
+          "scheme (flash_abft, efta_detect, efta_correct with int8), or precision f16/bf16",
+          to_string(c.precision)));
+    }
+    if (c.fault_injection && !checksums) {
+      throw ConfigError(fmt::format(
+          "precision {} has fault-injection points only in its checksum schemes: use int8 with "
+          "flash_abft, efta_detect or efta_correct, or turn fault_injection off",
           to_string(c.precision)));
     }
   }

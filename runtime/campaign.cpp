@@ -37,6 +37,14 @@ InjectionSpace fused_space(const KernelConfig& c, const Problem& pr, FaultSite s
     case FaultSite::output:
       s.elements = m_tiles * (c.head_dim / 8) * 4;
       break;
+    case FaultSite::pv:
+      if (c.precision != Precision::int8)
+        throw ConfigError(fmt::format(
+            "site pv is int8's INT32 P V accumulator: {} accumulates P V in O itself, use site "
+            "output",
+            to_string(c.precision)));
+      s.elements = m_tiles * (c.head_dim / 8) * 4;
+      break;
     case FaultSite::checksum:
       s.elements = 0;  // scheme-specific: the kernel takes the element modulo its count
       break;
@@ -75,8 +83,8 @@ FaultSite parse_site(std::string_view text) {
     }
   }
   throw ConfigError(fmt::format(
-      "unknown fault site '{}': use scores, probs, row_max, row_sum, rescale, output, checksum "
-      "(or ir with an IR-level backend)",
+      "unknown fault site '{}': use scores, probs, row_max, row_sum, rescale, output, checksum, "
+      "pv (int8) (or ir with an IR-level backend)",
       text));
 }
 

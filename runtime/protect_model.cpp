@@ -166,4 +166,55 @@ Int8Check int8_block_check(const Int8BlockSums& sums, uint32_t bias) {
   return c;
 }
 
+Int8StridedRow int8_strided_row(std::span<const int8_t> q, std::span<const int8_t> y, int n,
+                                uint32_t bias) {
+  const size_t d = q.size();
+  if (n < 1 || y.size() != d * static_cast<size_t>(n))
+    throw std::invalid_argument("y must hold n rows of head_dim values");
+  Int8StridedRow row;
+  row.x.assign(n, bias);
+  std::vector<int> plain(d, 0), weighted(d, 0);
+  for (int j = 0; j < n; ++j)
+    for (size_t c = 0; c < d; ++c) {
+      const int v = y[j * d + c];
+      row.x[j] += static_cast<uint32_t>(q[c] * v);  // wraps, as INT32 does
+      plain[c] += v;
+      weighted[c] += (j + 1) * v;
+    }
+  // Each checksum through its digit rows and their own biased accumulators, as the MMAs give it.
+  auto through_digits = [&](const std::vector<int>& sums, int count) {
+    std::vector<uint32_t> acc(count, bias);
+    for (size_t c = 0; c < d; ++c) {
+      const std::vector<int8_t> digits = int8_checksum_digits(sums[c], count);
+      for (int i = 0; i < count; ++i) acc[i] += static_cast<uint32_t>(q[c] * digits[i]);
+    }
+    long long value = 0, unit = 1;
+    for (int i = 0; i < count; ++i, unit *= 128) value += unit * static_cast<int>(acc[i] - bias);
+    return value;
+  };
+  row.plain = through_digits(plain, 2);
+  row.weighted = through_digits(weighted, 3);
+  return row;
+}
+
+uint32_t int8_strided_diff(const Int8StridedRow& row, uint32_t bias) {
+  uint32_t sum = 0;
+  for (uint32_t x : row.x) sum += x - bias;
+  return sum - static_cast<uint32_t>(row.plain);
+}
+
+int int8_strided_repair(Int8StridedRow& row, uint32_t bias) {
+  long long e1 = -row.plain, e2 = -row.weighted;
+  for (size_t j = 0; j < row.x.size(); ++j) {
+    const long long x = static_cast<int32_t>(row.x[j] - bias);
+    e1 += x;
+    e2 += static_cast<long long>(j + 1) * x;
+  }
+  if (e1 == 0 || e2 % e1 != 0) return -1;
+  const long long j = e2 / e1 - 1;
+  if (j < 0 || j >= static_cast<long long>(row.x.size())) return -1;
+  row.x[j] -= static_cast<uint32_t>(e1);
+  return static_cast<int>(j);
+}
+
 }  // namespace ftattn::protect_model

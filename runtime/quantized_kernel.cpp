@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <mutex>
 
+#include "codegen/checksum_atoms.hpp"
 #include "ftattn/codegen.hpp"
 #include "ftattn/quantize.hpp"
 #include "ftattn/quantize_params.cuh"
@@ -48,8 +49,10 @@ class QuantizedKernel final : public Kernel {
   explicit QuantizedKernel(std::shared_ptr<const CompiledKernel> compiled)
       : compiled_(std::move(compiled)), module_(compiled_->cubin) {
     attention_ = module_.function(compiled_->symbol);
-    if (compiled_->config.protection == Protection::flash_abft)
-      digits_ = module_.function(codegen::int8_digits_symbol(compiled_->symbol));
+    const codegen::Int8ChecksumRows rows =
+        codegen::int8_checksum_rows(compiled_->config.protection);
+    if (rows.v > 0) digits_ = module_.function(codegen::int8_digits_symbol(compiled_->symbol));
+    if (rows.k > 0) k_rows_ = module_.function(codegen::int8_k_rows_symbol(compiled_->symbol));
   }
 
   const CompiledKernel& compiled() const override { return *compiled_; }
@@ -65,13 +68,14 @@ class QuantizedKernel final : public Kernel {
     launch_quantized(problem, in, o, Precision::f16, lse, stream);
   }
 
-  // Protected (int8 flash_abft): quantise, build the digit rows, run, read the fault log and act
-  // on it; a recompute relaunches the attention on the same quantised operands.
+  // Protected (int8 checksum schemes): quantise, build the checksum rows, run (with the fault
+  // plan, if any), read the fault log and act on it; a recompute relaunches the attention on the
+  // same quantised operands without the plan.
   FaultReport run(const Problem& problem, const void* q, const void* k, const void* v, void* o,
                   float* lse, CUstream stream, const unsigned char* block_mask,
                   const ProtectOptions& protect) const override {
     const KernelConfig& c = compiled_->config;
-    if (c.protection == Protection::none || protect.inject)
+    if (c.protection == Protection::none)
       return Kernel::run(problem, q, k, v, o, lse, stream, block_mask, protect);
     const QuantizedLayout layout = QuantizedLayout::of(problem);
     std::scoped_lock lock(workspace_mu_, protect_mu_);  // launch()'s order: workspace first
@@ -184,23 +188,32 @@ class QuantizedKernel final : public Kernel {
     return p;
   }
 
-  // Protection set-up (the fault log; int8 Flash-ABFT's digit rows from the quantised V^T into
-  // a buffer this object owns), then the attention over the grid or the recompute tile list.
-  // Caller holds protect_mu_.
+  // Protection set-up (the fault log and plan; the checksum rows from the quantised V^T and K
+  // into a buffer this object owns, laid out as protect/int8_checksums.cuh reads them), then the
+  // attention over the grid or the recompute tile list. Caller holds protect_mu_.
   void enqueue(const Problem& problem, AttentionParams& p, CUstream stream,
                const ProtectOptions& protect) const {
     const KernelConfig& c = compiled_->config;
     if (c.protection != Protection::none) {
       protector_.prepare(nullptr, c, problem, p, stream, protect);
       const QuantizedLayout layout = QuantizedLayout::of(problem);
-      const size_t bytes = size_t(problem.batch) * problem.heads_kv * 8 * layout.keys_padded;
+      const codegen::Int8ChecksumRows rows = codegen::int8_checksum_rows(c.protection);
+      const int n_blocks = (problem.seqlen_k + c.block_n - 1) / c.block_n;
+      const size_t k_offset = static_cast<size_t>(
+          int8_k_rows_offset(problem.batch, problem.heads_kv, rows.v, layout.keys_padded));
+      const size_t bytes =
+          k_offset + size_t(problem.batch) * problem.heads_kv * n_blocks * rows.k * c.head_dim;
       if (digits_buffer_.bytes() < bytes) digits_buffer_ = DeviceBuffer(bytes);
-      Int8DigitsParams dp{p.v, digits_buffer_.data(), layout.keys_padded};
+      char* base = static_cast<char*>(digits_buffer_.data());
+      Int8DigitsParams dp{p.v, base, layout.keys_padded, problem.seqlen_k, p.k, base + k_offset};
       void* dargs[] = {&dp};
-      runtime::launch(digits_,
-                      Dim3{blocks(layout.keys_padded, 128), static_cast<unsigned>(problem.heads_kv),
-                           static_cast<unsigned>(problem.batch)},
-                      Dim3{128, 1, 1}, 0, stream, dargs);
+      const unsigned hk = static_cast<unsigned>(problem.heads_kv);
+      const unsigned b = static_cast<unsigned>(problem.batch);
+      runtime::launch(digits_, Dim3{blocks(layout.keys_padded, 128), hk, b}, Dim3{128, 1, 1}, 0,
+                      stream, dargs);
+      if (k_rows_ != nullptr)
+        runtime::launch(k_rows_, Dim3{static_cast<unsigned>(n_blocks), hk, b}, Dim3{128, 1, 1}, 0,
+                        stream, dargs);
       p.checksums = digits_buffer_.data();
     }
     const Dim3 grid = p.tile_count > 0 ? Dim3{static_cast<unsigned>(p.tile_count), 1, 1}
@@ -215,7 +228,8 @@ class QuantizedKernel final : public Kernel {
   std::shared_ptr<const CompiledKernel> compiled_;
   Module module_;
   CUfunction attention_ = nullptr;
-  CUfunction digits_ = nullptr;  // int8 flash_abft: V^T's digit rows
+  CUfunction digits_ = nullptr;  // int8 checksum schemes: V^T's checksum rows
+  CUfunction k_rows_ = nullptr;  // int8 EFTA: every K block's checksum rows
   mutable std::mutex workspace_mu_;
   mutable std::mutex protect_mu_;  // the fault log and digit rows of launch_quantized
   mutable ProtectedLauncher protector_;

@@ -90,4 +90,31 @@ struct Int8Check {
 };
 Int8Check int8_block_check(const Int8BlockSums& sums, uint32_t bias);
 
+// --- int8 EFTA: strided checksums per thread, exact single-error repair --------------------
+//
+// A thread of the m16n8k32 accumulator layout holds, per row, the values x_j = acc[8 j + e] of a
+// tile row (j = 0..n-1: the keys of a score block, or the channels of a P V block; e its column
+// within every 8-wide tile). Its checksums come from the same MMAs with extra operand rows: the
+// digits (2, balanced base 128) of sum_j y_j and (3) of sum_j (j + 1) y_j, y_j the operand row
+// multiplied into x_j. Then, modulo 2^32 and with every accumulator starting at `bias`,
+//     sum_j (x_j - bias) == digit value of the plain checksum,
+// and a single wrong x_j leaves, in 64-bit arithmetic on the de-biased values, e1 = delta and
+// e2 = (j + 1) delta exactly (|delta| <= 2^31, the weights <= 32): j = e2 / e1 - 1.
+
+// One thread-row of a strided check: x (biased accumulators), and the de-biased plain and
+// weighted checksums as the kernel rebuilds them from their digit accumulators.
+struct Int8StridedRow {
+  std::vector<uint32_t> x;
+  long long plain = 0, weighted = 0;
+};
+// The values and checksums of column e for one query row `q` (head_dim int8) against the
+// operand rows `y` (n x head_dim int8, row j feeding x_j), each product through its digits.
+Int8StridedRow int8_strided_row(std::span<const int8_t> q, std::span<const int8_t> y, int n,
+                                uint32_t bias);
+// The kernel's check: sum_j (x_j - bias) - plain, modulo 2^32 (0: clean).
+uint32_t int8_strided_diff(const Int8StridedRow& row, uint32_t bias);
+// The kernel's repair: the located j, with x_j rebuilt, or -1 (nothing located: no error, two
+// errors, a hit checksum).
+int int8_strided_repair(Int8StridedRow& row, uint32_t bias);
+
 }  // namespace ftattn::protect_model

@@ -15,12 +15,24 @@ struct QuantizeParams {
   int keys_padded;  // V: the padded key count of a V^T row
 };
 
-// int8 Flash-ABFT's digit rows (protect/int8_abft.cuh): from the quantised V^T (head_dim rows of
-// keys_padded bytes per head) to 8 rows of keys_padded bytes per head.
+// The int8 checksum rows (protect/int8_checksums.cuh): from the quantised V^T (head_dim rows of
+// keys_padded bytes per head) to the policy's digit rows of keys_padded bytes per head, and (EFTA)
+// from the quantised K (seqlen_k rows of head_dim bytes per head) to k_rows rows of head_dim bytes
+// per head and key block.
 struct Int8DigitsParams {
   const void* vt;
   void* out;
   int keys_padded;
+  int seqlen_k;
+  const void* k;
+  void* k_out;
 };
+
+// The int8 checksum workspace: the V^T rows of every head, then (EFTA) the K rows, from this byte
+// offset (16-byte aligned for cp.async).
+inline long long int8_k_rows_offset(int batch, int heads_kv, int digit_rows, int keys_padded) {
+  const long long v_bytes = static_cast<long long>(batch) * heads_kv * digit_rows * keys_padded;
+  return (v_bytes + 255) / 256 * 256;
+}
 
 }  // namespace ftattn

@@ -31,15 +31,20 @@ TEST_CASE("8-bit precisions: validation says what to change", "[codegen][q8]") {
   REQUIRE_CONFIG_ERROR(validate(tile_config(128, 128, 64, 8, 1, kSm89, Precision::fp8_e4m3,
                                             Mask::none, Protection::efta_detect)),
                        "protection efta_detect");
-  // Protection: int8 has Flash-ABFT (exact digit checksums); nothing else on 8-bit yet.
-  CHECK_NOTHROW(validate(tile_config(128, 128, 64, 8, 1, kSm80, Precision::int8, Mask::causal,
-                                     Protection::flash_abft)));
+  // Protection: int8 has every fused scheme (exact digit checksums); fp8 none yet.
+  for (Protection p : {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct}) {
+    KernelConfig c = tile_config(128, 128, 64, 8, 1, kSm80, Precision::int8, Mask::causal, p);
+    CHECK_NOTHROW(validate(c));
+    c.fault_injection = true;  // injection points in the int8 checksum schemes
+    CHECK_NOTHROW(validate(c));
+  }
   REQUIRE_CONFIG_ERROR(validate(tile_config(128, 128, 64, 8, 1, kSm89, Precision::fp8_e4m3,
                                             Mask::none, Protection::flash_abft)),
-                       "use flash_abft with int8");
-  REQUIRE_CONFIG_ERROR(validate(tile_config(128, 128, 64, 8, 1, kSm80, Precision::int8, Mask::none,
-                                            Protection::efta_correct)),
-                       "protection efta_correct is not built for precision int8");
+                       "protection flash_abft is not built for precision fp8_e4m3 yet");
+  KernelConfig plain_inject = tile_config(128, 128, 64, 8, 1, kSm80, Precision::int8);
+  plain_inject.fault_injection = true;
+  REQUIRE_CONFIG_ERROR(validate(plain_inject),
+                       "fault-injection points only in its checksum schemes");
   REQUIRE_CONFIG_ERROR(validate(tile_config(128, 128, 64, 8, 1, kSm80, Precision::int8, Mask::none,
                                             Protection::decoupled)),
                        "no decoupled baseline");
@@ -73,6 +78,50 @@ TEST_CASE("int8 with flash_abft: digit rows in V^T, their kernel, one more IMMA 
     CHECK(count(out.ptx, imma) - count(base.ptx, imma) == copies * tiles * (abft.block_n / 32));
     const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
     CHECK(r.registers > 0);
+  }
+}
+
+TEST_CASE("int8 EFTA: K and V^T checksum rows, their kernels, a second softmax evaluation",
+          "[codegen][nvrtc][q8][protect]") {
+  const std::string imma = "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32";
+  const std::string ex2 = "ex2.approx.f16x2";
+  for (Protection prot : {Protection::efta_detect, Protection::efta_correct}) {
+    const int d = 128;
+    KernelConfig open;  // the tile int8 EFTA's defaults pick
+    open.head_dim = d;
+    open.precision = Precision::int8;
+    open.protection = prot;
+    const KernelConfig efta = with_defaults(open, kSm90a);
+    KernelConfig plain = efta;
+    plain.protection = Protection::none;
+    INFO(efta.name());
+    const bool correct = prot == Protection::efta_correct;
+    // Per stage: 16 (40) K rows of head_dim + 16 bytes, 8 (48) V^T rows of block_n + 16.
+    const int k_rows = correct ? 40 : 16, v_rows = correct ? 48 : 8;
+    CHECK(efta.shared_memory_bytes() - plain.shared_memory_bytes() ==
+          efta.num_stages * (k_rows * (d + 16) + v_rows * (efta.block_n + 16)));
+    const codegen::KernelSource src = codegen::generate(efta);
+    CHECK(src.text.find(correct ? "Int8Efta<true>" : "Int8Efta<false>") != std::string::npos);
+    CHECK(count(src.text, codegen::int8_digits_symbol(src.symbol) + "(") == 1);
+    CHECK(count(src.text, codegen::int8_k_rows_symbol(src.symbol) + "(") == 1);
+    const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
+    const runtime::NvrtcOutput base = runtime::compile_with_nvrtc(codegen::generate(plain));
+    CHECK(out.ptx.find(".entry " + codegen::int8_k_rows_symbol(src.symbol)) != std::string::npos);
+    // Per copy of the loop body: GEMM I's two checksum tiles per 32 channels; GEMM II's one
+    // (correct: three) per 32 keys; correct's rare paths, Q times 3 weighted tiles (a rolled
+    // loop) and P times 3 per 32 keys.
+    const int tiles = efta.block_m / 16 / efta.num_warps;
+    const int per_copy = tiles * ((efta.block_n / 8) * (d / 32) + (d / 8) * (efta.block_n / 32));
+    const int copies = count(base.ptx, imma) / per_copy;
+    REQUIRE(copies >= 1);
+    CHECK(count(base.ptx, imma) == copies * per_copy);
+    const int extra =
+        correct ? 2 * (d / 32) + 3 + 6 * (efta.block_n / 32) : 2 * (d / 32) + efta.block_n / 32;
+    CHECK(count(out.ptx, imma) - count(base.ptx, imma) == copies * tiles * extra);
+    // The softmax runs twice: the second evaluation is not merged into the first.
+    CHECK(count(out.ptx, ex2) == 2 * count(base.ptx, ex2));
+    const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
+    CHECK(r.spill_stores == 0);  // the defaults' tile fits
   }
 }
 

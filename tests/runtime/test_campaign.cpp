@@ -89,8 +89,9 @@ TEST_CASE("bit ranges parse lo:hi or one bit and reject the rest", "[campaign]")
 }
 
 TEST_CASE("site names round-trip and typos are refused", "[campaign]") {
-  for (FaultSite s : {FaultSite::scores, FaultSite::probs, FaultSite::row_max, FaultSite::row_sum,
-                      FaultSite::rescale, FaultSite::output, FaultSite::checksum, FaultSite::ir})
+  for (FaultSite s :
+       {FaultSite::scores, FaultSite::probs, FaultSite::row_max, FaultSite::row_sum,
+        FaultSite::rescale, FaultSite::output, FaultSite::checksum, FaultSite::ir, FaultSite::pv})
     CHECK(parse_site(site_name(s)) == s);
   CHECK_THROWS_AS(parse_site("none"), ConfigError);
   CHECK_THROWS_AS(parse_site("score"), ConfigError);

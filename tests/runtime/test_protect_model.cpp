@@ -167,3 +167,42 @@ TEST_CASE("int8 Flash-ABFT: the block check is exact modulo 2^32 and sees every 
       }
     }
 }
+
+TEST_CASE("int8 EFTA: strided checks are exact and every single flipped bit is rebuilt",
+          "[protect][q8]") {
+  const uint32_t bias = 0x4B400000u;
+  std::mt19937_64 rng(5);
+  std::uniform_int_distribution<int> vd(-127, 127);
+  // n: keys per column of a score block (block_n / 8, up to 32) or channels per column of a P V
+  // block (head_dim / 8); the extremes wrap the biased accumulators and fill every digit.
+  for (int d : {64, 128, 256})
+    for (int n : {4, 16, 32})
+      for (int trial = 0; trial < 3; ++trial) {
+        INFO("head_dim " << d << ", n " << n << ", trial " << trial);
+        std::vector<int8_t> q(d), y(static_cast<size_t>(n) * d);
+        for (auto& x : q) x = static_cast<int8_t>(trial == 0 ? 127 : vd(rng));
+        for (auto& x : y) x = static_cast<int8_t>(trial == 0 ? 127 : trial == 1 ? -127 : vd(rng));
+        const Int8StridedRow clean = int8_strided_row(q, y, n, bias);
+        REQUIRE(int8_strided_diff(clean, bias) == 0u);
+        Int8StridedRow same = clean;
+        CHECK(int8_strided_repair(same, bias) == -1);  // nothing to locate
+        for (int j = 0; j < n; j += n / 4)
+          for (int bit = 0; bit < 32; ++bit) {
+            Int8StridedRow bad = clean;
+            bad.x[j] ^= 1u << bit;
+            CHECK(int8_strided_diff(bad, bias) != 0u);
+            REQUIRE(int8_strided_repair(bad, bias) == j);
+            CHECK(bad.x == clean.x);  // rebuilt bit for bit
+          }
+        // Two wrong values, or a wrong plain checksum: seen, never "repaired" into a third value.
+        Int8StridedRow two = clean;
+        two.x[0] ^= 1u << 5;  // different bits: the two changes cannot cancel
+        two.x[n - 1] ^= 1u << 9;
+        CHECK(int8_strided_diff(two, bias) != 0u);
+        CHECK(int8_strided_repair(two, bias) == -1);
+        Int8StridedRow hit = clean;
+        hit.plain += 1 << 20;
+        CHECK(int8_strided_diff(hit, bias) != 0u);
+        CHECK(int8_strided_repair(hit, bias) == -1);
+      }
+}

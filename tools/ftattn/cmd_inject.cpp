@@ -331,7 +331,8 @@ Command add_inject_command(CLI::App& parent, const GlobalOptions& global) {
   add_config_flags(*cmd, o->config, Positional::none);
   cmd->add_option("--site", o->sites,
                   "value class(es) to flip, comma-separated: scores, probs, row_max, row_sum, "
-                  "rescale, output, checksum; or ir (alone, with --backend llvm --ir-inject)");
+                  "rescale, output, checksum, pv (int8's INT32 P V); or ir (alone, with "
+                  "--backend llvm --ir-inject)");
   cmd->add_option("--trials", o->trials, "trials per site")->capture_default_str();
   cmd->add_option("--bits", o->bits, "bit range lo:hi (0: mantissa LSB, 31: sign)")
       ->capture_default_str();

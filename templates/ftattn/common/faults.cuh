@@ -20,6 +20,11 @@ __device__ __forceinline__ bool plan_hits(const FaultPlanParams& f, int site_a, 
 __device__ __forceinline__ float flip_bit(float x, int bit) {
   return __uint_as_float(__float_as_uint(x) ^ (1u << (bit & 31)));
 }
+// INT32 accumulators and packed 8-bit operands (the 8-bit skeleton).
+__device__ __forceinline__ int flip_bit(int x, int bit) {
+  return static_cast<int>(static_cast<u32>(x) ^ (1u << (bit & 31)));
+}
+__device__ __forceinline__ u32 flip_bit(u32 x, int bit) { return x ^ (1u << (bit & 31)); }
 
 __device__ __forceinline__ bool finite(float x) { return fabsf(x) <= 3.402823466e38f; }
 

@@ -26,12 +26,13 @@
 #include "ftattn/params.cuh"
 #include "ftattn/precision/bf16.cuh"
 #include "ftattn/precision/f16.cuh"
-#include "ftattn/protect/int8_abft.cuh"
+#include "ftattn/protect/checks.cuh"
+#include "ftattn/protect/int8_checksums.cuh"
 
 namespace ftattn {
 
 template <int HeadDim, int BlockM, int BlockN, int NumWarps, int NumStages, class PrecisionT,
-          class ProtectT, bool Causal>
+          class ProtectT, bool Causal, bool Inject = false>
 struct Q8Traits {
   static constexpr int head_dim = HeadDim;
   static constexpr int block_m = BlockM;
@@ -39,6 +40,7 @@ struct Q8Traits {
   static constexpr int num_warps = NumWarps;
   static constexpr int num_stages = NumStages;
   static constexpr bool causal = Causal;
+  static constexpr bool inject = Inject;  // fault-injection points compiled in (launch-time plan)
   using Precision = PrecisionT;
   using Protect = ProtectT;
 
@@ -52,8 +54,11 @@ struct Q8Traits {
   static constexpr int qk_stride = HeadDim + 16;  // a Q or K row
   static constexpr int vt_stride = BlockN + 16;   // a V^T row: one channel, block_n keys
   static constexpr int q_bytes = BlockM * qk_stride;
-  static constexpr int k_stage_bytes = BlockN * qk_stride + BlockN * 4;  // rows, then key scales
-  // V^T rows: head_dim channels, then the protection's checksum rows (int8 Flash-ABFT's digits).
+  // K rows, the key scales, then the protection's checksum rows (int8 EFTA).
+  static constexpr int k_scale_offset = BlockN * qk_stride;
+  static constexpr int k_check_offset = k_scale_offset + BlockN * 4;
+  static constexpr int k_stage_bytes = k_check_offset + ProtectT::k_rows * qk_stride;
+  // V^T rows: head_dim channels, then the protection's checksum rows (protect/int8_checksums.cuh).
   static constexpr int v_rows = HeadDim + ProtectT::digit_rows;
   static constexpr int v_stage_bytes = v_rows * vt_stride;
   static constexpr int o_stride = HeadDim * 2 + 16;  // the epilogue stages 16-bit O rows
@@ -67,6 +72,62 @@ struct Q8Traits {
 };
 
 namespace q8 {
+// An exact INT32 accumulator without its starting bias, widened for 64-bit checksum arithmetic.
+template <class P>
+__device__ __forceinline__ long long debiased(int acc) {
+  return static_cast<int>(static_cast<u32>(acc) - static_cast<u32>(P::acc_zero));
+}
+
+// int8 EFTA's strided identity for a thread's tile x (biased INT32) against the two digit
+// accumulators of its checksum tile: per row tile and column, sum_j x_j - digit 0 - 128 digit 1,
+// modulo 2^32 (N biases on the left, 129 on the right). True if any column failed.
+template <class P, int MT, int N, int K>
+__device__ __forceinline__ bool strided_diff(const int (&x)[MT][N][4],
+                                             const int (&digits)[MT][K][4], u32 (&diff)[MT][4]) {
+  bool failed = false;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      u32 sum = static_cast<u32>(P::acc_zero) * (129u - N);
+#pragma unroll
+      for (int j = 0; j < N; ++j) sum += static_cast<u32>(x[mt][j][i]);
+      diff[mt][i] =
+          sum - static_cast<u32>(digits[mt][0][i]) - 128u * static_cast<u32>(digits[mt][1][i]);
+      failed |= diff[mt][i] != 0u;
+    }
+  return failed;
+}
+
+// After a failed strided check, with the 3 weighted digit accumulators: each failed column's
+// exact single-error repair (ftattn/protect_model.hpp, int8_strided_repair). In 64 bits on the
+// de-biased values a single wrong x_j leaves e1 = delta and e2 = (j + 1) delta, so x_j is rebuilt
+// bit for bit; report(mt, i, j) is called with the located j, or -1.
+template <class P, int MT, int N, int K, class Report>
+__device__ __forceinline__ void strided_repair(int (&x)[MT][N][4], const int (&digits)[MT][K][4],
+                                               const int (&weighted)[MT][3][4],
+                                               const u32 (&diff)[MT][4], Report&& report) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if (diff[mt][i] == 0u) continue;
+      long long e1 = -(debiased<P>(digits[mt][0][i]) + 128 * debiased<P>(digits[mt][1][i]));
+      long long e2 = -(debiased<P>(weighted[mt][0][i]) + 128 * debiased<P>(weighted[mt][1][i]) +
+                       16384 * debiased<P>(weighted[mt][2][i]));
+      for (int j = 0; j < N; ++j) {
+        e1 += debiased<P>(x[mt][j][i]);
+        e2 += (j + 1) * debiased<P>(x[mt][j][i]);
+      }
+      int bad = -1;
+      if (e1 != 0 && e2 % e1 == 0 && e2 / e1 >= 1 && e2 / e1 <= N)
+        bad = static_cast<int>(e2 / e1) - 1;
+      for (int j = 0; j < N; ++j)
+        if (j == bad)
+          x[mt][j][i] = static_cast<int>(static_cast<u32>(x[mt][j][i]) - static_cast<u32>(e1));
+      report(mt, i, bad);
+    }
+}
 template <bool B>
 struct Masked {  // step()'s compile-time flag: does this key block need the mask?
   static constexpr bool value = B;
@@ -117,19 +178,29 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
   const int keys_padded = static_cast<int>(p.v_seq_stride);
   const float* k_scale = p.k_scale + static_cast<i64>(batch * p.heads_kv + head_kv) * keys_padded;
 
+  // Checksum rows (protect/int8_checksums.cuh): this KV head's V^T rows (digit_rows rows of
+  // keys_padded bytes), and EFTA's K rows (k_rows rows of head_dim bytes per key block).
+  const i64 head_index = static_cast<i64>(batch) * p.heads_kv + head_kv;
+  const char* digits =
+      static_cast<const char*>(p.checksums) + head_index * Protect::digit_rows * keys_padded;
+  const char* k_check =
+      static_cast<const char*>(p.checksums) +
+      int8_k_rows_offset(p.batch, p.heads_kv, Protect::digit_rows, keys_padded) +
+      head_index * ((p.seqlen_k + T::block_n - 1) / T::block_n) * Protect::k_rows * T::head_dim;
   auto load_k = [&](int stage, int n_block) {
     const int key0 = n_block * T::block_n;
     const u32 dst = sK + stage * T::k_stage_bytes;
     sm80::load_rows<T::threads, T::block_n, T::head_dim, T::qk_stride>(
         dst, k + key0 * p.k_seq_stride, p.k_seq_stride, p.seqlen_k - key0, T::head_dim);
-    sm80::load_rows<T::threads, 1, T::block_n * 4, 0>(
-        dst + T::block_n * T::qk_stride, k_scale + key0, 0, 1, (keys_padded - key0) * 4);
+    sm80::load_rows<T::threads, 1, T::block_n * 4, 0>(dst + T::k_scale_offset, k_scale + key0, 0, 1,
+                                                      (keys_padded - key0) * 4);
+    if constexpr (Protect::k_rows > 0)
+      sm80::load_rows<T::threads, Protect::k_rows, T::head_dim, T::qk_stride>(
+          dst + T::k_check_offset,
+          k_check + static_cast<i64>(n_block) * Protect::k_rows * T::head_dim, T::head_dim,
+          Protect::k_rows, T::head_dim);
     sm80::cp_async_commit();
   };
-  // Checksum rows of this KV head's V^T (int8 Flash-ABFT: digit_rows rows of keys_padded bytes).
-  const char* digits =
-      static_cast<const char*>(p.checksums) +
-      static_cast<i64>(batch * p.heads_kv + head_kv) * Protect::digit_rows * keys_padded;
   auto load_v = [&](int stage, int n_block) {
     const int key0 = n_block * T::block_n;
     const u32 dst = sV + stage * T::v_stage_bytes;
@@ -187,16 +258,46 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
   float row_sum[kMT][2];  // this thread's share, in units of 2^p_log2_range
   detail::clear_accumulators(o, row_max, row_sum);
   typename Protect::State protect_state;
-  // int8 Flash-ABFT: per thread, the FP32 checksum of its O elements of each row half, carried
-  // through the same rescales as O.
-  float oc[kMT][2];
+  // Checksums of the FP32 O, per thread and row half, carried through the same rescales as O:
+  // plain (every 8-bit scheme with digit rows) and weighted by (j + 1) / n over the thread's j-th
+  // element (int8 EFTA correct, to locate a wrong element at the end).
+  float oc[kMT][2], ocw[kMT][2];
+  // int8 EFTA's second evaluation of the softmax: its own running max and l.
+  float row_max2[kMT][2], row_sum2[kMT][2];
 #pragma unroll
-  for (int mt = 0; mt < kMT; ++mt) oc[mt][0] = oc[mt][1] = 0.f;
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      oc[mt][r] = ocw[mt][r] = row_sum2[mt][r] = 0.f;
+      row_max2[mt][r] = neg_inf();
+    }
+  // 0 at run time, unknown to the compilers: the second evaluation starts from s + zero, so
+  // neither NVVM nor ptxas can merge it with the first.
+  const int zero = min(p.seqlen_k, 0);
+  const int quad_t = lane % 4;
 
   // ldmatrix lane addressing in bytes: A (Q) and B (K rows, V^T rows) of m16n8k32.
   const int a_row = lane % 16, a_col = (lane / 16) * 16;
   const int b_row = (lane / 16) * 8 + lane % 8, b_col = ((lane / 8) % 2) * 16;
+  const int b2_row = lane % 8;  // ldmatrix_x2: one n8 tile
 
+  // Fault injection (injection builds only): flip the planned bit of value `index` of a class of
+  // `n` values this thread holds, as raw bits.
+  auto inject = [&](int site, int it, auto* values, int n) {
+    if constexpr (T::inject) {
+      if (plan_hits(p.fault, site) && p.fault.iteration == it) {
+        const int e = p.fault.element % n;
+        for (int i = 0; i < n; ++i)
+          if (i == e) values[i] = flip_bit(values[i], p.fault.bit);
+      }
+    }
+  };
+  auto report = [&](int mt, int r, int col, int stage, bool corrected, float magnitude,
+                    float threshold) {
+    const int row = global_row(mt, r);
+    if (row < p.seqlen_q)
+      record_fault(p.fault_log, batch, head, row, col, stage, corrected, magnitude, threshold);
+  };
   auto step = [&](const int n_block, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
     const int stage = n_block % kStages;
@@ -216,22 +317,33 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
       }
     }
 
-    // GEMM I: S = Q K^T, exact in the accumulator type.
+    // GEMM I: S = Q K^T, exact in the accumulator type. int8 EFTA: also Q times the K checksum
+    // rows' two digit tiles, whose column e = 2 quad_t + c checks this thread's scores of keys
+    // 8 nt + e.
     Acc s[kMT][kST][4];
+    [[maybe_unused]] Acc cs[kMT][2][4];
 #pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
+    for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
       for (int nt = 0; nt < kST; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) s[mt][nt][i] = P::acc_zero;
-    const u32 sKs = sK + stage * T::k_stage_bytes;
+      if constexpr (Protect::efta)
 #pragma unroll
-    for (int ks = 0; ks < T::head_dim / 32; ++ks) {
-      u32 a[kMT][4];
+        for (int i = 0; i < 8; ++i) cs[mt][i / 4][i % 4] = P::acc_zero;
+    }
+    const u32 sKs = sK + stage * T::k_stage_bytes;
+    [[maybe_unused]] const u32 sKc = sKs + T::k_check_offset;
+    auto q_frag = [&](u32(&a)[kMT][4], int ks) {
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
         sm80::ldmatrix_x4(a[mt],
                           sQ + (warp_row + mt * 16 + a_row) * T::qk_stride + ks * 32 + a_col);
+    };
+#pragma unroll
+    for (int ks = 0; ks < T::head_dim / 32; ++ks) {
+      u32 a[kMT][4];
+      q_frag(a, ks);
 #pragma unroll
       for (int np = 0; np < kST / 2; ++np) {
         u32 b[4];
@@ -242,22 +354,79 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
           P::mma(s[mt][2 * np + 1], a[mt], b[2], b[3]);
         }
       }
+      if constexpr (Protect::efta) {
+        u32 b[4];
+        sm80::ldmatrix_x4(b, sKc + b_row * T::qk_stride + ks * 32 + b_col);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          P::mma(cs[mt][0], a[mt], b[0], b[1]);
+          P::mma(cs[mt][1], a[mt], b[2], b[3]);
+        }
+      }
     }
+    inject(fault_site_scores, n_block, &s[0][0][0], kMT * kST * 4);
     // Raw scores before dequantisation: INT32 for int8 (offset by P::acc_zero), so checksums
     // over them are exact.
     Protect::after_scores(protect_state, s, n_block);
 
+    if constexpr (Protect::efta) {
+      static_assert(sizeof(Acc) == 4 && Acc(-1) < Acc(0), "int8 EFTA checks INT32 scores");
+      inject(fault_site_checksum, n_block, &cs[0][0][0], kMT * 8);
+      // The GEMM I identity per thread and column e: its scores of keys 8 nt + e.
+      u32 diff[kMT][4];
+      const bool failed = q8::strided_diff<P>(s, cs, diff);
+      if constexpr (Protect::correct) {
+        // Rare: Q times the weighted rows (3 digit tiles), then each failed column repaired.
+        if (__any_sync(0xffffffffu, failed)) {
+          Acc cw[kMT][3][4];
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int i = 0; i < 12; ++i) cw[mt][i / 4][i % 4] = P::acc_zero;
+#pragma unroll 1
+          for (int ks = 0; ks < T::head_dim / 32; ++ks) {
+            u32 a[kMT][4], b[4], b2[2];
+            q_frag(a, ks);
+            sm80::ldmatrix_x4(b, sKc + (16 + b_row) * T::qk_stride + ks * 32 + b_col);
+            sm80::ldmatrix_x2(b2, sKc + (32 + b2_row) * T::qk_stride + ks * 32 + b_col);
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt) {
+              P::mma(cw[mt][0], a[mt], b[0], b[1]);
+              P::mma(cw[mt][1], a[mt], b[2], b[3]);
+              P::mma(cw[mt][2], a[mt], b2[0], b2[1]);
+            }
+          }
+          q8::strided_repair<P>(s, cs, cw, diff, [&](int mt, int i, int j) {
+            report(mt, i / 2, j >= 0 ? n_block * T::block_n + 8 * j + 2 * quad_t + i % 2 : -1,
+                   fault_stage_scores, j >= 0, static_cast<float>(static_cast<int>(diff[mt][i])),
+                   0.f);
+          });
+        }
+      } else if (failed) {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            if (diff[mt][i] != 0u)
+              report(mt, i / 2, -1, fault_stage_scores, false,
+                     static_cast<float>(static_cast<int>(diff[mt][i])), 0.f);
+      }
+    }
+
     // Dequantise by key: S * s_K[key]; the row's s_Q * scale * log2(e) follows in the softmax.
     // The key scales live in the K buffer: with one stage, the next K is fetched only once every
     // warp has read them (below, with P in registers).
-    const u32 sKscale = sKs + T::block_n * T::qk_stride;
+    const u32 sKscale = sKs + T::k_scale_offset;
+    auto key_scales = [&](int nt, float(&ks2)[2]) {
+      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
+                   : "=f"(ks2[0]), "=f"(ks2[1])
+                   : "r"(sKscale + (nt * 8 + quad_t * 2) * 4));
+    };
     float x[kMT][kST][4];
 #pragma unroll
     for (int nt = 0; nt < kST; ++nt) {
       float ks2[2];
-      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
-                   : "=f"(ks2[0]), "=f"(ks2[1])
-                   : "r"(sKscale + (nt * 8 + (lane % 4) * 2) * 4));
+      key_scales(nt, ks2);
       const float bias[2] = {P::dequant_bias(ks2[0]), P::dequant_bias(ks2[1])};
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
@@ -277,6 +446,8 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
     // row, in the key order V^T is stored in.
     float rescale[kMT][2];
     u32 pa[kMT][kST / 4][4];
+    [[maybe_unused]] u32 block_l[kMT][2];     // int8 EFTA: this thread's share of the block's l
+    [[maybe_unused]] float rescale2[kMT][2];  // int8 EFTA: compared after its last use
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -302,6 +473,47 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
                           fmaf(t1[2 * r], qs, offset), fmaf(t1[2 * r + 1], qs, offset), sum);
           }
         row_sum[mt][r] = row_sum[mt][r] * rescale[mt][r] + P::p_sum(sum);
+        if constexpr (Protect::efta) {
+          block_l[mt][r] = static_cast<u32>(sum);
+          // The second evaluation, from the verified integers: its own dequantisation (key
+          // scales read again), mask, max, rescale and P, compared bit for bit with the first.
+          const int row = global_row(mt, r);
+          float x2[kST][2];
+          float mx2 = neg_inf();
+#pragma unroll
+          for (int nt = 0; nt < kST; ++nt) {
+            float ks2[2];
+            key_scales(nt, ks2);
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              const int key = n_block * T::block_n + nt * 8 + quad_t * 2 + c;
+              x2[nt][c] = fmaf(P::acc_as_float(s[mt][nt][2 * r + c] + zero), ks2[c],
+                               P::dequant_bias(ks2[c]));
+              if (kMasked && (key >= p.seqlen_k || (T::causal && key > row + diag)))
+                x2[nt][c] = neg_inf();
+              mx2 = fmaxf(mx2, x2[nt][c]);
+            }
+          }
+          mx2 = fmaxf(row_max2[mt][r], __fmul_ru(quad_max(mx2), qs));
+          const float shift2 = mx2 == neg_inf() ? 0.f : mx2;
+          rescale2[mt][r] = fast_exp2(row_max2[mt][r] - shift2);
+          row_max2[mt][r] = mx2;
+          const float offset2 = P::p_offset(shift2);
+          u32 mismatch = 0u;
+          typename P::PSum unused = 0;
+#pragma unroll
+          for (int kc = 0; kc < kST / 4; ++kc)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const float(&t0)[2] = x2[4 * kc + 2 * h];
+              const float(&t1)[2] = x2[4 * kc + 2 * h + 1];
+              mismatch |= pa[mt][kc][2 * h + r] ^
+                          P::p_word(fmaf(t0[0], qs, offset2), fmaf(t0[1], qs, offset2),
+                                    fmaf(t1[0], qs, offset2), fmaf(t1[1], qs, offset2), unused);
+            }
+          row_sum2[mt][r] = row_sum2[mt][r] * rescale2[mt][r] + P::p_sum(sum);
+          if (mismatch != 0u) report(mt, r, -1, fault_stage_probs, false, 1.f, 0.f);
+        }
         if constexpr (!kFusedRescale) {
 #pragma unroll
           for (int nt = 0; nt < kOT; ++nt) {
@@ -310,8 +522,12 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
           }
         }
       }
-    // No after_probs hook: P lives only as packed 8-bit operands (protection is refused for the
-    // 8-bit precisions until it has one).
+    if constexpr (T::inject) {
+      inject(fault_site_probs, n_block, &pa[0][0][0], kMT * kST);
+      inject(fault_site_row_max, n_block, &row_max[0][0], kMT * 2);
+      inject(fault_site_row_sum, n_block, &row_sum[0][0], kMT * 2);
+      inject(fault_site_rescale, n_block, &rescale[0][0], kMT * 2);
+    }
 
     if constexpr (kStages == 1) {
       sm80::cp_async_wait<0>();
@@ -322,26 +538,41 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
     // GEMM II: O += P V, 16 channels at a time. int8 sums a block in INT32 (exact), then adds it
     // to O (with the rescale, kFusedRescale); fp8 accumulates into the rescaled O directly.
     const u32 sVs = sV + stage * T::v_stage_bytes;
-    // int8 Flash-ABFT: P times the digit rows (one n8 tile), and the thread's sum over its
-    // channels of the block's P V, both exact INT32 (modulo 2^32).
-    [[maybe_unused]] Acc dacc[kMT][4];
+    const u32 sVc = sVs + T::head_dim * T::vt_stride;  // the checksum rows
+    // Checksum tiles times P, exact INT32 (modulo 2^32): Flash-ABFT and EFTA detect, one tile
+    // (the digits of the row's channel sums, EFTA's ones row); EFTA correct, three (the digits of
+    // the strided channel sums, a tile of ones).
+    constexpr int kVc = Protect::correct ? 3 : 1;
+    [[maybe_unused]] Acc dacc[kMT][kVc][4];
     [[maybe_unused]] u32 isum[kMT][2];
     if constexpr (Protect::digit_rows > 0) {
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) dacc[mt][i] = P::acc_zero;
+        for (int i = 0; i < 4 * kVc; ++i) dacc[mt][i / 4][i % 4] = P::acc_zero;
         isum[mt][0] = isum[mt][1] = 0u;
       }
 #pragma unroll
       for (int kc = 0; kc < kST / 4; ++kc) {
+        if constexpr (Protect::correct) {
+          u32 b[4];
+          sm80::ldmatrix_x4(b, sVc + b_row * T::vt_stride + kc * 32 + b_col);
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            P::mma(dacc[mt][0], pa[mt][kc], b[0], b[1]);
+            P::mma(dacc[mt][1], pa[mt][kc], b[2], b[3]);
+          }
+        }
         u32 b[2];
         sm80::ldmatrix_x2(
-            b, sVs + (T::head_dim + lane % 8) * T::vt_stride + kc * 32 + ((lane / 8) % 2) * 16);
+            b, sVc + (Protect::correct ? Protect::ones_row + b2_row : b2_row) * T::vt_stride +
+                   kc * 32 + b_col);
 #pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) P::mma(dacc[mt], pa[mt][kc], b[0], b[1]);
+        for (int mt = 0; mt < kMT; ++mt) P::mma(dacc[mt][kVc - 1], pa[mt][kc], b[0], b[1]);
       }
     }
+    // int8 EFTA correct keeps the block's whole INT32 P V to check and repair it before adding.
+    [[maybe_unused]] Acc pv[Protect::correct ? kMT : 1][Protect::correct ? kOT : 1][4];
 #pragma unroll
     for (int dp = 0; dp < kOT / 2; ++dp) {
       Acc acc[kMT][2][4];
@@ -351,6 +582,21 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
 #pragma unroll
           for (int i = 0; i < 8; ++i) acc[mt][i / 4][i % 4] = P::acc_zero;
       }
+      // Site pv's element e: channel tile e / 4 % kOT of row tile e / (4 kOT), as site output's.
+      const auto inject_pv = [&]() {
+        if constexpr (T::inject && !P::pv_into_output) {
+          if (plan_hits(p.fault, fault_site_pv) && p.fault.iteration == n_block) {
+            const int e = p.fault.element % (kMT * kOT * 4);
+            const int mt = e / (4 * kOT), nt = e / 4 % kOT;
+#pragma unroll
+            for (int m = 0; m < kMT; ++m)
+#pragma unroll
+              for (int i = 0; i < 8; ++i)
+                if (m == mt && 2 * dp + i / 4 == nt && i % 4 == e % 4)
+                  acc[m][i / 4][i % 4] = flip_bit(acc[m][i / 4][i % 4], p.fault.bit);
+          }
+        }
+      };
 #pragma unroll
       for (int kc = 0; kc < kST / 4; ++kc) {
         u32 b[4];
@@ -366,23 +612,97 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
           }
         }
       }
-      if constexpr (!P::pv_into_output) {
+      inject_pv();
+      if constexpr (Protect::correct) {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int i = 0; i < 8; ++i) pv[mt][2 * dp + i / 4][i % 4] = acc[mt][i / 4][i % 4];
+      } else if constexpr (!P::pv_into_output) {
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
           for (int i = 0; i < 8; ++i) {
             float& out = o[mt][2 * dp + i / 4][i % 4];
-            const float pv = P::to_float(acc[mt][i / 4][i % 4]);
-            out = kFusedRescale ? fmaf(out, rescale[mt][(i % 4) / 2], pv) : out + pv;
+            const float pvf = P::to_float(acc[mt][i / 4][i % 4]);
+            out = kFusedRescale ? fmaf(out, rescale[mt][(i % 4) / 2], pvf) : out + pvf;
             if constexpr (Protect::digit_rows > 0)
               isum[mt][(i % 4) / 2] += static_cast<u32>(acc[mt][i / 4][i % 4] - P::acc_zero);
           }
       }
     }
-    if constexpr (Protect::digit_rows > 0) {
+    if constexpr (Protect::efta) {
+      // l: the ones column (what GEMM II's P summed to) against the quad's dp4a sums of the P the
+      // softmax wrote, exactly; the ones sit in column 7 (detect: quad thread 3) or every column
+      // (correct).
+      constexpr int ones_i = Protect::correct ? 0 : 1;
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          u32 l = block_l[mt][r];
+          l += __shfl_xor_sync(0xffffffffu, l, 1);
+          l += __shfl_xor_sync(0xffffffffu, l, 2);
+          const u32 ones = static_cast<u32>(dacc[mt][kVc - 1][2 * r + ones_i] - P::acc_zero);
+          if ((Protect::correct || quad_t == 3) && ones != l)
+            report(mt, r, -1, fault_stage_row_sum, false,
+                   static_cast<float>(static_cast<int>(ones - l)), 0.f);
+        }
+    }
+    if constexpr (Protect::correct) {
+      // Per thread and column e = 2 quad_t + c: its channels 8 nt + e of the block's P V, exactly;
+      // a failure takes P times the weighted rows (rare) and repairs the element it locates.
+      u32 diff[kMT][4];
+      const bool failed = q8::strided_diff<P>(pv, dacc, diff);
+      if (__any_sync(0xffffffffu, failed)) {
+        Acc vw[kMT][3][4];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int i = 0; i < 12; ++i) vw[mt][i / 4][i % 4] = P::acc_zero;
+#pragma unroll
+        for (int kc = 0; kc < kST / 4; ++kc) {
+          u32 b[4], b2[2];
+          sm80::ldmatrix_x4(b, sVc + (24 + b_row) * T::vt_stride + kc * 32 + b_col);
+          sm80::ldmatrix_x2(b2, sVc + (40 + b2_row) * T::vt_stride + kc * 32 + b_col);
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            P::mma(vw[mt][0], pa[mt][kc], b[0], b[1]);
+            P::mma(vw[mt][1], pa[mt][kc], b[2], b[3]);
+            P::mma(vw[mt][2], pa[mt][kc], b2[0], b2[1]);
+          }
+        }
+        q8::strided_repair<P>(pv, dacc, vw, diff, [&](int mt, int i, int j) {
+          report(mt, i / 2, j >= 0 ? 8 * j + 2 * quad_t + i % 2 : -1, fault_stage_output, j >= 0,
+                 static_cast<float>(static_cast<int>(diff[mt][i])), 0.f);
+        });
+      }
+      // The verified block into O and its two FP32 checksums.
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float wsum = 0.f;
+#pragma unroll
+          for (int nt = 0; nt < kOT; ++nt)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              const int j = 2 * nt + c;
+              const float pvf = P::to_float(pv[mt][nt][2 * r + c]);
+              float& out = o[mt][nt][2 * r + c];
+              out = kFusedRescale ? fmaf(out, rescale[mt][r], pvf) : out + pvf;
+              isum[mt][r] += static_cast<u32>(pv[mt][nt][2 * r + c] - P::acc_zero);
+              wsum = fmaf((j + 1) / float(2 * kOT), pvf, wsum);
+            }
+          const float block = static_cast<float>(static_cast<int>(isum[mt][r]));
+          oc[mt][r] = kFusedRescale ? fmaf(oc[mt][r], rescale[mt][r], block)
+                                    : oc[mt][r] * rescale[mt][r] + block;
+          ocw[mt][r] = kFusedRescale ? fmaf(ocw[mt][r], rescale[mt][r], wsum)
+                                     : ocw[mt][r] * rescale[mt][r] + wsum;
+        }
+    } else if constexpr (Protect::digit_rows > 0) {
       // The block identity, per row: the quad's channel sums against the digits (thread t holds
       // digit columns 2t and 2t + 1, weights 128^column), exact modulo 2^32.
-      const int quad_t = lane % 4;
       constexpr int kDigits = protect::int8_digit_count<T::head_dim>;
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
@@ -393,21 +713,31 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
           for (int c = 0; c < 2; ++c) {
             const int column = 2 * quad_t + c;
             const u32 weight = column < kDigits ? (1u << (7 * column)) : 0u;
-            digit_part += weight * static_cast<u32>(dacc[mt][2 * r + c] - P::acc_zero);
+            digit_part += weight * static_cast<u32>(dacc[mt][0][2 * r + c] - P::acc_zero);
           }
           u32 diff = isum[mt][r] - digit_part;
           diff += __shfl_xor_sync(0xffffffffu, diff, 1);
           diff += __shfl_xor_sync(0xffffffffu, diff, 2);
-          const int row = global_row(mt, r);
-          if (diff != 0u && quad_t == 0 && row < p.seqlen_q)
-            record_fault(p.fault_log, batch, head, row, -1, fault_stage_output, false,
-                         static_cast<float>(static_cast<int>(diff)), 0.f);
+          if (diff != 0u && quad_t == 0)
+            report(mt, r, -1, fault_stage_output, false, static_cast<float>(static_cast<int>(diff)),
+                   0.f);
           // The FP32 checksum follows O: the same rescale, plus this thread's verified sum.
           const float block = static_cast<float>(static_cast<int>(isum[mt][r]));
           oc[mt][r] = kFusedRescale ? fmaf(oc[mt][r], rescale[mt][r], block)
                                     : oc[mt][r] * rescale[mt][r] + block;
         }
     }
+    if constexpr (Protect::efta) {
+      // The rescale of O, its checksums and l, against the second evaluation's, after its use.
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          if (__float_as_uint(rescale[mt][r]) != __float_as_uint(rescale2[mt][r]))
+            report(mt, r, -1, fault_stage_probs, false, fabsf(rescale[mt][r] - rescale2[mt][r]),
+                   0.f);
+    }
+    inject(fault_site_output, n_block, &o[0][0][0], kMT * kOT * 4);
     Protect::after_pv(protect_state, o, n_block);
   };
 
@@ -424,7 +754,8 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
   Protect::finish(protect_state, o, row_sum);
   if constexpr (Protect::digit_rows > 0) {
     // The FP32 path (dequantised adds and rescales) against its checksum, per thread: both sum
-    // the same verified integers, rounding apart by a few ulps of sum |o| per key block.
+    // the same verified integers, rounding apart by a few ulps of sum |o| per key block. EFTA
+    // correct locates a single wrong element from the weighted checksum and rebuilds it.
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -436,11 +767,26 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
           mag += fabsf(o[mt][nt][2 * r]) + fabsf(o[mt][nt][2 * r + 1]);
         }
         const float tol = p.tol_output * mag * (n_blocks + 16) + p.tol_floor;
-        const float e = fabsf(sum - oc[mt][r]);
-        const int row = global_row(mt, r);
-        if (!(e <= tol) && row < p.seqlen_q)
-          record_fault(p.fault_log, batch, head, row, -1, fault_stage_output, false, e, tol);
+        const float e = oc[mt][r] - sum;
+        if (!(fabsf(e) <= tol)) {
+          int bad = -1;
+          if constexpr (Protect::correct)
+            bad = protect::correct_row(o[mt], r, e, oc[mt][r], ocw[mt][r]);
+          report(mt, r, bad >= 0 ? protect::row_group_column(bad, quad_t) : -1, fault_stage_output,
+                 bad >= 0, fabsf(e), tol);
+        }
       }
+  }
+  if constexpr (Protect::efta) {
+    // The FP32 l against its second running sum: the same operations on the same verified
+    // integers and rescales, so equal bit for bit.
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        if (__float_as_uint(row_sum[mt][r]) != __float_as_uint(row_sum2[mt][r]))
+          report(mt, r, -1, fault_stage_row_sum, false, fabsf(row_sum[mt][r] - row_sum2[mt][r]),
+                 0.f);
   }
 
   // Epilogue: O * s_V[channel] / l as f16 or bf16, staged in shared memory, written in 16-byte

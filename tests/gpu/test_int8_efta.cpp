@@ -1,0 +1,123 @@
+// GPU tests of EFTA on int8 (protect/int8_checksums.cuh): clean runs match the reference and
+// report nothing; a flip planted at every site is detected, and efta_correct rebuilds flipped
+// scores and P V exactly, whatever the bit, and flipped O elements from their FP32 checksums.
+#include <catch2/catch.hpp>
+
+#include "ftattn/runtime.hpp"
+#include "tests/gpu/attention_case.hpp"
+
+using namespace ftattn;
+
+namespace {
+
+Runtime& int8_runtime() {
+  static Runtime rt;
+  return rt;
+}
+
+KernelConfig int8_config(int head_dim, Mask m, Protection prot, bool inject = false) {
+  KernelConfig c;
+  c.head_dim = head_dim;
+  c.precision = Precision::int8;
+  c.mask = m;
+  c.protection = prot;
+  c.fault_injection = inject;
+  return c;
+}
+
+struct Seen {
+  gpu_test::CaseResult result;
+  FaultReport fault;
+};
+
+Seen run(const KernelConfig& c, const Problem& problem, const ProtectOptions& options) {
+  Seen out;
+  out.result = gpu_test::run_case(int8_runtime(), c, problem, false, 0, 11, false, nullptr,
+                                  &options, &out.fault);
+  return out;
+}
+
+// CTA 0, thread 5, key-block iteration 1 (of 8 at 512 keys and the default 64-key blocks).
+ProtectOptions plant(FaultSite site, int bit, int element = 3, OnFault on_fault = OnFault::report) {
+  ProtectOptions o;
+  o.inject = FaultPlan{site, 0, 5, 1, element, bit};
+  o.on_fault = on_fault;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("int8 EFTA: right answers, no false alarm, a live output check, recompute",
+          "[gpu][q8][protect][int8_efta]") {
+  Runtime& rt = int8_runtime();
+  REQUIRE(rt.has_device());
+  for (Protection prot : {Protection::efta_detect, Protection::efta_correct})
+    for (int d : {64, 128, 256})
+      for (Mask m : {Mask::none, Mask::causal}) {
+        // Odd lengths (a short tail block, padded keys), GQA. The integer checks are exact and
+        // the softmax's second evaluation is bitwise: a clean run must report nothing.
+        const Problem pr = Problem::bhsd(2, 4, 2, 203, 517, d);
+        gpu_test::check_clean_protected(rt, int8_config(d, m, prot), pr, 4100 + d);
+        const FaultReport tripped =
+            gpu_test::check_live_output(rt, int8_config(d, m, prot), pr, 4100 + d);
+        CHECK(tripped.events.at(0).threshold > 0.f);  // the FP32 check, not an exact one
+      }
+}
+
+TEST_CASE(
+    "int8 efta_correct rebuilds a flipped score or P V exactly, any bit, and a flipped O element",
+    "[gpu][q8][protect][int8_efta]") {
+  const Problem pr = Problem::bhsd(1, 2, 2, 256, 512, 128);
+  for (Mask m : {Mask::none, Mask::causal})
+    for (FaultSite site : {FaultSite::scores, FaultSite::pv, FaultSite::output})
+      for (int bit : {0, 9, 22, 30, 31}) {
+        // INT32 scores and P V: every bit is seen. The FP32 O: low mantissa bits stay within the
+        // check's rounding tolerance (and the output's), so only the top mantissa bit, the
+        // exponent's and the sign are planted.
+        if (site == FaultSite::output && bit < 22) continue;
+        const Seen s =
+            run(int8_config(128, m, Protection::efta_correct, true), pr, plant(site, bit));
+        INFO(to_string(m) << " " << to_string(site) << " bit " << bit << ": "
+                          << s.result.report.summary() << "; " << s.fault.summary());
+        // Score and P V flips are repaired in INT32 before use. An O flip lands in the FP32
+        // accumulator (site output) and is rebuilt from its weighted FP32 checksum at the end.
+        CHECK(s.fault.detected >= 1);
+        CHECK(s.fault.corrected == s.fault.detected);
+        CHECK(s.result.report.passed);
+        CHECK(s.fault.recomputed_tiles == 0);
+      }
+}
+
+TEST_CASE("int8 flash_abft sees a flipped P V accumulator exactly, any bit",
+          "[gpu][q8][protect][int8_efta]") {
+  const Problem pr = Problem::bhsd(1, 2, 2, 256, 512, 128);
+  for (int bit : {0, 13, 31}) {
+    const Seen s = run(int8_config(128, Mask::none, Protection::flash_abft, true), pr,
+                       plant(FaultSite::pv, bit, 3, OnFault::recompute));
+    INFO("bit " << bit << ": " << s.result.report.summary() << "; " << s.fault.summary());
+    CHECK(s.fault.detected >= 1);
+    CHECK(s.fault.recomputed_tiles >= 1);
+    CHECK(s.result.report.passed);
+  }
+}
+
+TEST_CASE("int8 EFTA detects a flip at every site; recompute repairs the output",
+          "[gpu][q8][protect][int8_efta]") {
+  const Problem pr = Problem::bhsd(1, 2, 2, 256, 512, 128);
+  for (Protection prot : {Protection::efta_detect, Protection::efta_correct})
+    for (FaultSite site :
+         {FaultSite::scores, FaultSite::checksum, FaultSite::probs, FaultSite::row_max,
+          FaultSite::row_sum, FaultSite::rescale, FaultSite::output, FaultSite::pv}) {
+      const KernelConfig c = int8_config(128, Mask::causal, prot, true);
+      // Bit 29: a large change of a float, P's top bit in byte 3 of a packed word, 2^29 in an
+      // INT32 accumulator.
+      const Seen seen = run(c, pr, plant(site, 29));
+      INFO(to_string(prot) << " " << to_string(site) << ": " << seen.result.report.summary() << "; "
+                           << seen.fault.summary());
+      CHECK(seen.fault.detected >= 1);
+      const Seen fixed = run(c, pr, plant(site, 29, 3, OnFault::recompute));
+      INFO("recompute: " << fixed.result.report.summary() << "; " << fixed.fault.summary());
+      CHECK(fixed.result.report.passed);
+      if (fixed.fault.detected > fixed.fault.corrected) CHECK(fixed.fault.recomputed_tiles >= 1);
+    }
+}
