@@ -124,6 +124,7 @@ def main():
     folder = sys.argv[1] if len(sys.argv) > 1 else "bench/results"
     protect_overhead(folder)
     protect_overhead(folder, "int8_abft", schemes=("flash_abft",))
+    protect_overhead(folder, "fp8_abft", schemes=("flash_abft",))
     for name in ("int8_efta_overhead", "int8_efta_overhead_same_tile"):
         protect_overhead(folder, name)
     speed_vs_f16(folder, "pasa_speed")

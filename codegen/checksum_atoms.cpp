@@ -15,7 +15,9 @@ ChecksumAtoms checksum_atoms(Protection p) {
   }
 }
 
-Int8ChecksumRows int8_checksum_rows(Protection p) {
+Q8ChecksumRows q8_checksum_rows(Precision precision, Protection p) {
+  if (precision == Precision::fp8_e4m3)
+    return p == Protection::flash_abft ? Q8ChecksumRows{0, 0, 8} : Q8ChecksumRows{};
   switch (p) {
     case Protection::flash_abft:
       return {0, 8};

@@ -13,11 +13,14 @@ struct ChecksumAtoms {
 };
 ChecksumAtoms checksum_atoms(Protection p);
 
-// The int8 skeleton's checksum rows (protect/int8_checksums.cuh): rows of head_dim bytes appended
-// to every K block, rows of block_n bytes appended to every V^T tile.
-struct Int8ChecksumRows {
-  int k = 0, v = 0;
+// The 8-bit skeleton's checksum rows: rows of head_dim bytes appended to every K block, rows of
+// block_n bytes (int8 digits, protect/int8_checksums.cuh) and rows of block_n f16 values (fp8,
+// protect/fp8_checksums.cuh) appended to every V^T tile.
+struct Q8ChecksumRows {
+  int k = 0, v = 0, v16 = 0;
+  // Bytes of V^T checksum rows per KV head: the byte rows, then the f16 rows.
+  long long v_bytes(int keys_padded) const { return (v + 2LL * v16) * keys_padded; }
 };
-Int8ChecksumRows int8_checksum_rows(Protection p);
+Q8ChecksumRows q8_checksum_rows(Precision precision, Protection p);
 
 }  // namespace ftattn::codegen

@@ -508,9 +508,10 @@ int KernelConfig::shared_memory_bytes() const {
     // head_dim rows of block_n + 16 bytes; the epilogue reuses it all for 16-bit O rows.
     // int8's checksum schemes append rows to K and V^T (protect/int8_checksums.cuh).
     const int64_t row = head_dim + 16;
-    const codegen::Int8ChecksumRows check = codegen::int8_checksum_rows(protection);
+    const codegen::Q8ChecksumRows check = codegen::q8_checksum_rows(precision, protection);
     const int64_t v_rows = int64_t{head_dim} + check.v;
-    const int64_t stage = int64_t{block_n} * (row + 4) + check.k * row + v_rows * (block_n + 16);
+    const int64_t stage = int64_t{block_n} * (row + 4) + check.k * row + v_rows * (block_n + 16) +
+                          check.v16 * (2 * int64_t{block_n} + 16);
     const int64_t loop = block_m * row + num_stages * stage;
     const int64_t out = int64_t{block_m} * (2 * head_dim + 16);
     return static_cast<int>(std::min<int64_t>(std::max(loop, out), INT_MAX));

@@ -53,7 +53,9 @@ PrecisionPolicy protection_policy(Protection p) {
   throw ConfigError(fmt::format("protection {} has no code generator", to_string(p)));
 }
 
-PrecisionPolicy int8_protection_policy(Protection p) {
+PrecisionPolicy q8_protection_policy(Precision precision, Protection p) {
+  if (precision == Precision::fp8_e4m3 && p == Protection::flash_abft)
+    return {"ftattn/protect/fp8_checksums.cuh", "ftattn::protect::Fp8Abft"};
   constexpr const char* header = "ftattn/protect/int8_checksums.cuh";
   switch (p) {
     case Protection::flash_abft:
@@ -65,7 +67,8 @@ PrecisionPolicy int8_protection_policy(Protection p) {
     default:
       break;
   }
-  throw ConfigError(fmt::format("protection {} has no int8 code generator", to_string(p)));
+  throw ConfigError(
+      fmt::format("protection {} has no {} code generator", to_string(p), to_string(precision)));
 }
 
 // 8-bit precisions run their own skeleton; its unit also carries the quantisation kernels.
@@ -103,16 +106,19 @@ extern "C" __global__ void __launch_bounds__(Traits::threads)
       fmt::arg("smem", config.shared_memory_bytes()), fmt::arg("symbol", symbol));
   if (config.protection != Protection::none)
     text += fmt::format(
-        "\n// int8 checksums (protect/int8_checksums.cuh): the rows of V^T, after pack_v.\n"
+        "\n// Checksum rows of V^T ({}), after pack_v.\n"
         "extern \"C\" __global__ void __launch_bounds__(128)\n"
-        "{}(const ftattn::Int8DigitsParams params) {{\n"
-        "  ftattn::protect::int8_v_rows<{}, Traits::Protect>(params);\n}}\n",
-        int8_digits_symbol(symbol), config.head_dim);
+        "{}(const ftattn::Q8ChecksumParams params) {{\n"
+        "  {}(params);\n}}\n",
+        protect.header, q8_v_rows_symbol(symbol),
+        config.precision == Precision::fp8_e4m3
+            ? fmt::format("ftattn::protect::fp8_v_rows<{}>", config.head_dim)
+            : fmt::format("ftattn::protect::int8_v_rows<{}, Traits::Protect>", config.head_dim));
   if (config.protection == Protection::efta_detect || config.protection == Protection::efta_correct)
     text += fmt::format(
         "\n// int8 EFTA: the checksum rows of every K block, after quantize_rows.\n"
         "extern \"C\" __global__ void __launch_bounds__(128)\n"
-        "{}(const ftattn::Int8DigitsParams params) {{\n"
+        "{}(const ftattn::Q8ChecksumParams params) {{\n"
         "  ftattn::protect::int8_k_rows<{}, {}, Traits::Protect>(params);\n}}\n",
         int8_k_rows_symbol(symbol), config.head_dim, config.block_n);
   for (const char* input : {"F16", "BF16"})
@@ -229,9 +235,9 @@ std::string nvrtc_arch(Arch arch) {
   return fmt::format("sm_{}{}", arch.sm, arch.arch_specific ? "a" : "");
 }
 
-std::string int8_digits_symbol(const std::string& kernel_symbol) {
+std::string q8_v_rows_symbol(const std::string& kernel_symbol) {
   // Not prefixed by the kernel's symbol: ptxas logs are read by symbol prefix.
-  return "int8_digits_" + kernel_symbol;
+  return "q8_v_rows_" + kernel_symbol;
 }
 
 std::string int8_k_rows_symbol(const std::string& kernel_symbol) {
@@ -264,7 +270,7 @@ KernelSource generate(const KernelConfig& config) {
   const PrecisionPolicy precision = precision_policy(config.precision);
   // The 8-bit skeleton's checksum schemes are their own policies: exact INT32 digit checksums.
   const PrecisionPolicy protect = is_8bit(config.precision) && config.protection != Protection::none
-                                      ? int8_protection_policy(config.protection)
+                                      ? q8_protection_policy(config.precision, config.protection)
                                       : protection_policy(config.protection);
   KernelSource out;
   out.name = config.name();

@@ -49,9 +49,10 @@ class QuantizedKernel final : public Kernel {
   explicit QuantizedKernel(std::shared_ptr<const CompiledKernel> compiled)
       : compiled_(std::move(compiled)), module_(compiled_->cubin) {
     attention_ = module_.function(compiled_->symbol);
-    const codegen::Int8ChecksumRows rows =
-        codegen::int8_checksum_rows(compiled_->config.protection);
-    if (rows.v > 0) digits_ = module_.function(codegen::int8_digits_symbol(compiled_->symbol));
+    const codegen::Q8ChecksumRows rows =
+        codegen::q8_checksum_rows(compiled_->config.precision, compiled_->config.protection);
+    if (rows.v > 0 || rows.v16 > 0)
+      digits_ = module_.function(codegen::q8_v_rows_symbol(compiled_->symbol));
     if (rows.k > 0) k_rows_ = module_.function(codegen::int8_k_rows_symbol(compiled_->symbol));
   }
 
@@ -197,15 +198,15 @@ class QuantizedKernel final : public Kernel {
     if (c.protection != Protection::none) {
       protector_.prepare(nullptr, c, problem, p, stream, protect);
       const QuantizedLayout layout = QuantizedLayout::of(problem);
-      const codegen::Int8ChecksumRows rows = codegen::int8_checksum_rows(c.protection);
+      const codegen::Q8ChecksumRows rows = codegen::q8_checksum_rows(c.precision, c.protection);
       const int n_blocks = (problem.seqlen_k + c.block_n - 1) / c.block_n;
       const size_t k_offset = static_cast<size_t>(
-          int8_k_rows_offset(problem.batch, problem.heads_kv, rows.v, layout.keys_padded));
+          q8_k_rows_offset(problem.batch, problem.heads_kv, rows.v_bytes(layout.keys_padded)));
       const size_t bytes =
           k_offset + size_t(problem.batch) * problem.heads_kv * n_blocks * rows.k * c.head_dim;
       if (digits_buffer_.bytes() < bytes) digits_buffer_ = DeviceBuffer(bytes);
       char* base = static_cast<char*>(digits_buffer_.data());
-      Int8DigitsParams dp{p.v, base, layout.keys_padded, problem.seqlen_k, p.k, base + k_offset};
+      Q8ChecksumParams dp{p.v, base, layout.keys_padded, problem.seqlen_k, p.k, base + k_offset};
       void* dargs[] = {&dp};
       const unsigned hk = static_cast<unsigned>(problem.heads_kv);
       const unsigned b = static_cast<unsigned>(problem.batch);

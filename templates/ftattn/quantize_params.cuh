@@ -15,11 +15,11 @@ struct QuantizeParams {
   int keys_padded;  // V: the padded key count of a V^T row
 };
 
-// The int8 checksum rows (protect/int8_checksums.cuh): from the quantised V^T (head_dim rows of
-// keys_padded bytes per head) to the policy's digit rows of keys_padded bytes per head, and (EFTA)
-// from the quantised K (seqlen_k rows of head_dim bytes per head) to k_rows rows of head_dim bytes
-// per head and key block.
-struct Int8DigitsParams {
+// The 8-bit checksum rows (protect/int8_checksums.cuh, protect/fp8_checksums.cuh): from the
+// quantised V^T (head_dim rows of keys_padded bytes per head) to the policy's rows of keys_padded
+// values per head, and (int8 EFTA) from the quantised K (seqlen_k rows of head_dim bytes per head)
+// to k_rows rows of head_dim bytes per head and key block.
+struct Q8ChecksumParams {
   const void* vt;
   void* out;
   int keys_padded;
@@ -28,10 +28,10 @@ struct Int8DigitsParams {
   void* k_out;
 };
 
-// The int8 checksum workspace: the V^T rows of every head, then (EFTA) the K rows, from this byte
-// offset (16-byte aligned for cp.async).
-inline long long int8_k_rows_offset(int batch, int heads_kv, int digit_rows, int keys_padded) {
-  const long long v_bytes = static_cast<long long>(batch) * heads_kv * digit_rows * keys_padded;
+// The 8-bit checksum workspace: every head's V^T rows (v_bytes_per_head: byte rows, then f16
+// rows), then (int8 EFTA) the K rows, from this byte offset (aligned for cp.async).
+inline long long q8_k_rows_offset(int batch, int heads_kv, long long v_bytes_per_head) {
+  const long long v_bytes = static_cast<long long>(batch) * heads_kv * v_bytes_per_head;
   return (v_bytes + 255) / 256 * 256;
 }
 

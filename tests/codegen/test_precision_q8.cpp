@@ -38,9 +38,11 @@ TEST_CASE("8-bit precisions: validation says what to change", "[codegen][q8]") {
     c.fault_injection = true;  // injection points in the int8 checksum schemes
     CHECK_NOTHROW(validate(c));
   }
+  CHECK_NOTHROW(validate(tile_config(128, 128, 64, 8, 1, kSm89, Precision::fp8_e4m3, Mask::none,
+                                     Protection::flash_abft)));
   REQUIRE_CONFIG_ERROR(validate(tile_config(128, 128, 64, 8, 1, kSm89, Precision::fp8_e4m3,
-                                            Mask::none, Protection::flash_abft)),
-                       "protection flash_abft is not built for precision fp8_e4m3 yet");
+                                            Mask::none, Protection::efta_correct)),
+                       "protection efta_correct is not built for precision fp8_e4m3 yet");
   KernelConfig plain_inject = tile_config(128, 128, 64, 8, 1, kSm80, Precision::int8);
   plain_inject.fault_injection = true;
   REQUIRE_CONFIG_ERROR(validate(plain_inject),
@@ -62,10 +64,10 @@ TEST_CASE("int8 with flash_abft: digit rows in V^T, their kernel, one more IMMA 
           abft.num_stages * 8 * (abft.block_n + 16));
     const codegen::KernelSource src = codegen::generate(abft);
     CHECK(src.text.find("ftattn::protect::Int8Abft") != std::string::npos);
-    CHECK(count(src.text, codegen::int8_digits_symbol(src.symbol) + "(") == 1);
+    CHECK(count(src.text, codegen::q8_v_rows_symbol(src.symbol) + "(") == 1);
     const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
     const runtime::NvrtcOutput base = runtime::compile_with_nvrtc(codegen::generate(plain));
-    CHECK(out.ptx.find(".entry " + codegen::int8_digits_symbol(src.symbol)) != std::string::npos);
+    CHECK(out.ptx.find(".entry " + codegen::q8_v_rows_symbol(src.symbol)) != std::string::npos);
     // GEMM II: head_dim / 8 channel tiles per 32 keys, plus the digit tile; per row tile and per
     // copy of the loop body.
     const std::string imma = "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32";
@@ -102,7 +104,7 @@ TEST_CASE("int8 EFTA: K and V^T checksum rows, their kernels, a second softmax e
           efta.num_stages * (k_rows * (d + 16) + v_rows * (efta.block_n + 16)));
     const codegen::KernelSource src = codegen::generate(efta);
     CHECK(src.text.find(correct ? "Int8Efta<true>" : "Int8Efta<false>") != std::string::npos);
-    CHECK(count(src.text, codegen::int8_digits_symbol(src.symbol) + "(") == 1);
+    CHECK(count(src.text, codegen::q8_v_rows_symbol(src.symbol) + "(") == 1);
     CHECK(count(src.text, codegen::int8_k_rows_symbol(src.symbol) + "(") == 1);
     const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
     const runtime::NvrtcOutput base = runtime::compile_with_nvrtc(codegen::generate(plain));
@@ -122,6 +124,36 @@ TEST_CASE("int8 EFTA: K and V^T checksum rows, their kernels, a second softmax e
     CHECK(count(out.ptx, ex2) == 2 * count(base.ptx, ex2));
     const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
     CHECK(r.spill_stores == 0);  // the defaults' tile fits
+  }
+}
+
+TEST_CASE("fp8 with flash_abft: f16 checksum rows in V^T, two f16 MMAs per 32 keys",
+          "[codegen][nvrtc][q8][protect]") {
+  const std::string hmma = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32";
+  for (int d : {64, 128, 256}) {
+    KernelConfig plain = default_config(d, Precision::fp8_e4m3, Mask::none, kSm90a);
+    KernelConfig abft = plain;
+    abft.protection = Protection::flash_abft;
+    INFO(abft.name());
+    // 8 rows of block_n f16 values (+ 16 bytes of padding) per stage; at head dim 256 the
+    // epilogue's O rows are the larger use of the same memory.
+    const int extra = abft.num_stages * 8 * (2 * abft.block_n + 16);
+    if (d <= 128)
+      CHECK(abft.shared_memory_bytes() - plain.shared_memory_bytes() == extra);
+    else
+      CHECK(abft.shared_memory_bytes() >= plain.shared_memory_bytes());
+    const codegen::KernelSource src = codegen::generate(abft);
+    CHECK(src.text.find("ftattn::protect::Fp8Abft") != std::string::npos);
+    CHECK(src.text.find("fp8_v_rows<" + std::to_string(d) + ">") != std::string::npos);
+    const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
+    const runtime::NvrtcOutput base = runtime::compile_with_nvrtc(codegen::generate(plain));
+    CHECK(out.ptx.find(".entry " + codegen::q8_v_rows_symbol(src.symbol)) != std::string::npos);
+    CHECK(count(base.ptx, hmma) == 0);  // sm_90a's e4m3 MMAs stay e4m3 in PTX
+    // Per row tile and copy of the loop body: two per 32 keys (each 16 keys of P, as f16).
+    const int tiles = abft.block_m / 16 / abft.num_warps;
+    const int per_copy = tiles * 2 * (abft.block_n / 32);
+    CHECK(count(out.ptx, hmma) >= per_copy);
+    CHECK(count(out.ptx, hmma) % per_copy == 0);
   }
 }
 

@@ -27,6 +27,7 @@
 #include "ftattn/precision/bf16.cuh"
 #include "ftattn/precision/f16.cuh"
 #include "ftattn/protect/checks.cuh"
+#include "ftattn/protect/fp8_checksums.cuh"
 #include "ftattn/protect/int8_checksums.cuh"
 
 namespace ftattn {
@@ -60,7 +61,9 @@ struct Q8Traits {
   static constexpr int k_stage_bytes = k_check_offset + ProtectT::k_rows * qk_stride;
   // V^T rows: head_dim channels, then the protection's checksum rows (protect/int8_checksums.cuh).
   static constexpr int v_rows = HeadDim + ProtectT::digit_rows;
-  static constexpr int v_stage_bytes = v_rows * vt_stride;
+  // fp8 Flash-ABFT's f16 rows (protect/fp8_checksums.cuh) follow, block_n values each.
+  static constexpr int v16_stride = 2 * BlockN + 16;
+  static constexpr int v_stage_bytes = v_rows * vt_stride + ProtectT::f16_rows * v16_stride;
   static constexpr int o_stride = HeadDim * 2 + 16;  // the epilogue stages 16-bit O rows
   static constexpr int loop_bytes = q_bytes + NumStages * (k_stage_bytes + v_stage_bytes);
   static constexpr int smem_bytes = loop_bytes > BlockM* o_stride ? loop_bytes : BlockM* o_stride;
@@ -181,11 +184,11 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
   // Checksum rows (protect/int8_checksums.cuh): this KV head's V^T rows (digit_rows rows of
   // keys_padded bytes), and EFTA's K rows (k_rows rows of head_dim bytes per key block).
   const i64 head_index = static_cast<i64>(batch) * p.heads_kv + head_kv;
-  const char* digits =
-      static_cast<const char*>(p.checksums) + head_index * Protect::digit_rows * keys_padded;
+  const i64 v_check_bytes = (Protect::digit_rows + 2LL * Protect::f16_rows) * keys_padded;
+  const char* digits = static_cast<const char*>(p.checksums) + head_index * v_check_bytes;
+  const char* v_f16_rows = digits + static_cast<i64>(Protect::digit_rows) * keys_padded;
   const char* k_check =
-      static_cast<const char*>(p.checksums) +
-      int8_k_rows_offset(p.batch, p.heads_kv, Protect::digit_rows, keys_padded) +
+      static_cast<const char*>(p.checksums) + q8_k_rows_offset(p.batch, p.heads_kv, v_check_bytes) +
       head_index * ((p.seqlen_k + T::block_n - 1) / T::block_n) * Protect::k_rows * T::head_dim;
   auto load_k = [&](int stage, int n_block) {
     const int key0 = n_block * T::block_n;
@@ -210,6 +213,10 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
       sm80::load_rows<T::threads, Protect::digit_rows, T::block_n, T::vt_stride>(
           dst + T::head_dim * T::vt_stride, digits + key0, keys_padded, Protect::digit_rows,
           keys_padded - key0);
+    if constexpr (Protect::f16_rows > 0)
+      sm80::load_rows<T::threads, Protect::f16_rows, 2 * T::block_n, T::v16_stride>(
+          dst + T::v_rows * T::vt_stride, v_f16_rows + 2 * key0, 2 * keys_padded, Protect::f16_rows,
+          2 * (keys_padded - key0));
     sm80::cp_async_commit();
   };
 
@@ -264,13 +271,18 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
   float oc[kMT][2], ocw[kMT][2];
   // int8 EFTA's second evaluation of the softmax: its own running max and l.
   float row_max2[kMT][2], row_sum2[kMT][2];
+  // fp8 Flash-ABFT: P times the f16 checksum rows, FP32, rescaled with O (fp8_checksums.cuh).
+  float cacc[kMT][4];
 #pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
+  for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       oc[mt][r] = ocw[mt][r] = row_sum2[mt][r] = 0.f;
       row_max2[mt][r] = neg_inf();
     }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) cacc[mt][i] = 0.f;
+  }
   // 0 at run time, unknown to the compilers: the second evaluation starts from s + zero, so
   // neither NVVM nor ptxas can merge it with the first.
   const int zero = min(p.seqlen_k, 0);
@@ -520,6 +532,10 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
             o[mt][nt][2 * r] *= rescale[mt][r];
             o[mt][nt][2 * r + 1] *= rescale[mt][r];
           }
+          if constexpr (Protect::f16_rows > 0) {
+            cacc[mt][2 * r] *= rescale[mt][r];
+            cacc[mt][2 * r + 1] *= rescale[mt][r];
+          }
         }
       }
     if constexpr (T::inject) {
@@ -630,6 +646,29 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
               isum[mt][(i % 4) / 2] += static_cast<u32>(acc[mt][i / 4][i % 4] - P::acc_zero);
           }
       }
+    }
+    if constexpr (Protect::f16_rows > 0) {
+      // fp8 Flash-ABFT: each E4M3 P register becomes two f16x2 (fp8_checksums.cuh), 16 keys per
+      // f16 MMA; lane (g, t) reads the 4 keys 4t .. 4t + 3 of row g.
+      const u32 sVh = sVs + T::v_rows * T::vt_stride + (lane / 4) * T::v16_stride + 8 * quad_t;
+#pragma unroll
+      for (int kc = 0; kc < kST / 4; ++kc)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          u32 b0, b1;
+          asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n"
+                       : "=r"(b0), "=r"(b1)
+                       : "r"(sVh + (kc * 32 + h * 16) * 2));
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            const u32 lo = pa[mt][kc][2 * h], hi = pa[mt][kc][2 * h + 1];
+            const u32 a[4] = {protect::e4m3x2_to_f16x2(lo), protect::e4m3x2_to_f16x2(hi),
+                              protect::e4m3x2_to_f16x2(lo >> 16),
+                              protect::e4m3x2_to_f16x2(hi >> 16)};
+            precision::F16::mma(cacc[mt], a, b0, b1);
+          }
+        }
+      inject(fault_site_checksum, n_block, &cacc[0][0], kMT * 4);
     }
     if constexpr (Protect::efta) {
       // l: the ones column (what GEMM II's P summed to) against the quad's dp4a sums of the P the
@@ -775,6 +814,27 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
           report(mt, r, bad >= 0 ? protect::row_group_column(bad, quad_t) : -1, fault_stage_output,
                  bad >= 0, fabsf(e), tol);
         }
+      }
+  }
+  if constexpr (Protect::f16_rows > 0) {
+    // fp8 Flash-ABFT, per row: the quad's sum of O over channels against the checksum (columns 0
+    // and 1, quad thread 0), relative to the magnitude (column 2, quad thread 1).
+    constexpr float unscale = 1.f / Protect::checksum_scale;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < kOT; ++nt) sum += o[mt][nt][2 * r] + o[mt][nt][2 * r + 1];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const float ref =
+            __shfl_sync(0xffffffffu, cacc[mt][2 * r] + cacc[mt][2 * r + 1], lane & ~3) * unscale;
+        const float mag = __shfl_sync(0xffffffffu, cacc[mt][2 * r], (lane & ~3) + 1) * unscale;
+        const float tol = p.tol_output * mag * (n_blocks + 16) + p.tol_floor;
+        const float e = fabsf(sum - ref);
+        if (!(e <= tol) && quad_t == 0) report(mt, r, -1, fault_stage_output, false, e, tol);
       }
   }
   if constexpr (Protect::efta) {

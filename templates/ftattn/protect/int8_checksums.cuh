@@ -74,7 +74,7 @@ __device__ __forceinline__ int balanced_digit(int c, int count, int i) {
 // position past seqlen_k may hold a real key, and P is 0 for the padding keys anyway. Grid (key
 // chunks of 128, kv heads, batch).
 template <int HeadDim, class Protect>
-__device__ __forceinline__ void int8_v_rows(const Int8DigitsParams& p) {
+__device__ __forceinline__ void int8_v_rows(const Q8ChecksumParams& p) {
   const int pos = blockIdx.x * blockDim.x + threadIdx.x;
   if (pos >= p.keys_padded) return;
   const long long head = static_cast<long long>(blockIdx.z) * gridDim.y + blockIdx.y;
@@ -115,7 +115,7 @@ __device__ __forceinline__ void int8_v_rows(const Int8DigitsParams& p) {
 // 1) or, for correct, digit a - 2 of sum_nt (nt + 1) K[key0 + 8 nt + e]; keys past seqlen_k are
 // 0, as the kernel's zero-filled K tile. Grid (key blocks, kv heads, batch), 128 threads.
 template <int HeadDim, int BlockN, class Protect>
-__device__ __forceinline__ void int8_k_rows(const Int8DigitsParams& p) {
+__device__ __forceinline__ void int8_k_rows(const Q8ChecksumParams& p) {
   const int n_blocks = gridDim.x;
   const long long head = static_cast<long long>(blockIdx.z) * gridDim.y + blockIdx.y;
   const signed char* k =
