@@ -16,8 +16,11 @@ ChecksumAtoms checksum_atoms(Protection p) {
 }
 
 Q8ChecksumRows q8_checksum_rows(Precision precision, Protection p) {
-  if (precision == Precision::fp8_e4m3)
-    return p == Protection::flash_abft ? Q8ChecksumRows{0, 0, 8} : Q8ChecksumRows{};
+  if (precision == Precision::fp8_e4m3) {
+    if (p == Protection::flash_abft) return {0, 0, 8, 0};
+    if (p == Protection::efta_detect) return {0, 0, 8, 24};
+    return {};
+  }
   switch (p) {
     case Protection::flash_abft:
       return {0, 8};

@@ -13,13 +13,15 @@ struct ChecksumAtoms {
 };
 ChecksumAtoms checksum_atoms(Protection p);
 
-// The 8-bit skeleton's checksum rows: rows of head_dim bytes appended to every K block, rows of
-// block_n bytes (int8 digits, protect/int8_checksums.cuh) and rows of block_n f16 values (fp8,
-// protect/fp8_checksums.cuh) appended to every V^T tile.
+// The 8-bit skeleton's checksum rows: rows of head_dim bytes (int8 digits,
+// protect/int8_checksums.cuh) or f16 values (fp8, protect/fp8_checksums.cuh) appended to every K
+// block, rows of block_n bytes or f16 values appended to every V^T tile.
 struct Q8ChecksumRows {
-  int k = 0, v = 0, v16 = 0;
+  int k = 0, v = 0, v16 = 0, k16 = 0;  // byte rows and f16 rows, of K blocks and of V^T
   // Bytes of V^T checksum rows per KV head: the byte rows, then the f16 rows.
   long long v_bytes(int keys_padded) const { return (v + 2LL * v16) * keys_padded; }
+  // Bytes of K checksum rows per KV head and key block.
+  long long k_bytes(int head_dim) const { return (k + 2LL * k16) * head_dim; }
 };
 Q8ChecksumRows q8_checksum_rows(Precision precision, Protection p);
 

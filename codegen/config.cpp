@@ -510,7 +510,8 @@ int KernelConfig::shared_memory_bytes() const {
     const int64_t row = head_dim + 16;
     const codegen::Q8ChecksumRows check = codegen::q8_checksum_rows(precision, protection);
     const int64_t v_rows = int64_t{head_dim} + check.v;
-    const int64_t stage = int64_t{block_n} * (row + 4) + check.k * row + v_rows * (block_n + 16) +
+    const int64_t stage = int64_t{block_n} * (row + 4) + check.k * row +
+                          check.k16 * (2 * int64_t{head_dim} + 16) + v_rows * (block_n + 16) +
                           check.v16 * (2 * int64_t{block_n} + 16);
     const int64_t loop = block_m * row + num_stages * stage;
     const int64_t out = int64_t{block_m} * (2 * head_dim + 16);

@@ -56,6 +56,8 @@ PrecisionPolicy protection_policy(Protection p) {
 PrecisionPolicy q8_protection_policy(Precision precision, Protection p) {
   if (precision == Precision::fp8_e4m3 && p == Protection::flash_abft)
     return {"ftattn/protect/fp8_checksums.cuh", "ftattn::protect::Fp8Abft"};
+  if (precision == Precision::fp8_e4m3 && p == Protection::efta_detect)
+    return {"ftattn/protect/fp8_checksums.cuh", "ftattn::protect::Fp8Efta"};
   constexpr const char* header = "ftattn/protect/int8_checksums.cuh";
   switch (p) {
     case Protection::flash_abft:
@@ -112,15 +114,19 @@ extern "C" __global__ void __launch_bounds__(Traits::threads)
         "  {}(params);\n}}\n",
         protect.header, q8_v_rows_symbol(symbol),
         config.precision == Precision::fp8_e4m3
-            ? fmt::format("ftattn::protect::fp8_v_rows<{}>", config.head_dim)
+            ? fmt::format("ftattn::protect::fp8_v_rows<{}, Traits::Protect>", config.head_dim)
             : fmt::format("ftattn::protect::int8_v_rows<{}, Traits::Protect>", config.head_dim));
   if (config.protection == Protection::efta_detect || config.protection == Protection::efta_correct)
     text += fmt::format(
-        "\n// int8 EFTA: the checksum rows of every K block, after quantize_rows.\n"
+        "\n// EFTA: the checksum rows of every K block ({}), after quantize_rows.\n"
         "extern \"C\" __global__ void __launch_bounds__(128)\n"
         "{}(const ftattn::Q8ChecksumParams params) {{\n"
-        "  ftattn::protect::int8_k_rows<{}, {}, Traits::Protect>(params);\n}}\n",
-        int8_k_rows_symbol(symbol), config.head_dim, config.block_n);
+        "  {}(params);\n}}\n",
+        protect.header, q8_k_rows_symbol(symbol),
+        config.precision == Precision::fp8_e4m3
+            ? fmt::format("ftattn::protect::fp8_k_rows<{}, {}>", config.head_dim, config.block_n)
+            : fmt::format("ftattn::protect::int8_k_rows<{}, {}, Traits::Protect>", config.head_dim,
+                          config.block_n));
   for (const char* input : {"F16", "BF16"})
     for (const char* kernel : {"quantize_rows", "v_channel_max", "pack_v"})
       text += fmt::format(
@@ -240,9 +246,9 @@ std::string q8_v_rows_symbol(const std::string& kernel_symbol) {
   return "q8_v_rows_" + kernel_symbol;
 }
 
-std::string int8_k_rows_symbol(const std::string& kernel_symbol) {
+std::string q8_k_rows_symbol(const std::string& kernel_symbol) {
   // Not prefixed by the kernel's symbol: ptxas logs are read by symbol prefix.
-  return "int8_k_rows_" + kernel_symbol;
+  return "q8_k_rows_" + kernel_symbol;
 }
 
 std::string checksum_symbol(const std::string& kernel_symbol) {

@@ -16,6 +16,8 @@ namespace ftattn::runtime {
 // half an ulp per term (2^-11 for f16, 2^-8 for bf16) plus 1e-4 of FP32 accumulation.
 Thresholds default_thresholds(Precision precision) {
   if (precision == Precision::bf16) return {2e-6f, 1e-4f, 5e-7f, 0x1p-8f + 1e-4f};
+  // fp8's l check compares the unrounded P with the E4M3 P: half an ulp, 2^-4, per term.
+  if (precision == Precision::fp8_e4m3) return {2e-6f, 2e-5f, 2e-7f, 0x1p-4f + 1e-4f};
   return {2e-6f, 2e-5f, 2e-7f, 0x1p-11f + 1e-4f};
 }
 

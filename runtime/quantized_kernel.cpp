@@ -53,7 +53,8 @@ class QuantizedKernel final : public Kernel {
         codegen::q8_checksum_rows(compiled_->config.precision, compiled_->config.protection);
     if (rows.v > 0 || rows.v16 > 0)
       digits_ = module_.function(codegen::q8_v_rows_symbol(compiled_->symbol));
-    if (rows.k > 0) k_rows_ = module_.function(codegen::int8_k_rows_symbol(compiled_->symbol));
+    if (rows.k > 0 || rows.k16 > 0)
+      k_rows_ = module_.function(codegen::q8_k_rows_symbol(compiled_->symbol));
   }
 
   const CompiledKernel& compiled() const override { return *compiled_; }
@@ -203,7 +204,7 @@ class QuantizedKernel final : public Kernel {
       const size_t k_offset = static_cast<size_t>(
           q8_k_rows_offset(problem.batch, problem.heads_kv, rows.v_bytes(layout.keys_padded)));
       const size_t bytes =
-          k_offset + size_t(problem.batch) * problem.heads_kv * n_blocks * rows.k * c.head_dim;
+          k_offset + size_t(problem.batch) * problem.heads_kv * n_blocks * rows.k_bytes(c.head_dim);
       if (digits_buffer_.bytes() < bytes) digits_buffer_ = DeviceBuffer(bytes);
       char* base = static_cast<char*>(digits_buffer_.data());
       Q8ChecksumParams dp{p.v, base, layout.keys_padded, problem.seqlen_k, p.k, base + k_offset};

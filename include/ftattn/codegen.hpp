@@ -37,10 +37,10 @@ void use_llvm_route(const KernelConfig& config, KernelSource& source);
 // bf16. E.g. "pack_v_bf16_<symbol>".
 // The protection prologue that writes a call's checksums (protected configs only).
 std::string checksum_symbol(const std::string& kernel_symbol);
-// int8 with a checksum scheme: the kernel that writes V^T's checksum rows, and (EFTA) the one
-// that writes every K block's (protect/int8_checksums.cuh).
+// 8-bit configs with a checksum scheme: the kernel that writes V^T's checksum rows, and (EFTA)
+// the one that writes every K block's (protect/int8_checksums.cuh, protect/fp8_checksums.cuh).
 std::string q8_v_rows_symbol(const std::string& kernel_symbol);
-std::string int8_k_rows_symbol(const std::string& kernel_symbol);
+std::string q8_k_rows_symbol(const std::string& kernel_symbol);
 
 std::string quantize_symbol(const std::string& kernel_symbol, std::string_view kernel,
                             Precision input);

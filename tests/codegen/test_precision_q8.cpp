@@ -28,9 +28,8 @@ TEST_CASE("8-bit precisions: validation says what to change", "[codegen][q8]") {
   REQUIRE_CONFIG_ERROR(
       validate(tile_config(128, 128, 64, 8, 1, kSm80, Precision::int8, Mask::block_sparse)),
       "mask block_sparse is not built for precision int8");
-  REQUIRE_CONFIG_ERROR(validate(tile_config(128, 128, 64, 8, 1, kSm89, Precision::fp8_e4m3,
-                                            Mask::none, Protection::efta_detect)),
-                       "protection efta_detect");
+  CHECK_NOTHROW(validate(tile_config(128, 128, 64, 8, 1, kSm89, Precision::fp8_e4m3, Mask::none,
+                                     Protection::efta_detect)));
   // Protection: int8 has every fused scheme (exact digit checksums); fp8 none yet.
   for (Protection p : {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct}) {
     KernelConfig c = tile_config(128, 128, 64, 8, 1, kSm80, Precision::int8, Mask::causal, p);
@@ -105,10 +104,10 @@ TEST_CASE("int8 EFTA: K and V^T checksum rows, their kernels, a second softmax e
     const codegen::KernelSource src = codegen::generate(efta);
     CHECK(src.text.find(correct ? "Int8Efta<true>" : "Int8Efta<false>") != std::string::npos);
     CHECK(count(src.text, codegen::q8_v_rows_symbol(src.symbol) + "(") == 1);
-    CHECK(count(src.text, codegen::int8_k_rows_symbol(src.symbol) + "(") == 1);
+    CHECK(count(src.text, codegen::q8_k_rows_symbol(src.symbol) + "(") == 1);
     const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
     const runtime::NvrtcOutput base = runtime::compile_with_nvrtc(codegen::generate(plain));
-    CHECK(out.ptx.find(".entry " + codegen::int8_k_rows_symbol(src.symbol)) != std::string::npos);
+    CHECK(out.ptx.find(".entry " + codegen::q8_k_rows_symbol(src.symbol)) != std::string::npos);
     // Per copy of the loop body: GEMM I's two checksum tiles per 32 channels; GEMM II's one
     // (correct: three) per 32 keys; correct's rare paths, Q times 3 weighted tiles (a rolled
     // loop) and P times 3 per 32 keys.
@@ -144,7 +143,8 @@ TEST_CASE("fp8 with flash_abft: f16 checksum rows in V^T, two f16 MMAs per 32 ke
       CHECK(abft.shared_memory_bytes() >= plain.shared_memory_bytes());
     const codegen::KernelSource src = codegen::generate(abft);
     CHECK(src.text.find("ftattn::protect::Fp8Abft") != std::string::npos);
-    CHECK(src.text.find("fp8_v_rows<" + std::to_string(d) + ">") != std::string::npos);
+    CHECK(src.text.find("fp8_v_rows<" + std::to_string(d) + ", Traits::Protect>") !=
+          std::string::npos);
     const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
     const runtime::NvrtcOutput base = runtime::compile_with_nvrtc(codegen::generate(plain));
     CHECK(out.ptx.find(".entry " + codegen::q8_v_rows_symbol(src.symbol)) != std::string::npos);
@@ -155,6 +155,37 @@ TEST_CASE("fp8 with flash_abft: f16 checksum rows in V^T, two f16 MMAs per 32 ke
     CHECK(count(out.ptx, hmma) >= per_copy);
     CHECK(count(out.ptx, hmma) % per_copy == 0);
   }
+}
+
+TEST_CASE("fp8 with efta_detect: f16 K rows, three f16 MMAs per 16 channels, softmax twice",
+          "[codegen][nvrtc][q8][protect]") {
+  const std::string hmma = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32";
+  const int d = 128;
+  KernelConfig abft = default_config(d, Precision::fp8_e4m3, Mask::none, kSm90a);
+  abft.protection = Protection::flash_abft;
+  KernelConfig efta = abft;
+  efta.protection = Protection::efta_detect;
+  INFO(efta.name());
+  // 24 K rows of head_dim f16 values (+ 16 bytes) per stage.
+  CHECK(efta.shared_memory_bytes() - abft.shared_memory_bytes() ==
+        efta.num_stages * 24 * (2 * d + 16));
+  const codegen::KernelSource src = codegen::generate(efta);
+  CHECK(src.text.find("ftattn::protect::Fp8Efta") != std::string::npos);
+  CHECK(src.text.find("fp8_k_rows<" + std::to_string(d) + ", " + std::to_string(efta.block_n) +
+                      ">") != std::string::npos);
+  const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
+  const runtime::NvrtcOutput base = runtime::compile_with_nvrtc(codegen::generate(abft));
+  CHECK(out.ptx.find(".entry " + codegen::q8_k_rows_symbol(src.symbol)) != std::string::npos);
+  // Per row tile and copy of the loop body: GEMM I's checksum, three f16 MMAs (hi, lo, |Q|
+  // against the magnitudes) per 16 channels, on top of Flash-ABFT's two per 32 keys.
+  const int tiles = efta.block_m / 16 / efta.num_warps;
+  const int abft_per_copy = tiles * 2 * (efta.block_n / 32);
+  const int copies = count(base.ptx, hmma) / abft_per_copy;
+  REQUIRE(copies >= 1);
+  CHECK(count(out.ptx, hmma) == copies * (abft_per_copy + tiles * 3 * (d / 16)));
+  // The softmax's second evaluation: twice the exponentials of the P words.
+  const std::string ex2 = "ex2.approx.ftz.f32";
+  CHECK(count(out.ptx, ex2) == 2 * count(base.ptx, ex2));
 }
 
 TEST_CASE("8-bit defaults: complete, valid, block_n a multiple of 32", "[codegen][q8]") {

@@ -55,10 +55,13 @@ struct Q8Traits {
   static constexpr int qk_stride = HeadDim + 16;  // a Q or K row
   static constexpr int vt_stride = BlockN + 16;   // a V^T row: one channel, block_n keys
   static constexpr int q_bytes = BlockM * qk_stride;
-  // K rows, the key scales, then the protection's checksum rows (int8 EFTA).
+  // K rows, the key scales, then the protection's checksum rows (EFTA: int8 digit rows of
+  // head_dim bytes, or fp8's f16 rows of head_dim values).
   static constexpr int k_scale_offset = BlockN * qk_stride;
   static constexpr int k_check_offset = k_scale_offset + BlockN * 4;
-  static constexpr int k_stage_bytes = k_check_offset + ProtectT::k_rows * qk_stride;
+  static constexpr int k16_stride = 2 * HeadDim + 16;
+  static constexpr int k_stage_bytes =
+      k_check_offset + ProtectT::k_rows * qk_stride + ProtectT::k16_rows * k16_stride;
   // V^T rows: head_dim channels, then the protection's checksum rows (protect/int8_checksums.cuh).
   static constexpr int v_rows = HeadDim + ProtectT::digit_rows;
   // fp8 Flash-ABFT's f16 rows (protect/fp8_checksums.cuh) follow, block_n values each.
@@ -184,12 +187,13 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
   // Checksum rows (protect/int8_checksums.cuh): this KV head's V^T rows (digit_rows rows of
   // keys_padded bytes), and EFTA's K rows (k_rows rows of head_dim bytes per key block).
   const i64 head_index = static_cast<i64>(batch) * p.heads_kv + head_kv;
+  constexpr int kKCheckBytes = (Protect::k_rows + 2 * Protect::k16_rows) * T::head_dim;
   const i64 v_check_bytes = (Protect::digit_rows + 2LL * Protect::f16_rows) * keys_padded;
   const char* digits = static_cast<const char*>(p.checksums) + head_index * v_check_bytes;
   const char* v_f16_rows = digits + static_cast<i64>(Protect::digit_rows) * keys_padded;
-  const char* k_check =
-      static_cast<const char*>(p.checksums) + q8_k_rows_offset(p.batch, p.heads_kv, v_check_bytes) +
-      head_index * ((p.seqlen_k + T::block_n - 1) / T::block_n) * Protect::k_rows * T::head_dim;
+  const char* k_check = static_cast<const char*>(p.checksums) +
+                        q8_k_rows_offset(p.batch, p.heads_kv, v_check_bytes) +
+                        head_index * ((p.seqlen_k + T::block_n - 1) / T::block_n) * kKCheckBytes;
   auto load_k = [&](int stage, int n_block) {
     const int key0 = n_block * T::block_n;
     const u32 dst = sK + stage * T::k_stage_bytes;
@@ -199,9 +203,12 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
                                                       (keys_padded - key0) * 4);
     if constexpr (Protect::k_rows > 0)
       sm80::load_rows<T::threads, Protect::k_rows, T::head_dim, T::qk_stride>(
-          dst + T::k_check_offset,
-          k_check + static_cast<i64>(n_block) * Protect::k_rows * T::head_dim, T::head_dim,
+          dst + T::k_check_offset, k_check + static_cast<i64>(n_block) * kKCheckBytes, T::head_dim,
           Protect::k_rows, T::head_dim);
+    if constexpr (Protect::k16_rows > 0)
+      sm80::load_rows<T::threads, Protect::k16_rows, 2 * T::head_dim, T::k16_stride>(
+          dst + T::k_check_offset, k_check + static_cast<i64>(n_block) * kKCheckBytes,
+          2 * T::head_dim, Protect::k16_rows, 2 * T::head_dim);
     sm80::cp_async_commit();
   };
   auto load_v = [&](int stage, int n_block) {
@@ -332,17 +339,23 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
     // GEMM I: S = Q K^T, exact in the accumulator type. int8 EFTA: also Q times the K checksum
     // rows' two digit tiles, whose column e = 2 quad_t + c checks this thread's scores of keys
     // 8 nt + e.
+    // fp8 EFTA: Q (and |Q|) times the K block's f16 rows through f16 MMAs, FP32: hi, lo and the
+    // magnitude of each thread's checksum column e (protect/fp8_checksums.cuh).
     Acc s[kMT][kST][4];
     [[maybe_unused]] Acc cs[kMT][2][4];
+    [[maybe_unused]] float cf[kMT][3][4];
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
       for (int nt = 0; nt < kST; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) s[mt][nt][i] = P::acc_zero;
-      if constexpr (Protect::efta)
+      if constexpr (Protect::k_rows > 0)
 #pragma unroll
         for (int i = 0; i < 8; ++i) cs[mt][i / 4][i % 4] = P::acc_zero;
+      if constexpr (Protect::k16_rows > 0)
+#pragma unroll
+        for (int i = 0; i < 12; ++i) cf[mt][i / 4][i % 4] = 0.f;
     }
     const u32 sKs = sK + stage * T::k_stage_bytes;
     [[maybe_unused]] const u32 sKc = sKs + T::k_check_offset;
@@ -366,7 +379,34 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
           P::mma(s[mt][2 * np + 1], a[mt], b[2], b[3]);
         }
       }
-      if constexpr (Protect::efta) {
+      if constexpr (Protect::k16_rows > 0) {
+        // Each E4M3 Q register (4 consecutive channels of a row) as two f16x2: one f16 MMA per
+        // 16 channels; lane (g, t) reads channels 4t .. 4t + 3 of checksum key g's rows.
+        const u32 row = sKc + (lane / 4) * T::k16_stride + 8 * quad_t;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          u32 b[3][2];
+#pragma unroll
+          for (int t = 0; t < 3; ++t)
+            asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n"
+                         : "=r"(b[t][0]), "=r"(b[t][1])
+                         : "r"(row + 8 * t * T::k16_stride + (ks * 32 + h * 16) * 2));
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            const u32 lo = a[mt][2 * h], hi = a[mt][2 * h + 1];
+            const u32 q16[4] = {protect::e4m3x2_to_f16x2(lo), protect::e4m3x2_to_f16x2(hi),
+                                protect::e4m3x2_to_f16x2(lo >> 16),
+                                protect::e4m3x2_to_f16x2(hi >> 16)};
+            constexpr u32 magnitude = 0x7fff7fffu;  // f16x2 without its sign bits
+            const u32 q_abs[4] = {q16[0] & magnitude, q16[1] & magnitude, q16[2] & magnitude,
+                                  q16[3] & magnitude};
+            precision::F16::mma(cf[mt][0], q16, b[0][0], b[0][1]);
+            precision::F16::mma(cf[mt][1], q16, b[1][0], b[1][1]);
+            precision::F16::mma(cf[mt][2], q_abs, b[2][0], b[2][1]);
+          }
+        }
+      }
+      if constexpr (Protect::k_rows > 0) {
         u32 b[4];
         sm80::ldmatrix_x4(b, sKc + b_row * T::qk_stride + ks * 32 + b_col);
 #pragma unroll
@@ -381,7 +421,22 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
     // over them are exact.
     Protect::after_scores(protect_state, s, n_block);
 
-    if constexpr (Protect::efta) {
+    if constexpr (Protect::k16_rows > 0) {
+      // fp8: the raw scores of keys 8 nt + e against hi + lo, relative to |Q| . sum |K|.
+      inject(fault_site_checksum, n_block, &cf[0][0][0], kMT * 4);
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          float sum = 0.f;
+#pragma unroll
+          for (int nt = 0; nt < kST; ++nt) sum += s[mt][nt][i];
+          const float e = fabsf(sum - (cf[mt][0][i] + cf[mt][1][i]));
+          const float tol = p.tol_scores * cf[mt][2][i] + p.tol_floor;
+          if (!(e <= tol)) report(mt, i / 2, -1, fault_stage_scores, false, e, tol);
+        }
+    }
+    if constexpr (Protect::k_rows > 0) {
       static_assert(sizeof(Acc) == 4 && Acc(-1) < Acc(0), "int8 EFTA checks INT32 scores");
       inject(fault_site_checksum, n_block, &cs[0][0][0], kMT * 8);
       // The GEMM I identity per thread and column e: its scores of keys 8 nt + e.
@@ -458,8 +513,14 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
     // row, in the key order V^T is stored in.
     float rescale[kMT][2];
     u32 pa[kMT][kST / 4][4];
-    [[maybe_unused]] u32 block_l[kMT][2];     // int8 EFTA: this thread's share of the block's l
-    [[maybe_unused]] float rescale2[kMT][2];  // int8 EFTA: compared after its last use
+    // EFTA: this thread's share of the block's l.
+    [[maybe_unused]] typename P::PSum block_l[kMT][2];
+    [[maybe_unused]] float rescale2[kMT][2];  // EFTA: compared after its last use
+    // fp8 EFTA compares the second evaluation's P after GEMM II has used the first's: its l check
+    // against the E4M3 P is too loose to see a wrong P (int8's is exact), so the P registers
+    // themselves are compared after their last use.
+    constexpr bool kLateP = Protect::efta && Protect::f16_rows > 0;
+    [[maybe_unused]] u32 pa2[kLateP ? kMT : 1][kLateP ? kST / 4 : 1][4];
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -486,7 +547,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
           }
         row_sum[mt][r] = row_sum[mt][r] * rescale[mt][r] + P::p_sum(sum);
         if constexpr (Protect::efta) {
-          block_l[mt][r] = static_cast<u32>(sum);
+          block_l[mt][r] = sum;
           // The second evaluation, from the verified integers: its own dequantisation (key
           // scales read again), mask, max, rescale and P, compared bit for bit with the first.
           const int row = global_row(mt, r);
@@ -519,9 +580,12 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
             for (int h = 0; h < 2; ++h) {
               const float(&t0)[2] = x2[4 * kc + 2 * h];
               const float(&t1)[2] = x2[4 * kc + 2 * h + 1];
-              mismatch |= pa[mt][kc][2 * h + r] ^
-                          P::p_word(fmaf(t0[0], qs, offset2), fmaf(t0[1], qs, offset2),
-                                    fmaf(t1[0], qs, offset2), fmaf(t1[1], qs, offset2), unused);
+              const u32 w2 = P::p_word(fmaf(t0[0], qs, offset2), fmaf(t0[1], qs, offset2),
+                                       fmaf(t1[0], qs, offset2), fmaf(t1[1], qs, offset2), unused);
+              if constexpr (kLateP)
+                pa2[mt][kc][2 * h + r] = w2;
+              else
+                mismatch |= pa[mt][kc][2 * h + r] ^ w2;
             }
           row_sum2[mt][r] = row_sum2[mt][r] * rescale2[mt][r] + P::p_sum(sum);
           if (mismatch != 0u) report(mt, r, -1, fault_stage_probs, false, 1.f, 0.f);
@@ -670,10 +734,10 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
         }
       inject(fault_site_checksum, n_block, &cacc[0][0], kMT * 4);
     }
-    if constexpr (Protect::efta) {
-      // l: the ones column (what GEMM II's P summed to) against the quad's dp4a sums of the P the
-      // softmax wrote, exactly; the ones sit in column 7 (detect: quad thread 3) or every column
-      // (correct).
+    if constexpr (Protect::efta && Protect::digit_rows > 0) {
+      // int8's l: the ones column (what GEMM II's P summed to) against the quad's dp4a sums of
+      // the P the softmax wrote, exactly; the ones sit in column 7 (detect: quad thread 3) or every
+      // column (correct).
       constexpr int ones_i = Protect::correct ? 0 : 1;
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
@@ -767,14 +831,21 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
         }
     }
     if constexpr (Protect::efta) {
-      // The rescale of O, its checksums and l, against the second evaluation's, after its use.
+      // The rescale of O, its checksums and l, against the second evaluation's, after its use;
+      // fp8's P likewise.
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-        for (int r = 0; r < 2; ++r)
-          if (__float_as_uint(rescale[mt][r]) != __float_as_uint(rescale2[mt][r]))
-            report(mt, r, -1, fault_stage_probs, false, fabsf(rescale[mt][r] - rescale2[mt][r]),
-                   0.f);
+        for (int r = 0; r < 2; ++r) {
+          u32 mismatch = __float_as_uint(rescale[mt][r]) ^ __float_as_uint(rescale2[mt][r]);
+          if constexpr (kLateP)
+#pragma unroll
+            for (int kc = 0; kc < kST / 4; ++kc)
+#pragma unroll
+              for (int h = 0; h < 2; ++h)
+                mismatch |= pa[mt][kc][2 * h + r] ^ pa2[mt][kc][2 * h + r];
+          if (mismatch != 0u) report(mt, r, -1, fault_stage_probs, false, 1.f, 0.f);
+        }
     }
     inject(fault_site_output, n_block, &o[0][0][0], kMT * kOT * 4);
     Protect::after_pv(protect_state, o, n_block);
@@ -835,6 +906,21 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
         const float tol = p.tol_output * mag * (n_blocks + 16) + p.tol_floor;
         const float e = fabsf(sum - ref);
         if (!(e <= tol) && quad_t == 0) report(mt, r, -1, fault_stage_output, false, e, tol);
+        if constexpr (Protect::efta) {
+          // l (the FP32 sum of the unrounded P) against the ones column (the E4M3 P GEMM II
+          // used): E4M3 rounds each normal term by at most 2^-4 of it (tol_row_sum's default
+          // adds 1e-4 of FP32 accumulation) and each subnormal one by at most 2^-10.
+          static_assert(Protect::ones_column == 3, "quad thread 1's second column");
+          float l = row_sum[mt][r];
+          l += __shfl_xor_sync(0xffffffffu, l, 1);
+          l += __shfl_xor_sync(0xffffffffu, l, 2);
+          const float ones = __shfl_sync(0xffffffffu, cacc[mt][2 * r + 1], (lane & ~3) + 1);
+          const float tol_l =
+              p.tol_row_sum * l + 0x1p-10f * float(n_blocks * T::block_n) + p.tol_floor;
+          const float el = fabsf(ones - l);
+          if (!(el <= tol_l) && quad_t == 0)
+            report(mt, r, -1, fault_stage_row_sum, false, el, tol_l);
+        }
       }
   }
   if constexpr (Protect::efta) {

@@ -1,4 +1,5 @@
-// Protection policy flash_abft of the 8-bit skeleton (kernel/fwd_q8_sm80.cuh) for fp8_e4m3.
+// Protection policies flash_abft and efta_detect of the 8-bit skeleton (kernel/fwd_q8_sm80.cuh)
+// for fp8_e4m3.
 //
 // E4M3 cannot carry a checksum of E4M3 values (3 mantissa bits), so V^T gets 8 rows of f16
 // instead, multiplied by the same P through f16 MMAs (m16n8k16, FP32 accumulators): each E4M3 P
@@ -9,9 +10,18 @@
 //   0, 1  the channel sum c = sum_d v_d of the quantised values, times 2^-4 (|c| <= 448 * 256
 //         stays inside f16's range), as hi + lo (relative error about 2^-22)
 //   2     sum_d |v_d| times 2^-4: the magnitude the check's threshold is relative to
-//   3-7   zero
+//   3     efta_detect: ones (the sum of the E4M3 P that GEMM II used), else zero
+//   4-7   zero
 // The accumulator tile is rescaled with O; at the end each row's sum over channels of O must
 // equal (col 0 + col 1) * 2^4 within tol_output * magnitude * (key blocks + 16).
+//
+// efta_detect also checks GEMM I the same way: every K block gets 24 f16 rows, per checksum key
+// e = 0..7 the strided sums sum_nt K[8 nt + e] as hi + lo and sum_nt |K[8 nt + e]|, and the E4M3 Q
+// fragments (|Q|: sign bits cleared) multiply them through f16 MMAs, so each thread checks its
+// raw scores of keys 8 nt + e against hi + lo within tol_scores * (|Q| . sum |K|), a bound on the
+// sum of absolute contributions. The softmax is evaluated twice and compared bit for bit, as for
+// int8 (protect/int8_checksums.cuh); l is checked at the end against the ones column within
+// E4M3's rounding of P (half an ulp, 2^-4, per normal term; 2^-10 absolute per subnormal one).
 #pragma once
 
 #include "ftattn/common/types.cuh"
@@ -25,6 +35,12 @@ struct Fp8Abft : None {
   static constexpr bool row_check = true;
   static constexpr int f16_rows = 8;
   static constexpr float checksum_scale = 0.0625f;  // 2^-4
+};
+
+struct Fp8Efta : Fp8Abft {
+  static constexpr bool efta = true;
+  static constexpr int k16_rows = 24;
+  static constexpr int ones_column = 3;
 };
 
 // Two E4M3 bytes (the low 16 bits of `two`) as f16x2, the lower byte in the lower half.
@@ -50,7 +66,7 @@ __device__ __forceinline__ float f16_value(unsigned short h) {
 
 // The f16 rows of one head's V^T, one stored key position per thread (every position: P is 0 for
 // the padding keys). Grid (key chunks of 128, kv heads, batch).
-template <int HeadDim>
+template <int HeadDim, class Protect>
 __device__ __forceinline__ void fp8_v_rows(const Q8ChecksumParams& p) {
   const int pos = blockIdx.x * blockDim.x + threadIdx.x;
   if (pos >= p.keys_padded) return;
@@ -72,9 +88,40 @@ __device__ __forceinline__ void fp8_v_rows(const Q8ChecksumParams& p) {
   const unsigned short hi = f16_bits(c);
   unsigned short* out = static_cast<unsigned short*>(p.out) +
                         head * Fp8Abft::f16_rows * static_cast<long long>(p.keys_padded) + pos;
-  const unsigned short rows[8] = {hi, f16_bits(c - f16_value(hi)), f16_bits(a), 0, 0, 0, 0, 0};
+  const unsigned short one = Protect::efta ? f16_bits(1.f) : 0;
+  const unsigned short rows[8] = {hi, f16_bits(c - f16_value(hi)), f16_bits(a), one, 0, 0, 0, 0};
 #pragma unroll
   for (int r = 0; r < 8; ++r) out[static_cast<long long>(r) * p.keys_padded] = rows[r];
+}
+
+// efta_detect's K rows of one key block, f16: row e holds hi, row 8 + e lo of sum_nt K[key0 +
+// 8 nt + e], row 16 + e sum_nt |K[key0 + 8 nt + e]| (|sum| <= 448 block_n / 8: inside f16's
+// range); keys past seqlen_k are 0, as the kernel's zero-filled K tile. Grid (key blocks, kv
+// heads, batch), 128 threads.
+template <int HeadDim, int BlockN>
+__device__ __forceinline__ void fp8_k_rows(const Q8ChecksumParams& p) {
+  const int n_blocks = gridDim.x;
+  const long long head = static_cast<long long>(blockIdx.z) * gridDim.y + blockIdx.y;
+  const unsigned char* k =
+      static_cast<const unsigned char*>(p.k) + head * static_cast<long long>(p.seqlen_k) * HeadDim;
+  unsigned short* out = reinterpret_cast<unsigned short*>(static_cast<char*>(p.k_out)) +
+                        (head * n_blocks + blockIdx.x) * Fp8Efta::k16_rows * HeadDim;
+  const int key0 = blockIdx.x * BlockN;
+  for (int job = threadIdx.x; job < 8 * HeadDim; job += blockDim.x) {
+    const int e = job / HeadDim, d = job % HeadDim;
+    float plain = 0.f, magnitude = 0.f;
+    for (int nt = 0; nt < BlockN / 8; ++nt) {
+      const int key = key0 + 8 * nt + e;
+      const u32 byte = key < p.seqlen_k ? k[static_cast<long long>(key) * HeadDim + d] : 0u;
+      const float x = f16_value(static_cast<unsigned short>(e4m3x2_to_f16x2(byte) & 0xffffu));
+      plain += x;
+      magnitude += fabsf(x);
+    }
+    const unsigned short hi = f16_bits(plain);
+    out[e * HeadDim + d] = hi;
+    out[(8 + e) * HeadDim + d] = f16_bits(plain - f16_value(hi));
+    out[(16 + e) * HeadDim + d] = f16_bits(magnitude);
+  }
 }
 
 }  // namespace ftattn::protect

@@ -15,6 +15,7 @@ struct None {
   static constexpr int digit_rows = 0;  // 8-bit skeleton: checksum rows appended to V^T
   static constexpr int k_rows = 0;      // 8-bit skeleton: checksum rows appended to K blocks
   static constexpr int f16_rows = 0;    // 8-bit skeleton: f16 checksum rows appended to V^T (fp8)
+  static constexpr int k16_rows = 0;    // 8-bit skeleton: f16 checksum rows appended to K (fp8)
   static constexpr bool efta = false;   // 8-bit skeleton: EFTA's score and softmax checks
   static constexpr int ones_row = -1;   // 8-bit skeleton: the V^T row of ones (EFTA)
 

@@ -1,0 +1,108 @@
+// GPU tests of Flash-ABFT and EFTA detect on fp8_e4m3 (protect/fp8_checksums.cuh): clean runs
+// match the reference and report nothing, the output check is live, and planted flips are seen
+// where each scheme looks.
+#include <catch2/catch.hpp>
+
+#include "ftattn/runtime.hpp"
+#include "tests/gpu/attention_case.hpp"
+
+using namespace ftattn;
+
+namespace {
+
+Runtime& fp8_runtime() {
+  static Runtime rt;
+  return rt;
+}
+
+KernelConfig fp8_config(int head_dim, Mask m, bool inject = false,
+                        Protection prot = Protection::flash_abft) {
+  KernelConfig c;
+  c.head_dim = head_dim;
+  c.precision = Precision::fp8_e4m3;
+  c.mask = m;
+  c.protection = prot;
+  c.fault_injection = inject;
+  return c;
+}
+
+// fp8_e4m3 needs sm_89 or newer; on older GPUs a case says so and checks nothing.
+bool fp8_runs(Runtime& rt) {
+  if (rt.device_arch().sm >= 89) return true;
+  WARN("fp8_e4m3 needs sm_89 or newer: not run");
+  return false;
+}
+
+// One run with a fault plan: the reference check and the fault report.
+struct Planted {
+  gpu_test::CaseResult result;
+  FaultReport fault;
+};
+Planted planted(Runtime& rt, const KernelConfig& c, const Problem& pr, const ProtectOptions& o) {
+  Planted out;
+  out.result = gpu_test::run_case(rt, c, pr, false, 0, 17, false, nullptr, &o, &out.fault);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("fp8 with flash_abft and efta_detect: right answers, no false alarm, a live check",
+          "[gpu][q8][protect][fp8_abft]") {
+  Runtime& rt = fp8_runtime();
+  REQUIRE(rt.has_device());
+  if (!fp8_runs(rt)) return;
+  for (Protection prot : {Protection::flash_abft, Protection::efta_detect})
+    for (int d : {64, 128, 256})
+      for (Mask m : {Mask::none, Mask::causal}) {
+        // Odd lengths (a short tail block, padded keys), GQA, LSE.
+        const Problem pr = Problem::bhsd(2, 4, 2, 203, 517, d);
+        gpu_test::check_clean_protected(rt, fp8_config(d, m, false, prot), pr, 5100 + d);
+        gpu_test::check_live_output(rt, fp8_config(d, m, false, prot), pr, 5100 + d);
+      }
+}
+
+TEST_CASE("fp8 efta_detect sees a flip at every site; recompute repairs the output",
+          "[gpu][q8][protect][fp8_abft]") {
+  Runtime& rt = fp8_runtime();
+  if (!fp8_runs(rt)) return;
+  const Problem pr = Problem::bhsd(1, 2, 2, 256, 512, 128);
+  for (FaultSite site :
+       {FaultSite::scores, FaultSite::checksum, FaultSite::probs, FaultSite::row_max,
+        FaultSite::row_sum, FaultSite::rescale, FaultSite::output}) {
+    // Thread 4 (quad thread 0), element 0, bit 29: a large change of a float (the score, the
+    // checksum's hi column, O, the max, l, the rescale) or of a P byte's exponent.
+    ProtectOptions o;
+    o.inject = FaultPlan{site, 0, 4, 1, 0, 29};
+    const KernelConfig c = fp8_config(128, Mask::causal, true, Protection::efta_detect);
+    const Planted seen = planted(rt, c, pr, o);
+    INFO(to_string(site) << ": " << seen.result.report.summary() << "; " << seen.fault.summary());
+    CHECK(seen.fault.detected >= 1);
+    o.on_fault = OnFault::recompute;
+    const Planted fixed = planted(rt, c, pr, o);
+    INFO("recompute: " << fixed.result.report.summary() << "; " << fixed.fault.summary());
+    CHECK(fixed.result.report.passed);
+    CHECK(fixed.fault.recomputed_tiles >= 1);
+  }
+}
+
+TEST_CASE("fp8 flash_abft sees a flip in O and in its checksum; recompute repairs the output",
+          "[gpu][q8][protect][fp8_abft]") {
+  Runtime& rt = fp8_runtime();
+  if (!fp8_runs(rt)) return;
+  const Problem pr = Problem::bhsd(1, 2, 2, 256, 512, 128);
+  for (Mask m : {Mask::none, Mask::causal})
+    for (FaultSite site : {FaultSite::output, FaultSite::checksum})
+      for (int bit : {22, 29, 31}) {
+        // Thread 4 is quad thread 0 of its row: its element 0 is O's first column there, or the
+        // checksum's hi column (columns 3-7 of the checksum tile hold zeros and are not read).
+        ProtectOptions o;
+        o.inject = FaultPlan{site, 0, 4, 1, 0, bit};
+        o.on_fault = OnFault::recompute;
+        const Planted r = planted(rt, fp8_config(128, m, true), pr, o);
+        INFO(to_string(m) << " " << to_string(site) << " bit " << bit << ": "
+                          << r.result.report.summary() << "; " << r.fault.summary());
+        CHECK(r.fault.detected >= 1);
+        CHECK(r.fault.recomputed_tiles >= 1);
+        CHECK(r.result.report.passed);
+      }
+}
