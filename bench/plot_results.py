@@ -125,7 +125,7 @@ def main():
     protect_overhead(folder)
     protect_overhead(folder, "int8_abft", schemes=("flash_abft",))
     protect_overhead(folder, "fp8_abft", schemes=("flash_abft",))
-    protect_overhead(folder, "fp8_efta_overhead", schemes=("flash_abft", "efta_detect"))
+    protect_overhead(folder, "fp8_efta_overhead")
     for name in ("int8_efta_overhead", "int8_efta_overhead_same_tile"):
         protect_overhead(folder, name)
     speed_vs_f16(folder, "pasa_speed")

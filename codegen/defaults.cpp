@@ -102,12 +102,14 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
     c.block_m = 128;
     c.num_warps = 8;
     if (open_n) c.block_n = c.head_dim <= 64 ? 128 : 64;
-    // fp8 at head_dim 192-256 spills on sm_90a with 64-key blocks; 32 fits. efta_detect holds a
-    // second softmax evaluation and its P until GEMM II is done: 64-key blocks at head_dim 64,
-    // 32 above (ptxas -v, sm_90a: 0 bytes of spills at d64 and d128, 28 at d256; 64-key blocks
-    // spill 348 bytes at d128).
+    // fp8 at head_dim 192-256 spills on sm_90a with 64-key blocks; 32 fits. EFTA holds a
+    // second softmax evaluation and its P until GEMM II is done, and still runs fastest with
+    // 64-key blocks at head_dim 128 although they spill there (H100, fp8_efta_tiles.csv: 6-15%
+    // faster than 32-key blocks, which do not); at 256, 64 spill 2-3 KB and 32 stay.
     if (open_n && c.head_dim > 128) c.block_n = 32;
-    if (open_n && c.protection == Protection::efta_detect) c.block_n = c.head_dim <= 64 ? 64 : 32;
+    if (open_n &&
+        (c.protection == Protection::efta_detect || c.protection == Protection::efta_correct))
+      c.block_n = c.head_dim <= 128 ? 64 : 32;
   }
 
   // f16_pasa: ptxas -v (sm_80 and sm_90a, masks none and causal) reports no spills with these

@@ -57,7 +57,9 @@ PrecisionPolicy q8_protection_policy(Precision precision, Protection p) {
   if (precision == Precision::fp8_e4m3 && p == Protection::flash_abft)
     return {"ftattn/protect/fp8_checksums.cuh", "ftattn::protect::Fp8Abft"};
   if (precision == Precision::fp8_e4m3 && p == Protection::efta_detect)
-    return {"ftattn/protect/fp8_checksums.cuh", "ftattn::protect::Fp8Efta"};
+    return {"ftattn/protect/fp8_checksums.cuh", "ftattn::protect::Fp8Efta<false>"};
+  if (precision == Precision::fp8_e4m3 && p == Protection::efta_correct)
+    return {"ftattn/protect/fp8_checksums.cuh", "ftattn::protect::Fp8Efta<true>"};
   constexpr const char* header = "ftattn/protect/int8_checksums.cuh";
   switch (p) {
     case Protection::flash_abft:
@@ -124,7 +126,8 @@ extern "C" __global__ void __launch_bounds__(Traits::threads)
         "  {}(params);\n}}\n",
         protect.header, q8_k_rows_symbol(symbol),
         config.precision == Precision::fp8_e4m3
-            ? fmt::format("ftattn::protect::fp8_k_rows<{}, {}>", config.head_dim, config.block_n)
+            ? fmt::format("ftattn::protect::fp8_k_rows<{}, {}, Traits::Protect>", config.head_dim,
+                          config.block_n)
             : fmt::format("ftattn::protect::int8_k_rows<{}, {}, Traits::Protect>", config.head_dim,
                           config.block_n));
   for (const char* input : {"F16", "BF16"})

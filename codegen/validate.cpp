@@ -103,15 +103,8 @@ void validate(const KernelConfig& c) {
   const bool checksums = c.protection == Protection::flash_abft ||
                          c.protection == Protection::efta_detect ||
                          c.protection == Protection::efta_correct;
-  // int8 has Flash-ABFT and EFTA with exact INT32 digit checksums (protect/int8_checksums.cuh);
-  // fp8 has Flash-ABFT and EFTA detect with f16 checksum rows (protect/fp8_checksums.cuh), not
-  // EFTA correct yet.
-  if (c.precision == Precision::fp8_e4m3 && c.protection == Protection::efta_correct) {
-    throw ConfigError(
-        "protection efta_correct is not built for precision fp8_e4m3 yet: use int8, f16 or bf16 "
-        "with efta_correct, or efta_detect, flash_abft or none with fp8_e4m3");
-  }
-
+  // int8 has Flash-ABFT and EFTA with exact INT32 digit checksums (protect/int8_checksums.cuh),
+  // fp8 with f16 checksum rows through f16 MMAs (protect/fp8_checksums.cuh).
   // f16_pasa runs its own skeleton (kernel/fwd_pasa_sm80.cuh): Flash-ABFT's P V checksum fits
   // it as is; EFTA's score checksums and product check assume FP32 scores, not shifted FP16 ones.
   if (c.precision == Precision::f16_pasa) {
@@ -154,8 +147,8 @@ void validate(const KernelConfig& c) {
     }
     if (c.fault_injection && !checksums) {
       throw ConfigError(fmt::format(
-          "precision {} has fault-injection points only in its checksum schemes: use flash_abft "
-          "or efta_detect (int8: also efta_correct), or turn fault_injection off",
+          "precision {} has fault-injection points only in its checksum schemes: use flash_abft, "
+          "efta_detect or efta_correct, or turn fault_injection off",
           to_string(c.precision)));
     }
   }

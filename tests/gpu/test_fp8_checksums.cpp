@@ -46,18 +46,40 @@ Planted planted(Runtime& rt, const KernelConfig& c, const Problem& pr, const Pro
 
 }  // namespace
 
-TEST_CASE("fp8 with flash_abft and efta_detect: right answers, no false alarm, a live check",
+TEST_CASE("fp8 with each checksum scheme: right answers, no false alarm, a live check",
           "[gpu][q8][protect][fp8_abft]") {
   Runtime& rt = fp8_runtime();
   REQUIRE(rt.has_device());
   if (!fp8_runs(rt)) return;
-  for (Protection prot : {Protection::flash_abft, Protection::efta_detect})
+  for (Protection prot :
+       {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct})
     for (int d : {64, 128, 256})
       for (Mask m : {Mask::none, Mask::causal}) {
         // Odd lengths (a short tail block, padded keys), GQA, LSE.
         const Problem pr = Problem::bhsd(2, 4, 2, 203, 517, d);
         gpu_test::check_clean_protected(rt, fp8_config(d, m, false, prot), pr, 5100 + d);
         gpu_test::check_live_output(rt, fp8_config(d, m, false, prot), pr, 5100 + d);
+      }
+}
+
+TEST_CASE("fp8 efta_correct rebuilds a flipped score or O element",
+          "[gpu][q8][protect][fp8_abft]") {
+  Runtime& rt = fp8_runtime();
+  if (!fp8_runs(rt)) return;
+  const Problem pr = Problem::bhsd(1, 2, 2, 256, 512, 128);
+  for (Mask m : {Mask::none, Mask::causal})
+    for (FaultSite site : {FaultSite::scores, FaultSite::output})
+      for (int bit : {22, 29, 30, 31}) {
+        // Thread 4, element 0: the top mantissa bit, exponent bits and the sign of a raw score
+        // or of an FP32 O value, all far past the checks' thresholds.
+        ProtectOptions o;
+        o.inject = FaultPlan{site, 0, 4, 1, 0, bit};
+        const Planted r = planted(rt, fp8_config(128, m, true, Protection::efta_correct), pr, o);
+        INFO(to_string(m) << " " << to_string(site) << " bit " << bit << ": "
+                          << r.result.report.summary() << "; " << r.fault.summary());
+        CHECK(r.fault.detected >= 1);
+        CHECK(r.fault.corrected == r.fault.detected);
+        CHECK(r.result.report.passed);
       }
 }
 

@@ -279,7 +279,8 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
   // int8 EFTA's second evaluation of the softmax: its own running max and l.
   float row_max2[kMT][2], row_sum2[kMT][2];
   // fp8 Flash-ABFT: P times the f16 checksum rows, FP32, rescaled with O (fp8_checksums.cuh).
-  float cacc[kMT][4];
+  constexpr int kV16 = Protect::f16_rows / 8;  // f16 checksum tiles of V^T
+  [[maybe_unused]] float cacc[kMT][kV16 > 0 ? kV16 : 1][4];
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
@@ -288,7 +289,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
       row_max2[mt][r] = neg_inf();
     }
 #pragma unroll
-    for (int i = 0; i < 4; ++i) cacc[mt][i] = 0.f;
+    for (int i = 0; i < 4 * (kV16 > 0 ? kV16 : 1); ++i) cacc[mt][i / 4][i % 4] = 0.f;
   }
   // 0 at run time, unknown to the compilers: the second evaluation starts from s + zero, so
   // neither NVVM nor ptxas can merge it with the first.
@@ -424,6 +425,8 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
     if constexpr (Protect::k16_rows > 0) {
       // fp8: the raw scores of keys 8 nt + e against hi + lo, relative to |Q| . sum |K|.
       inject(fault_site_checksum, n_block, &cf[0][0][0], kMT * 4);
+      float e1[kMT][4];
+      bool failed = false;
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -431,10 +434,69 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
           float sum = 0.f;
 #pragma unroll
           for (int nt = 0; nt < kST; ++nt) sum += s[mt][nt][i];
-          const float e = fabsf(sum - (cf[mt][0][i] + cf[mt][1][i]));
+          e1[mt][i] = (cf[mt][0][i] + cf[mt][1][i]) - sum;
           const float tol = p.tol_scores * cf[mt][2][i] + p.tol_floor;
-          if (!(e <= tol)) report(mt, i / 2, -1, fault_stage_scores, false, e, tol);
+          if (fabsf(e1[mt][i]) <= tol) {
+            e1[mt][i] = 0.f;  // passed
+          } else {
+            failed = true;
+            if constexpr (!Protect::correct)
+              report(mt, i / 2, -1, fault_stage_scores, false, fabsf(e1[mt][i]), tol);
+          }
         }
+      if constexpr (Protect::correct) {
+        // Rare: Q times the weighted rows, then each failed column located and rebuilt (e1 holds
+        // the failed columns' discrepancies, 0 elsewhere).
+        if (__any_sync(0xffffffffu, failed)) {
+          float cw[kMT][4];
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) cw[mt][i] = 0.f;
+          const u32 row = sKc + (24 + lane / 4) * T::k16_stride + 8 * quad_t;
+#pragma unroll 1
+          for (int ks = 0; ks < T::head_dim / 32; ++ks) {
+            u32 a[kMT][4];
+            q_frag(a, ks);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              u32 b0, b1;
+              asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n"
+                           : "=r"(b0), "=r"(b1)
+                           : "r"(row + (ks * 32 + h * 16) * 2));
+#pragma unroll
+              for (int mt = 0; mt < kMT; ++mt) {
+                const u32 lo = a[mt][2 * h], hi = a[mt][2 * h + 1];
+                const u32 q16[4] = {protect::e4m3x2_to_f16x2(lo), protect::e4m3x2_to_f16x2(hi),
+                                    protect::e4m3x2_to_f16x2(lo >> 16),
+                                    protect::e4m3x2_to_f16x2(hi >> 16)};
+                precision::F16::mma(cw[mt], q16, b0, b1);
+              }
+            }
+          }
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              if (e1[mt][i] == 0.f) continue;
+              float g[kST];
+              float wsum = 0.f;
+#pragma unroll
+              for (int nt = 0; nt < kST; ++nt) {
+                g[nt] = s[mt][nt][i];
+                wsum += (nt + 1) / float(kST) * g[nt];
+              }
+              const int bad = protect::locate<kST>(g, e1[mt][i], cw[mt][i] - wsum);
+              if (bad >= 0) {
+                protect::rebuild<kST>(g, bad, cf[mt][0][i] + cf[mt][1][i]);
+#pragma unroll
+                for (int nt = 0; nt < kST; ++nt) s[mt][nt][i] = g[nt];
+              }
+              report(mt, i / 2, bad >= 0 ? n_block * T::block_n + 8 * bad + 2 * quad_t + i % 2 : -1,
+                     fault_stage_scores, bad >= 0, fabsf(e1[mt][i]), 0.f);
+            }
+        }
+      }
     }
     if constexpr (Protect::k_rows > 0) {
       static_assert(sizeof(Acc) == 4 && Acc(-1) < Acc(0), "int8 EFTA checks INT32 scores");
@@ -597,8 +659,11 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
             o[mt][nt][2 * r + 1] *= rescale[mt][r];
           }
           if constexpr (Protect::f16_rows > 0) {
-            cacc[mt][2 * r] *= rescale[mt][r];
-            cacc[mt][2 * r + 1] *= rescale[mt][r];
+#pragma unroll
+            for (int v = 0; v < kV16; ++v) {
+              cacc[mt][v][2 * r] *= rescale[mt][r];
+              cacc[mt][v][2 * r + 1] *= rescale[mt][r];
+            }
           }
         }
       }
@@ -622,7 +687,9 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
     // Checksum tiles times P, exact INT32 (modulo 2^32): Flash-ABFT and EFTA detect, one tile
     // (the digits of the row's channel sums, EFTA's ones row); EFTA correct, three (the digits of
     // the strided channel sums, a tile of ones).
-    constexpr int kVc = Protect::correct ? 3 : 1;
+    // int8 EFTA correct's GEMM II checks (strided digits, the block's INT32 P V kept whole).
+    constexpr bool kInt8Correct = Protect::correct && Protect::digit_rows > 0;
+    constexpr int kVc = kInt8Correct ? 3 : 1;
     [[maybe_unused]] Acc dacc[kMT][kVc][4];
     [[maybe_unused]] u32 isum[kMT][2];
     if constexpr (Protect::digit_rows > 0) {
@@ -634,7 +701,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
       }
 #pragma unroll
       for (int kc = 0; kc < kST / 4; ++kc) {
-        if constexpr (Protect::correct) {
+        if constexpr (kInt8Correct) {
           u32 b[4];
           sm80::ldmatrix_x4(b, sVc + b_row * T::vt_stride + kc * 32 + b_col);
 #pragma unroll
@@ -645,14 +712,14 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
         }
         u32 b[2];
         sm80::ldmatrix_x2(
-            b, sVc + (Protect::correct ? Protect::ones_row + b2_row : b2_row) * T::vt_stride +
-                   kc * 32 + b_col);
+            b, sVc + (kInt8Correct ? Protect::ones_row + b2_row : b2_row) * T::vt_stride + kc * 32 +
+                   b_col);
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) P::mma(dacc[mt][kVc - 1], pa[mt][kc], b[0], b[1]);
       }
     }
     // int8 EFTA correct keeps the block's whole INT32 P V to check and repair it before adding.
-    [[maybe_unused]] Acc pv[Protect::correct ? kMT : 1][Protect::correct ? kOT : 1][4];
+    [[maybe_unused]] Acc pv[kInt8Correct ? kMT : 1][kInt8Correct ? kOT : 1][4];
 #pragma unroll
     for (int dp = 0; dp < kOT / 2; ++dp) {
       Acc acc[kMT][2][4];
@@ -693,7 +760,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
         }
       }
       inject_pv();
-      if constexpr (Protect::correct) {
+      if constexpr (kInt8Correct) {
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -719,26 +786,29 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
       for (int kc = 0; kc < kST / 4; ++kc)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          u32 b0, b1;
-          asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n"
-                       : "=r"(b0), "=r"(b1)
-                       : "r"(sVh + (kc * 32 + h * 16) * 2));
+          u32 b[kV16][2];
+#pragma unroll
+          for (int v = 0; v < kV16; ++v)
+            asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n"
+                         : "=r"(b[v][0]), "=r"(b[v][1])
+                         : "r"(sVh + 8 * v * T::v16_stride + (kc * 32 + h * 16) * 2));
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt) {
             const u32 lo = pa[mt][kc][2 * h], hi = pa[mt][kc][2 * h + 1];
             const u32 a[4] = {protect::e4m3x2_to_f16x2(lo), protect::e4m3x2_to_f16x2(hi),
                               protect::e4m3x2_to_f16x2(lo >> 16),
                               protect::e4m3x2_to_f16x2(hi >> 16)};
-            precision::F16::mma(cacc[mt], a, b0, b1);
+#pragma unroll
+            for (int v = 0; v < kV16; ++v) precision::F16::mma(cacc[mt][v], a, b[v][0], b[v][1]);
           }
         }
-      inject(fault_site_checksum, n_block, &cacc[0][0], kMT * 4);
+      inject(fault_site_checksum, n_block, &cacc[0][0][0], kMT * 4);
     }
     if constexpr (Protect::efta && Protect::digit_rows > 0) {
       // int8's l: the ones column (what GEMM II's P summed to) against the quad's dp4a sums of
       // the P the softmax wrote, exactly; the ones sit in column 7 (detect: quad thread 3) or every
       // column (correct).
-      constexpr int ones_i = Protect::correct ? 0 : 1;
+      constexpr int ones_i = kInt8Correct ? 0 : 1;
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -747,12 +817,12 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
           l += __shfl_xor_sync(0xffffffffu, l, 1);
           l += __shfl_xor_sync(0xffffffffu, l, 2);
           const u32 ones = static_cast<u32>(dacc[mt][kVc - 1][2 * r + ones_i] - P::acc_zero);
-          if ((Protect::correct || quad_t == 3) && ones != l)
+          if ((kInt8Correct || quad_t == 3) && ones != l)
             report(mt, r, -1, fault_stage_row_sum, false,
                    static_cast<float>(static_cast<int>(ones - l)), 0.f);
         }
     }
-    if constexpr (Protect::correct) {
+    if constexpr (kInt8Correct) {
       // Per thread and column e = 2 quad_t + c: its channels 8 nt + e of the block's P V, exactly;
       // a failure takes P times the weighted rows (rare) and repairs the element it locates.
       u32 diff[kMT][4];
@@ -887,7 +957,39 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
         }
       }
   }
-  if constexpr (Protect::f16_rows > 0) {
+  if constexpr (Protect::f16_rows > 0 && Protect::correct) {
+    // fp8 EFTA correct, per thread and column e = 2 quad_t + c: its O values of channels 8 nt + e
+    // against the strided checksum (tiles 0 + 1), relative to the magnitude (tile 2); a failure
+    // is located from the weighted checksum (tiles 3 + 4) and the element rebuilt.
+    constexpr float unscale = 1.f / Protect::checksum_scale;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float g[kOT];
+        float sum = 0.f, wsum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < kOT; ++nt) {
+          g[nt] = o[mt][nt][i];
+          sum += g[nt];
+          wsum += (nt + 1) / float(kOT) * g[nt];
+        }
+        const float ref = (cacc[mt][0][i] + cacc[mt][1][i]) * unscale;
+        const float tol = p.tol_output * cacc[mt][2][i] * unscale * (n_blocks + 16) + p.tol_floor;
+        const float e1 = ref - sum;
+        if (!(fabsf(e1) <= tol)) {
+          const float weighted_ref = (cacc[mt][3][i] + cacc[mt][4][i]) * unscale;
+          const int bad = protect::locate<kOT>(g, e1, weighted_ref - wsum);
+          if (bad >= 0) {
+            protect::rebuild<kOT>(g, bad, ref);
+#pragma unroll
+            for (int nt = 0; nt < kOT; ++nt) o[mt][nt][i] = g[nt];
+          }
+          report(mt, i / 2, bad >= 0 ? 8 * bad + 2 * quad_t + i % 2 : -1, fault_stage_output,
+                 bad >= 0, fabsf(e1), tol);
+        }
+      }
+  } else if constexpr (Protect::f16_rows > 0) {
     // fp8 Flash-ABFT, per row: the quad's sum of O over channels against the checksum (columns 0
     // and 1, quad thread 0), relative to the magnitude (column 2, quad thread 1).
     constexpr float unscale = 1.f / Protect::checksum_scale;
@@ -901,8 +1003,9 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         const float ref =
-            __shfl_sync(0xffffffffu, cacc[mt][2 * r] + cacc[mt][2 * r + 1], lane & ~3) * unscale;
-        const float mag = __shfl_sync(0xffffffffu, cacc[mt][2 * r], (lane & ~3) + 1) * unscale;
+            __shfl_sync(0xffffffffu, cacc[mt][0][2 * r] + cacc[mt][0][2 * r + 1], lane & ~3) *
+            unscale;
+        const float mag = __shfl_sync(0xffffffffu, cacc[mt][0][2 * r], (lane & ~3) + 1) * unscale;
         const float tol = p.tol_output * mag * (n_blocks + 16) + p.tol_floor;
         const float e = fabsf(sum - ref);
         if (!(e <= tol) && quad_t == 0) report(mt, r, -1, fault_stage_output, false, e, tol);
@@ -914,7 +1017,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
           float l = row_sum[mt][r];
           l += __shfl_xor_sync(0xffffffffu, l, 1);
           l += __shfl_xor_sync(0xffffffffu, l, 2);
-          const float ones = __shfl_sync(0xffffffffu, cacc[mt][2 * r + 1], (lane & ~3) + 1);
+          const float ones = __shfl_sync(0xffffffffu, cacc[mt][0][2 * r + 1], (lane & ~3) + 1);
           const float tol_l =
               p.tol_row_sum * l + 0x1p-10f * float(n_blocks * T::block_n) + p.tol_floor;
           const float el = fabsf(ones - l);

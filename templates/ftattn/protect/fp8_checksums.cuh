@@ -22,6 +22,12 @@
 // sum of absolute contributions. The softmax is evaluated twice and compared bit for bit, as for
 // int8 (protect/int8_checksums.cuh); l is checked at the end against the ones column within
 // E4M3's rounding of P (half an ulp, 2^-4, per normal term; 2^-10 absolute per subnormal one).
+//
+// efta_correct adds 8 K rows, sum_nt (nt + 1) / n K[8 nt + e] (hi only: it only locates),
+// multiplied after a failed check, and a wrong score is located (protect::locate) and rebuilt
+// before the softmax. Its V^T rows are strided too, per checksum column e: hi and lo of
+// sum_nt v[8 nt + e], the magnitude, and the weighted sum as hi and lo (40 rows), so each thread
+// checks its own O values at the end and rebuilds a single wrong one, as the 16-bit kernels do.
 #pragma once
 
 #include "ftattn/common/types.cuh"
@@ -37,9 +43,17 @@ struct Fp8Abft : None {
   static constexpr float checksum_scale = 0.0625f;  // 2^-4
 };
 
+template <bool Correct>
 struct Fp8Efta : Fp8Abft {
   static constexpr bool efta = true;
-  static constexpr int k16_rows = 24;
+  static constexpr bool correct = Correct;
+  static constexpr bool row_check = !Correct;
+  // K: hi, lo, magnitude (+ correct: weighted hi) tiles of the strided sums.
+  static constexpr int k16_rows = Correct ? 32 : 24;
+  // V^T: detect, Flash-ABFT's rows with the ones row; correct, strided channel sums per column
+  // e: hi, lo, magnitude, weighted hi and weighted lo tiles (locating an O element needs the
+  // weighted sum to about 2^-20: the O sums are large).
+  static constexpr int f16_rows = Correct ? 40 : 8;
   static constexpr int ones_column = 3;
 };
 
@@ -73,6 +87,35 @@ __device__ __forceinline__ void fp8_v_rows(const Q8ChecksumParams& p) {
   const long long head = static_cast<long long>(blockIdx.z) * gridDim.y + blockIdx.y;
   const unsigned char* vt = static_cast<const unsigned char*>(p.vt) +
                             head * HeadDim * static_cast<long long>(p.keys_padded);
+  unsigned short* out = static_cast<unsigned short*>(p.out) +
+                        head * Protect::f16_rows * static_cast<long long>(p.keys_padded) + pos;
+  auto put = [&](int row, float x) {
+    out[static_cast<long long>(row) * p.keys_padded] = f16_bits(x);
+  };
+  if constexpr (Protect::correct) {
+    // Strided over channels 8 nt + e, the checksum column e of GEMM II's accumulator tile; the
+    // weights (nt + 1) / n of protect::locate.
+    constexpr int n = HeadDim / 8;
+    float plain[8] = {}, weighted[8] = {}, magnitude[8] = {};
+    for (int d = 0; d < HeadDim; ++d) {
+      const u32 h2 = e4m3x2_to_f16x2(vt[static_cast<long long>(d) * p.keys_padded + pos]);
+      const float v = f16_value(static_cast<unsigned short>(h2 & 0xffffu));
+      plain[d % 8] += v;
+      weighted[d % 8] += (d / 8 + 1) / float(n) * v;
+      magnitude[d % 8] += fabsf(v);
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float c = plain[e] * Protect::checksum_scale;
+      put(e, c);
+      put(8 + e, c - f16_value(f16_bits(c)));
+      const float w = weighted[e] * Protect::checksum_scale;
+      put(16 + e, magnitude[e] * Protect::checksum_scale);
+      put(24 + e, w);
+      put(32 + e, w - f16_value(f16_bits(w)));
+    }
+    return;
+  }
   float c = 0.f, a = 0.f;
   for (int d = 0; d < HeadDim; d += 2) {
     const long long at = static_cast<long long>(d) * p.keys_padded + pos;
@@ -85,42 +128,40 @@ __device__ __forceinline__ void fp8_v_rows(const Q8ChecksumParams& p) {
   }
   c *= Fp8Abft::checksum_scale;
   a *= Fp8Abft::checksum_scale;
-  const unsigned short hi = f16_bits(c);
-  unsigned short* out = static_cast<unsigned short*>(p.out) +
-                        head * Fp8Abft::f16_rows * static_cast<long long>(p.keys_padded) + pos;
-  const unsigned short one = Protect::efta ? f16_bits(1.f) : 0;
-  const unsigned short rows[8] = {hi, f16_bits(c - f16_value(hi)), f16_bits(a), one, 0, 0, 0, 0};
+  const float rows[8] = {c, c - f16_value(f16_bits(c)), a, Protect::efta ? 1.f : 0.f, 0, 0, 0, 0};
 #pragma unroll
-  for (int r = 0; r < 8; ++r) out[static_cast<long long>(r) * p.keys_padded] = rows[r];
+  for (int r = 0; r < 8; ++r) put(r, rows[r]);
 }
 
 // efta_detect's K rows of one key block, f16: row e holds hi, row 8 + e lo of sum_nt K[key0 +
 // 8 nt + e], row 16 + e sum_nt |K[key0 + 8 nt + e]| (|sum| <= 448 block_n / 8: inside f16's
 // range); keys past seqlen_k are 0, as the kernel's zero-filled K tile. Grid (key blocks, kv
 // heads, batch), 128 threads.
-template <int HeadDim, int BlockN>
+template <int HeadDim, int BlockN, class Protect>
 __device__ __forceinline__ void fp8_k_rows(const Q8ChecksumParams& p) {
   const int n_blocks = gridDim.x;
   const long long head = static_cast<long long>(blockIdx.z) * gridDim.y + blockIdx.y;
   const unsigned char* k =
       static_cast<const unsigned char*>(p.k) + head * static_cast<long long>(p.seqlen_k) * HeadDim;
   unsigned short* out = reinterpret_cast<unsigned short*>(static_cast<char*>(p.k_out)) +
-                        (head * n_blocks + blockIdx.x) * Fp8Efta::k16_rows * HeadDim;
+                        (head * n_blocks + blockIdx.x) * Protect::k16_rows * HeadDim;
   const int key0 = blockIdx.x * BlockN;
   for (int job = threadIdx.x; job < 8 * HeadDim; job += blockDim.x) {
     const int e = job / HeadDim, d = job % HeadDim;
-    float plain = 0.f, magnitude = 0.f;
+    float plain = 0.f, magnitude = 0.f, weighted = 0.f;
     for (int nt = 0; nt < BlockN / 8; ++nt) {
       const int key = key0 + 8 * nt + e;
       const u32 byte = key < p.seqlen_k ? k[static_cast<long long>(key) * HeadDim + d] : 0u;
       const float x = f16_value(static_cast<unsigned short>(e4m3x2_to_f16x2(byte) & 0xffffu));
       plain += x;
       magnitude += fabsf(x);
+      weighted += (nt + 1) / float(BlockN / 8) * x;  // protect::locate's weights
     }
     const unsigned short hi = f16_bits(plain);
     out[e * HeadDim + d] = hi;
     out[(8 + e) * HeadDim + d] = f16_bits(plain - f16_value(hi));
     out[(16 + e) * HeadDim + d] = f16_bits(magnitude);
+    if constexpr (Protect::correct) out[(24 + e) * HeadDim + d] = f16_bits(weighted);
   }
 }
 
