@@ -394,10 +394,8 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
                          : "r"(row + 8 * t * T::k16_stride + (ks * 32 + h * 16) * 2));
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt) {
-            const u32 lo = a[mt][2 * h], hi = a[mt][2 * h + 1];
-            const u32 q16[4] = {protect::e4m3x2_to_f16x2(lo), protect::e4m3x2_to_f16x2(hi),
-                                protect::e4m3x2_to_f16x2(lo >> 16),
-                                protect::e4m3x2_to_f16x2(hi >> 16)};
+            u32 q16[4];
+            protect::e4m3_half_to_f16(a[mt], h, q16);
             constexpr u32 magnitude = 0x7fff7fffu;  // f16x2 without its sign bits
             const u32 q_abs[4] = {q16[0] & magnitude, q16[1] & magnitude, q16[2] & magnitude,
                                   q16[3] & magnitude};
@@ -466,10 +464,8 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
                            : "r"(row + (ks * 32 + h * 16) * 2));
 #pragma unroll
               for (int mt = 0; mt < kMT; ++mt) {
-                const u32 lo = a[mt][2 * h], hi = a[mt][2 * h + 1];
-                const u32 q16[4] = {protect::e4m3x2_to_f16x2(lo), protect::e4m3x2_to_f16x2(hi),
-                                    protect::e4m3x2_to_f16x2(lo >> 16),
-                                    protect::e4m3x2_to_f16x2(hi >> 16)};
+                u32 q16[4];
+                protect::e4m3_half_to_f16(a[mt], h, q16);
                 precision::F16::mma(cw[mt], q16, b0, b1);
               }
             }
@@ -794,10 +790,8 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
                          : "r"(sVh + 8 * v * T::v16_stride + (kc * 32 + h * 16) * 2));
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt) {
-            const u32 lo = pa[mt][kc][2 * h], hi = pa[mt][kc][2 * h + 1];
-            const u32 a[4] = {protect::e4m3x2_to_f16x2(lo), protect::e4m3x2_to_f16x2(hi),
-                              protect::e4m3x2_to_f16x2(lo >> 16),
-                              protect::e4m3x2_to_f16x2(hi >> 16)};
+            u32 a[4];
+            protect::e4m3_half_to_f16(pa[mt][kc], h, a);
 #pragma unroll
             for (int v = 0; v < kV16; ++v) precision::F16::mma(cacc[mt][v], a, b[v][0], b[v][1]);
           }

@@ -66,6 +66,18 @@ __device__ __forceinline__ u32 e4m3x2_to_f16x2(u32 two) {
   return r;
 }
 
+// Half h of an E4M3 m16n8k32 A fragment (registers: row g, k 4t..4t+3; row g + 8; the same at
+// k + 16) as the A fragment of an f16 m16n8k16 MMA over those 16 k: its k 2t, 2t + 1 are k
+// 16h + 4t + {0, 1}, its k 8 + 2t, 9 + 2t are 16h + 4t + {2, 3}, so the f16 B operand takes 4
+// consecutive k of its column.
+__device__ __forceinline__ void e4m3_half_to_f16(const u32 (&a)[4], int h, u32 (&out)[4]) {
+  const u32 lo = a[2 * h], hi = a[2 * h + 1];
+  out[0] = e4m3x2_to_f16x2(lo);
+  out[1] = e4m3x2_to_f16x2(hi);
+  out[2] = e4m3x2_to_f16x2(lo >> 16);
+  out[3] = e4m3x2_to_f16x2(hi >> 16);
+}
+
 // One f16 value's bits from a float (round to nearest).
 __device__ __forceinline__ unsigned short f16_bits(float x) {
   unsigned short h;
