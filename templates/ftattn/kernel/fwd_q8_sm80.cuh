@@ -78,6 +78,16 @@ struct Q8Traits {
 };
 
 namespace q8 {
+// A detection at `row`; rows past the end report nothing (their checks ran on padding). A plain
+// function, not a lambda over the kernel's locals: such a closure is materialised in local
+// memory inside the main loop (int8 Flash-ABFT at head dim 128: 3x the local loads and stores).
+__device__ __forceinline__ void report_row(const AttentionParams& p, int batch, int head, int row,
+                                           int col, int stage, bool corrected, float magnitude,
+                                           float threshold) {
+  if (row < p.seqlen_q)
+    record_fault(p.fault_log, batch, head, row, col, stage, corrected, magnitude, threshold);
+}
+
 // An exact INT32 accumulator without its starting bias, widened for 64-bit checksum arithmetic.
 template <class P>
 __device__ __forceinline__ long long debiased(int acc) {
@@ -108,7 +118,8 @@ __device__ __forceinline__ bool strided_diff(const int (&x)[MT][N][4],
 // After a failed strided check, with the 3 weighted digit accumulators: each failed column's
 // exact single-error repair (ftattn/protect_model.hpp, int8_strided_repair). In 64 bits on the
 // de-biased values a single wrong x_j leaves e1 = delta and e2 = (j + 1) delta, so x_j is rebuilt
-// bit for bit; report(mt, i, j) is called with the located j, or -1.
+// bit for bit; q8::report_row(p, batch, head, global_row(mt, i), j) is called with the located j,
+// or -1.
 template <class P, int MT, int N, int K, class Report>
 __device__ __forceinline__ void strided_repair(int (&x)[MT][N][4], const int (&digits)[MT][K][4],
                                                const int (&weighted)[MT][3][4],
@@ -312,12 +323,6 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
       }
     }
   };
-  auto report = [&](int mt, int r, int col, int stage, bool corrected, float magnitude,
-                    float threshold) {
-    const int row = global_row(mt, r);
-    if (row < p.seqlen_q)
-      record_fault(p.fault_log, batch, head, row, col, stage, corrected, magnitude, threshold);
-  };
   auto step = [&](const int n_block, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
     const int stage = n_block % kStages;
@@ -439,7 +444,8 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
           } else {
             failed = true;
             if constexpr (!Protect::correct)
-              report(mt, i / 2, -1, fault_stage_scores, false, fabsf(e1[mt][i]), tol);
+              q8::report_row(p, batch, head, global_row(mt, i / 2), -1, fault_stage_scores, false,
+                             fabsf(e1[mt][i]), tol);
           }
         }
       if constexpr (Protect::correct) {
@@ -488,8 +494,9 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
 #pragma unroll
                 for (int nt = 0; nt < kST; ++nt) s[mt][nt][i] = g[nt];
               }
-              report(mt, i / 2, bad >= 0 ? n_block * T::block_n + 8 * bad + 2 * quad_t + i % 2 : -1,
-                     fault_stage_scores, bad >= 0, fabsf(e1[mt][i]), 0.f);
+              q8::report_row(p, batch, head, global_row(mt, i / 2),
+                             bad >= 0 ? n_block * T::block_n + 8 * bad + 2 * quad_t + i % 2 : -1,
+                             fault_stage_scores, bad >= 0, fabsf(e1[mt][i]), 0.f);
             }
         }
       }
@@ -522,9 +529,10 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
             }
           }
           q8::strided_repair<P>(s, cs, cw, diff, [&](int mt, int i, int j) {
-            report(mt, i / 2, j >= 0 ? n_block * T::block_n + 8 * j + 2 * quad_t + i % 2 : -1,
-                   fault_stage_scores, j >= 0, static_cast<float>(static_cast<int>(diff[mt][i])),
-                   0.f);
+            q8::report_row(p, batch, head, global_row(mt, i / 2),
+                           j >= 0 ? n_block * T::block_n + 8 * j + 2 * quad_t + i % 2 : -1,
+                           fault_stage_scores, j >= 0,
+                           static_cast<float>(static_cast<int>(diff[mt][i])), 0.f);
           });
         }
       } else if (failed) {
@@ -533,8 +541,8 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
 #pragma unroll
           for (int i = 0; i < 4; ++i)
             if (diff[mt][i] != 0u)
-              report(mt, i / 2, -1, fault_stage_scores, false,
-                     static_cast<float>(static_cast<int>(diff[mt][i])), 0.f);
+              q8::report_row(p, batch, head, global_row(mt, i / 2), -1, fault_stage_scores, false,
+                             static_cast<float>(static_cast<int>(diff[mt][i])), 0.f);
       }
     }
 
@@ -646,7 +654,9 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
                 mismatch |= pa[mt][kc][2 * h + r] ^ w2;
             }
           row_sum2[mt][r] = row_sum2[mt][r] * rescale2[mt][r] + P::p_sum(sum);
-          if (mismatch != 0u) report(mt, r, -1, fault_stage_probs, false, 1.f, 0.f);
+          if (mismatch != 0u)
+            q8::report_row(p, batch, head, global_row(mt, r), -1, fault_stage_probs, false, 1.f,
+                           0.f);
         }
         if constexpr (!kFusedRescale) {
 #pragma unroll
@@ -812,8 +822,8 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
           l += __shfl_xor_sync(0xffffffffu, l, 2);
           const u32 ones = static_cast<u32>(dacc[mt][kVc - 1][2 * r + ones_i] - P::acc_zero);
           if ((kInt8Correct || quad_t == 3) && ones != l)
-            report(mt, r, -1, fault_stage_row_sum, false,
-                   static_cast<float>(static_cast<int>(ones - l)), 0.f);
+            q8::report_row(p, batch, head, global_row(mt, r), -1, fault_stage_row_sum, false,
+                           static_cast<float>(static_cast<int>(ones - l)), 0.f);
         }
     }
     if constexpr (kInt8Correct) {
@@ -840,8 +850,9 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
           }
         }
         q8::strided_repair<P>(pv, dacc, vw, diff, [&](int mt, int i, int j) {
-          report(mt, i / 2, j >= 0 ? 8 * j + 2 * quad_t + i % 2 : -1, fault_stage_output, j >= 0,
-                 static_cast<float>(static_cast<int>(diff[mt][i])), 0.f);
+          q8::report_row(p, batch, head, global_row(mt, i / 2),
+                         j >= 0 ? 8 * j + 2 * quad_t + i % 2 : -1, fault_stage_output, j >= 0,
+                         static_cast<float>(static_cast<int>(diff[mt][i])), 0.f);
         });
       }
       // The verified block into O and its two FP32 checksums.
@@ -885,9 +896,13 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
           u32 diff = isum[mt][r] - digit_part;
           diff += __shfl_xor_sync(0xffffffffu, diff, 1);
           diff += __shfl_xor_sync(0xffffffffu, diff, 2);
-          if (diff != 0u && quad_t == 0)
-            report(mt, r, -1, fault_stage_output, false, static_cast<float>(static_cast<int>(diff)),
-                   0.f);
+          // One condition for the record, the row's bound included: written as a call on a
+          // nested branch, ptxas spilled 3x as often across the main loop of int8 Flash-ABFT at
+          // head dim 128 (39 against 12 local loads and stores).
+          const int row = global_row(mt, r);
+          if (diff != 0u && quad_t == 0 && row < p.seqlen_q)
+            record_fault(p.fault_log, batch, head, row, -1, fault_stage_output, false,
+                         static_cast<float>(static_cast<int>(diff)), 0.f);
           // The FP32 checksum follows O: the same rescale, plus this thread's verified sum.
           const float block = static_cast<float>(static_cast<int>(isum[mt][r]));
           oc[mt][r] = kFusedRescale ? fmaf(oc[mt][r], rescale[mt][r], block)
@@ -908,7 +923,9 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
 #pragma unroll
               for (int h = 0; h < 2; ++h)
                 mismatch |= pa[mt][kc][2 * h + r] ^ pa2[mt][kc][2 * h + r];
-          if (mismatch != 0u) report(mt, r, -1, fault_stage_probs, false, 1.f, 0.f);
+          if (mismatch != 0u)
+            q8::report_row(p, batch, head, global_row(mt, r), -1, fault_stage_probs, false, 1.f,
+                           0.f);
         }
     }
     inject(fault_site_output, n_block, &o[0][0][0], kMT * kOT * 4);
@@ -946,8 +963,9 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
           int bad = -1;
           if constexpr (Protect::correct)
             bad = protect::correct_row(o[mt], r, e, oc[mt][r], ocw[mt][r]);
-          report(mt, r, bad >= 0 ? protect::row_group_column(bad, quad_t) : -1, fault_stage_output,
-                 bad >= 0, fabsf(e), tol);
+          q8::report_row(p, batch, head, global_row(mt, r),
+                         bad >= 0 ? protect::row_group_column(bad, quad_t) : -1, fault_stage_output,
+                         bad >= 0, fabsf(e), tol);
         }
       }
   }
@@ -979,8 +997,9 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
 #pragma unroll
             for (int nt = 0; nt < kOT; ++nt) o[mt][nt][i] = g[nt];
           }
-          report(mt, i / 2, bad >= 0 ? 8 * bad + 2 * quad_t + i % 2 : -1, fault_stage_output,
-                 bad >= 0, fabsf(e1), tol);
+          q8::report_row(p, batch, head, global_row(mt, i / 2),
+                         bad >= 0 ? 8 * bad + 2 * quad_t + i % 2 : -1, fault_stage_output, bad >= 0,
+                         fabsf(e1), tol);
         }
       }
   } else if constexpr (Protect::f16_rows > 0) {
@@ -1002,7 +1021,8 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
         const float mag = __shfl_sync(0xffffffffu, cacc[mt][0][2 * r], (lane & ~3) + 1) * unscale;
         const float tol = p.tol_output * mag * (n_blocks + 16) + p.tol_floor;
         const float e = fabsf(sum - ref);
-        if (!(e <= tol) && quad_t == 0) report(mt, r, -1, fault_stage_output, false, e, tol);
+        if (!(e <= tol) && quad_t == 0)
+          q8::report_row(p, batch, head, global_row(mt, r), -1, fault_stage_output, false, e, tol);
         if constexpr (Protect::efta) {
           // l (the FP32 sum of the unrounded P) against the ones column (the E4M3 P GEMM II
           // used): E4M3 rounds each normal term by at most 2^-4 of it (tol_row_sum's default
@@ -1016,7 +1036,8 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
               p.tol_row_sum * l + 0x1p-10f * float(n_blocks * T::block_n) + p.tol_floor;
           const float el = fabsf(ones - l);
           if (!(el <= tol_l) && quad_t == 0)
-            report(mt, r, -1, fault_stage_row_sum, false, el, tol_l);
+            q8::report_row(p, batch, head, global_row(mt, r), -1, fault_stage_row_sum, false, el,
+                           tol_l);
         }
       }
   }
@@ -1028,8 +1049,8 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
 #pragma unroll
       for (int r = 0; r < 2; ++r)
         if (__float_as_uint(row_sum[mt][r]) != __float_as_uint(row_sum2[mt][r]))
-          report(mt, r, -1, fault_stage_row_sum, false, fabsf(row_sum[mt][r] - row_sum2[mt][r]),
-                 0.f);
+          q8::report_row(p, batch, head, global_row(mt, r), -1, fault_stage_row_sum, false,
+                         fabsf(row_sum[mt][r] - row_sum2[mt][r]), 0.f);
   }
 
   // Epilogue: O * s_V[channel] / l as f16 or bf16, staged in shared memory, written in 16-byte
