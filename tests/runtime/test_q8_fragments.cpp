@@ -535,3 +535,56 @@ TEST_CASE("int8 encodings: P rides in the low byte of the f16 1536 + P, prmt gat
     REQUIRE(prmt(lo, hi, 0x6420) == (p0 | p1 << 8 | p2 << 16 | p3 << 24));
   }
 }
+
+TEST_CASE("fp8 checksum MMAs: half of an m16n8k32 A fragment, as f16, is an m16n8k16 A fragment",
+          "[quantize][q8]") {
+  // protect/fp8_checksums.cuh: e4m3_half_to_f16 turns registers 2h and 2h + 1 of a lane's
+  // m16n8k32 A fragment (row g, then g + 8; bytes k = 16h + 4t .. 4t + 3) into an m16n8k16 A
+  // fragment (low halves first, then high halves), and the B operand is the 4 consecutive k
+  // 16h + 4t .. 4t + 3 of column g as two f16 pairs. With the PTX ISA layouts of both shapes the
+  // f16 MMA must then sum exactly the 16 k of half h. Values are small integers: exact in f16
+  // and in E4M3, so only the positions are under test.
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> v(-8, 8);
+  int A[16][32], Bt[8][32];  // A row-major; B as its 8 columns of 32 k (the checksum rows)
+  for (auto& row : A)
+    for (int& x : row) x = v(rng);
+  for (auto& row : Bt)
+    for (int& x : row) x = v(rng);
+  for (int h = 0; h < 2; ++h) {
+    int C[16][8] = {};
+    for (int l = 0; l < 32; ++l) {
+      const int g = l / 4, t = l % 4;
+      // The lane's m16n8k32 A registers, one value per byte position.
+      int a8[4][4];
+      for (int r = 0; r < 4; ++r)
+        for (int e = 0; e < 4; ++e) a8[r][e] = A[g + 8 * (r % 2)][4 * t + 16 * (r / 2) + e];
+      // e4m3_half_to_f16: {lo(a[2h]), lo(a[2h + 1]), hi(a[2h]), hi(a[2h + 1])}, two values each.
+      const int a16[4][2] = {{a8[2 * h][0], a8[2 * h][1]},
+                             {a8[2 * h + 1][0], a8[2 * h + 1][1]},
+                             {a8[2 * h][2], a8[2 * h][3]},
+                             {a8[2 * h + 1][2], a8[2 * h + 1][3]}};
+      // B: 4 consecutive k of column g from 16h + 4t, as b0 (first two) and b1.
+      const int b16[2][2] = {{Bt[g][16 * h + 4 * t], Bt[g][16 * h + 4 * t + 1]},
+                             {Bt[g][16 * h + 4 * t + 2], Bt[g][16 * h + 4 * t + 3]}};
+      // mma.m16n8k16 (PTX ISA): A register r holds row g + 8 (r % 2), k 2t + 8 (r / 2) + e; B
+      // register r holds k 2t + 8 r + e of column g. Scatter this lane's share into the operands.
+      static int A16[16][16], B16[16][8];
+      for (int r = 0; r < 4; ++r)
+        for (int e = 0; e < 2; ++e) A16[g + 8 * (r % 2)][2 * t + 8 * (r / 2) + e] = a16[r][e];
+      for (int r = 0; r < 2; ++r)
+        for (int e = 0; e < 2; ++e) B16[2 * t + 8 * r + e][g] = b16[r][e];
+      if (l == 31)
+        for (int row = 0; row < 16; ++row)
+          for (int col = 0; col < 8; ++col)
+            for (int k = 0; k < 16; ++k) C[row][col] += A16[row][k] * B16[k][col];
+    }
+    for (int row = 0; row < 16; ++row)
+      for (int col = 0; col < 8; ++col) {
+        int expect = 0;
+        for (int k = 16 * h; k < 16 * h + 16; ++k) expect += A[row][k] * Bt[col][k];
+        INFO("half " << h << ", row " << row << ", column " << col);
+        REQUIRE(C[row][col] == expect);
+      }
+  }
+}
