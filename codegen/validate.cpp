@@ -139,6 +139,13 @@ void validate(const KernelConfig& c) {
           "mask {} is not built for precision {} yet: use none or causal, or precision f16/bf16",
           to_string(c.mask), to_string(c.precision)));
     }
+    if (c.backend == Backend::llvm) {
+      throw ConfigError(fmt::format(
+          "precision {} is built for the NVRTC route only (the LLVM route's prelude lacks the "
+          "8-bit skeleton's intrinsics): use backend nvrtc, or precision f16/bf16 on the LLVM "
+          "route",
+          to_string(c.precision)));
+    }
     if (c.protection == Protection::decoupled) {
       throw ConfigError(fmt::format(
           "precision {} has no decoupled baseline (three separate 8-bit kernels): use a fused "

@@ -41,6 +41,9 @@ TEST_CASE("8-bit precisions: validation says what to change", "[codegen][q8]") {
                                      Protection::flash_abft)));
   CHECK_NOTHROW(validate(tile_config(128, 128, 64, 8, 1, kSm89, Precision::fp8_e4m3, Mask::none,
                                      Protection::efta_correct)));
+  KernelConfig on_llvm = tile_config(128, 128, 64, 8, 1, kSm80, Precision::int8);
+  on_llvm.backend = Backend::llvm;
+  REQUIRE_CONFIG_ERROR(validate(on_llvm), "precision int8 is built for the NVRTC route only");
   KernelConfig plain_inject = tile_config(128, 128, 64, 8, 1, kSm80, Precision::int8);
   plain_inject.fault_injection = true;
   REQUIRE_CONFIG_ERROR(validate(plain_inject),
