@@ -19,7 +19,7 @@ Q8ChecksumRows q8_checksum_rows(Precision precision, Protection p) {
   if (precision == Precision::fp8_e4m3) {
     if (p == Protection::flash_abft) return {0, 0, 8, 0};
     if (p == Protection::efta_detect) return {0, 0, 8, 24};
-    if (p == Protection::efta_correct) return {0, 0, 40, 32};
+    if (p == Protection::efta_correct) return {0, 0, 40, 40};
     return {};
   }
   switch (p) {

@@ -464,15 +464,18 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
             q_frag(a, ks);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-              u32 b0, b1;
-              asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n"
-                           : "=r"(b0), "=r"(b1)
-                           : "r"(row + (ks * 32 + h * 16) * 2));
+              u32 b[2][2];  // the weighted sums' hi and lo rows
+#pragma unroll
+              for (int t = 0; t < 2; ++t)
+                asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n"
+                             : "=r"(b[t][0]), "=r"(b[t][1])
+                             : "r"(row + 8 * t * T::k16_stride + (ks * 32 + h * 16) * 2));
 #pragma unroll
               for (int mt = 0; mt < kMT; ++mt) {
                 u32 q16[4];
                 protect::e4m3_half_to_f16(a[mt], h, q16);
-                precision::F16::mma(cw[mt], q16, b0, b1);
+                precision::F16::mma(cw[mt], q16, b[0][0], b[0][1]);
+                precision::F16::mma(cw[mt], q16, b[1][0], b[1][1]);
               }
             }
           }
@@ -639,7 +642,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
           row_max2[mt][r] = mx2;
           const float offset2 = P::p_offset(shift2);
           u32 mismatch = 0u;
-          typename P::PSum unused = 0;
+          typename P::PSum sum2 = 0;  // the second evaluation's l share (fp8 uses it)
 #pragma unroll
           for (int kc = 0; kc < kST / 4; ++kc)
 #pragma unroll
@@ -647,13 +650,15 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
               const float(&t0)[2] = x2[4 * kc + 2 * h];
               const float(&t1)[2] = x2[4 * kc + 2 * h + 1];
               const u32 w2 = P::p_word(fmaf(t0[0], qs, offset2), fmaf(t0[1], qs, offset2),
-                                       fmaf(t1[0], qs, offset2), fmaf(t1[1], qs, offset2), unused);
+                                       fmaf(t1[0], qs, offset2), fmaf(t1[1], qs, offset2), sum2);
               if constexpr (kLateP)
                 pa2[mt][kc][2 * h + r] = w2;
               else
                 mismatch |= pa[mt][kc][2 * h + r] ^ w2;
             }
-          row_sum2[mt][r] = row_sum2[mt][r] * rescale2[mt][r] + P::p_sum(sum);
+          // int8's block l is checked exactly against the ones column, so l2 may take it; fp8's
+          // FP32 sum is only checked within E4M3's rounding there, so l2 takes its own.
+          row_sum2[mt][r] = row_sum2[mt][r] * rescale2[mt][r] + P::p_sum(kLateP ? sum2 : sum);
           if (mismatch != 0u)
             q8::report_row(p, batch, head, global_row(mt, r), -1, fault_stage_probs, false, 1.f,
                            0.f);
@@ -1047,10 +1052,16 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-      for (int r = 0; r < 2; ++r)
+      for (int r = 0; r < 2; ++r) {
         if (__float_as_uint(row_sum[mt][r]) != __float_as_uint(row_sum2[mt][r]))
           q8::report_row(p, batch, head, global_row(mt, r), -1, fault_stage_row_sum, false,
                          fabsf(row_sum[mt][r] - row_sum2[mt][r]), 0.f);
+        // The final max (the LSE's) against the second evaluation's: earlier ones are checked
+        // through the next block's rescale and P.
+        if (__float_as_uint(row_max[mt][r]) != __float_as_uint(row_max2[mt][r]))
+          q8::report_row(p, batch, head, global_row(mt, r), -1, fault_stage_probs, false,
+                         fabsf(row_max[mt][r] - row_max2[mt][r]), 0.f);
+      }
   }
 
   // Epilogue: O * s_V[channel] / l as f16 or bf16, staged in shared memory, written in 16-byte

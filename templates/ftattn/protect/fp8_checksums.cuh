@@ -23,8 +23,8 @@
 // int8 (protect/int8_checksums.cuh); l is checked at the end against the ones column within
 // E4M3's rounding of P (half an ulp, 2^-4, per normal term; 2^-10 absolute per subnormal one).
 //
-// efta_correct adds 8 K rows, sum_nt (nt + 1) / n K[8 nt + e] (hi only: it only locates),
-// multiplied after a failed check, and a wrong score is located (protect::locate) and rebuilt
+// efta_correct adds 16 K rows, sum_nt (nt + 1) / n K[8 nt + e] as hi + lo, multiplied after a
+// failed check, and a wrong score is located (protect::locate) and rebuilt
 // before the softmax. Its V^T rows are strided too, per checksum column e: hi and lo of
 // sum_nt v[8 nt + e], the magnitude, and the weighted sum as hi and lo (40 rows), so each thread
 // checks its own O values at the end and rebuilds a single wrong one, as the 16-bit kernels do.
@@ -48,8 +48,10 @@ struct Fp8Efta : Fp8Abft {
   static constexpr bool efta = true;
   static constexpr bool correct = Correct;
   static constexpr bool row_check = !Correct;
-  // K: hi, lo, magnitude (+ correct: weighted hi) tiles of the strided sums.
-  static constexpr int k16_rows = Correct ? 32 : 24;
+  // K: hi, lo, magnitude (+ correct: weighted hi and lo) tiles of the strided sums. The weighted
+  // sum needs its lo half: at hi only, its rounding (2^-11 of |Q| . sum |K|) moved the located
+  // index by whole units for faults the check sees (a CPU simulation mislocated 235 of 2,585).
+  static constexpr int k16_rows = Correct ? 40 : 24;
   // V^T: detect, Flash-ABFT's rows with the ones row; correct, strided channel sums per column
   // e: hi, lo, magnitude, weighted hi and weighted lo tiles (locating an O element needs the
   // weighted sum to about 2^-20: the O sums are large).
@@ -173,7 +175,11 @@ __device__ __forceinline__ void fp8_k_rows(const Q8ChecksumParams& p) {
     out[e * HeadDim + d] = hi;
     out[(8 + e) * HeadDim + d] = f16_bits(plain - f16_value(hi));
     out[(16 + e) * HeadDim + d] = f16_bits(magnitude);
-    if constexpr (Protect::correct) out[(24 + e) * HeadDim + d] = f16_bits(weighted);
+    if constexpr (Protect::correct) {
+      const unsigned short w = f16_bits(weighted);
+      out[(24 + e) * HeadDim + d] = w;
+      out[(32 + e) * HeadDim + d] = f16_bits(weighted - f16_value(w));
+    }
   }
 }
 
