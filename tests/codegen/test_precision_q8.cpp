@@ -190,6 +190,34 @@ TEST_CASE("fp8 with efta_detect: f16 K rows, three f16 MMAs per 16 channels, sof
   CHECK(count(out.ptx, ex2) == 2 * count(base.ptx, ex2));
 }
 
+TEST_CASE("fp8 with efta_correct: weighted K rows, strided V^T rows, every MMA of the fast path",
+          "[codegen][nvrtc][q8][protect]") {
+  const std::string hmma = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32";
+  const int d = 128;
+  KernelConfig detect = default_config(d, Precision::fp8_e4m3, Mask::none, kSm90a);
+  detect.protection = Protection::efta_detect;
+  KernelConfig correct = detect;
+  correct.protection = Protection::efta_correct;
+  INFO(correct.name());
+  // 16 more K rows (the weighted sums, hi + lo) and 32 more V^T rows (strided hi, lo,
+  // magnitude, weighted hi and lo: 40 against detect's 8), per stage.
+  CHECK(correct.shared_memory_bytes() - detect.shared_memory_bytes() ==
+        correct.num_stages * (16 * (2 * d + 16) + 32 * (2 * correct.block_n + 16)));
+  const codegen::KernelSource src = codegen::generate(correct);
+  CHECK(src.text.find("ftattn::protect::Fp8Efta<true>") != std::string::npos);
+  const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
+  const runtime::NvrtcOutput base = runtime::compile_with_nvrtc(codegen::generate(detect));
+  // Against detect, per row tile and copy of the loop body: GEMM II's checksum tiles go from 1 to
+  // 5 per 16 keys; the rare path adds 2 f16 MMAs per 16 channels in a rolled loop (2 h x 2 rows).
+  const int tiles = correct.block_m / 16 / correct.num_warps;
+  const int extra_per_copy = tiles * (4 * 2 * (correct.block_n / 32) + 2 * 2);
+  const int extra = count(out.ptx, hmma) - count(base.ptx, hmma);
+  REQUIRE(extra > 0);
+  CHECK(extra % extra_per_copy == 0);
+  const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
+  CHECK(r.registers > 0);
+}
+
 TEST_CASE("8-bit defaults: complete, valid, block_n a multiple of 32", "[codegen][q8]") {
   for (Arch arch : {kSm80, kSm89, kSm90a})
     for (Precision p : {Precision::int8, Precision::fp8_e4m3})
