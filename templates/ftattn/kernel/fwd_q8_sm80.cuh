@@ -394,9 +394,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
           u32 b[3][2];
 #pragma unroll
           for (int t = 0; t < 3; ++t)
-            asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n"
-                         : "=r"(b[t][0]), "=r"(b[t][1])
-                         : "r"(row + 8 * t * T::k16_stride + (ks * 32 + h * 16) * 2));
+            sm80::ld_shared_u64(row + 8 * t * T::k16_stride + (ks * 32 + h * 16) * 2, b[t]);
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt) {
             u32 q16[4];
@@ -467,9 +465,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
               u32 b[2][2];  // the weighted sums' hi and lo rows
 #pragma unroll
               for (int t = 0; t < 2; ++t)
-                asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n"
-                             : "=r"(b[t][0]), "=r"(b[t][1])
-                             : "r"(row + 8 * t * T::k16_stride + (ks * 32 + h * 16) * 2));
+                sm80::ld_shared_u64(row + 8 * t * T::k16_stride + (ks * 32 + h * 16) * 2, b[t]);
 #pragma unroll
               for (int mt = 0; mt < kMT; ++mt) {
                 u32 q16[4];
@@ -800,9 +796,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
           u32 b[kV16][2];
 #pragma unroll
           for (int v = 0; v < kV16; ++v)
-            asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n"
-                         : "=r"(b[v][0]), "=r"(b[v][1])
-                         : "r"(sVh + 8 * v * T::v16_stride + (kc * 32 + h * 16) * 2));
+            sm80::ld_shared_u64(sVh + 8 * v * T::v16_stride + (kc * 32 + h * 16) * 2, b[v]);
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt) {
             u32 a[4];

@@ -31,6 +31,7 @@
 #pragma once
 
 #include "ftattn/common/types.cuh"
+#include "ftattn/precision/f16_pasa.cuh"
 #include "ftattn/protect/none.cuh"
 #include "ftattn/quantize_params.cuh"
 
@@ -80,17 +81,10 @@ __device__ __forceinline__ void e4m3_half_to_f16(const u32 (&a)[4], int h, u32 (
   out[3] = e4m3x2_to_f16x2(hi >> 16);
 }
 
-// One f16 value's bits from a float (round to nearest).
-__device__ __forceinline__ unsigned short f16_bits(float x) {
-  unsigned short h;
-  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
-  return h;
-}
-__device__ __forceinline__ float f16_value(unsigned short h) {
-  float x;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(x) : "h"(h));
-  return x;
-}
+using Half = precision::F16Pasa;  // its f16 conversions: to_half, lo, hi
+
+// What one f16 of x misses: the lo row of a hi + lo pair.
+__device__ __forceinline__ float f16_rest(float x) { return x - Half::lo(Half::to_half(x)); }
 
 // The f16 rows of one head's V^T, one stored key position per thread (every position: P is 0 for
 // the padding keys). Grid (key chunks of 128, kv heads, batch).
@@ -104,7 +98,7 @@ __device__ __forceinline__ void fp8_v_rows(const Q8ChecksumParams& p) {
   unsigned short* out = static_cast<unsigned short*>(p.out) +
                         head * Protect::f16_rows * static_cast<long long>(p.keys_padded) + pos;
   auto put = [&](int row, float x) {
-    out[static_cast<long long>(row) * p.keys_padded] = f16_bits(x);
+    out[static_cast<long long>(row) * p.keys_padded] = Half::to_half(x);
   };
   if constexpr (Protect::correct) {
     // Strided over channels 8 nt + e, the checksum column e of GEMM II's accumulator tile; the
@@ -113,7 +107,7 @@ __device__ __forceinline__ void fp8_v_rows(const Q8ChecksumParams& p) {
     float plain[8] = {}, weighted[8] = {}, magnitude[8] = {};
     for (int d = 0; d < HeadDim; ++d) {
       const u32 h2 = e4m3x2_to_f16x2(vt[static_cast<long long>(d) * p.keys_padded + pos]);
-      const float v = f16_value(static_cast<unsigned short>(h2 & 0xffffu));
+      const float v = Half::lo(h2);
       plain[d % 8] += v;
       weighted[d % 8] += (d / 8 + 1) / float(n) * v;
       magnitude[d % 8] += fabsf(v);
@@ -122,11 +116,11 @@ __device__ __forceinline__ void fp8_v_rows(const Q8ChecksumParams& p) {
     for (int e = 0; e < 8; ++e) {
       const float c = plain[e] * Protect::checksum_scale;
       put(e, c);
-      put(8 + e, c - f16_value(f16_bits(c)));
+      put(8 + e, f16_rest(c));
       const float w = weighted[e] * Protect::checksum_scale;
       put(16 + e, magnitude[e] * Protect::checksum_scale);
       put(24 + e, w);
-      put(32 + e, w - f16_value(f16_bits(w)));
+      put(32 + e, f16_rest(w));
     }
     return;
   }
@@ -135,14 +129,14 @@ __device__ __forceinline__ void fp8_v_rows(const Q8ChecksumParams& p) {
     const long long at = static_cast<long long>(d) * p.keys_padded + pos;
     const u32 two = vt[at] | (static_cast<u32>(vt[at + p.keys_padded]) << 8);
     const u32 h2 = e4m3x2_to_f16x2(two);
-    const float v0 = f16_value(static_cast<unsigned short>(h2 & 0xffffu));
-    const float v1 = f16_value(static_cast<unsigned short>(h2 >> 16));
+    const float v0 = Half::lo(h2);
+    const float v1 = Half::hi(h2);
     c += v0 + v1;
     a += fabsf(v0) + fabsf(v1);
   }
   c *= Fp8Abft::checksum_scale;
   a *= Fp8Abft::checksum_scale;
-  const float rows[8] = {c, c - f16_value(f16_bits(c)), a, Protect::efta ? 1.f : 0.f, 0, 0, 0, 0};
+  const float rows[8] = {c, f16_rest(c), a, Protect::efta ? 1.f : 0.f, 0, 0, 0, 0};
 #pragma unroll
   for (int r = 0; r < 8; ++r) put(r, rows[r]);
 }
@@ -166,19 +160,17 @@ __device__ __forceinline__ void fp8_k_rows(const Q8ChecksumParams& p) {
     for (int nt = 0; nt < BlockN / 8; ++nt) {
       const int key = key0 + 8 * nt + e;
       const u32 byte = key < p.seqlen_k ? k[static_cast<long long>(key) * HeadDim + d] : 0u;
-      const float x = f16_value(static_cast<unsigned short>(e4m3x2_to_f16x2(byte) & 0xffffu));
+      const float x = Half::lo(e4m3x2_to_f16x2(byte));
       plain += x;
       magnitude += fabsf(x);
       weighted += (nt + 1) / float(BlockN / 8) * x;  // protect::locate's weights
     }
-    const unsigned short hi = f16_bits(plain);
-    out[e * HeadDim + d] = hi;
-    out[(8 + e) * HeadDim + d] = f16_bits(plain - f16_value(hi));
-    out[(16 + e) * HeadDim + d] = f16_bits(magnitude);
+    out[e * HeadDim + d] = Half::to_half(plain);
+    out[(8 + e) * HeadDim + d] = Half::to_half(f16_rest(plain));
+    out[(16 + e) * HeadDim + d] = Half::to_half(magnitude);
     if constexpr (Protect::correct) {
-      const unsigned short w = f16_bits(weighted);
-      out[(24 + e) * HeadDim + d] = w;
-      out[(32 + e) * HeadDim + d] = f16_bits(weighted - f16_value(w));
+      out[(24 + e) * HeadDim + d] = Half::to_half(weighted);
+      out[(32 + e) * HeadDim + d] = Half::to_half(f16_rest(weighted));
     }
   }
 }
