@@ -26,6 +26,18 @@ __device__ __forceinline__ int flip_bit(int x, int bit) {
 }
 __device__ __forceinline__ u32 flip_bit(u32 x, int bit) { return x ^ (1u << (bit & 31)); }
 
+// Injection builds: flips the plan's bit of value (element % n) of `values` when the plan targets
+// this thread, `site` and key-block iteration `it`.
+template <class V>
+__device__ __forceinline__ void inject_values(const FaultPlanParams& f, int site, int it, V* values,
+                                              int n) {
+  if (plan_hits(f, site) && f.iteration == it) {
+    const int e = f.element % n;
+    for (int i = 0; i < n; ++i)
+      if (i == e) values[i] = flip_bit(values[i], f.bit);
+  }
+}
+
 __device__ __forceinline__ bool finite(float x) { return fabsf(x) <= 3.402823466e38f; }
 
 // Counts a detection (and a correction) and keeps the first `capacity` records.

@@ -317,6 +317,74 @@ __device__ __forceinline__ void rescale_output(float (&o)[kMT][kOT][4], float (&
   }
 }
 
+// A K tile's 8 * Protect::k_atoms EFTA checksum rows (block n_block's, from KV head cs_head's
+// part of the checksum workspace) into rows block_n.. of the K stage at dst, in the K tile's
+// cp.async group. Shared by the f16/bf16 and PASA skeletons.
+template <class T>
+__device__ __forceinline__ void load_k_checksum_rows(u32 dst, const unsigned char* cs_base,
+                                                     const ChecksumWorkspace& cs, long long cs_head,
+                                                     int n_block) {
+  constexpr int chunks = 8 * T::Protect::k_atoms * T::chunks_per_row;
+  const unsigned char* src = cs_base + cs.k_offset + cs_head * cs.k_per_head +
+                             static_cast<long long>(n_block) * chunks * 16;
+  for (int c = threadIdx.x; c < chunks; c += T::threads)
+    sm80::cp_async_16(
+        dst + ((T::block_n + c / T::chunks_per_row) * T::row_stride + (c % T::chunks_per_row) * 8) *
+                  2,
+        src + c * 16, true);
+}
+
+// efta_correct's weighted S checksums, for the rare path after a failed GEMM I check: this
+// warp's Q fragments (reloaded from the Q tile) times checksum atom 1 below the K tile
+// (`checksum_rows(1, ks)`, its B operand at k-step ks), with FP32 accumulators. Not unrolled: it
+// stays out of the hot loop's registers. Shared by the f16/bf16 and PASA skeletons.
+template <class T, int kMT, class At, class ChecksumRows>
+__device__ __forceinline__ void weighted_score_checksums(float (&sw)[kMT][4], u32 sQ, const At& at,
+                                                         ChecksumRows&& checksum_rows) {
+  using P = typename T::Precision;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sw[mt][i] = 0.f;
+#pragma unroll 1
+  for (int ks = 0; ks < T::head_dim / 16; ++ks) {
+    u32 b[2];
+    sm80::ldmatrix_x2(b, checksum_rows(1, ks));
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+      u32 a[4];
+      sm80::ldmatrix_x4(a,
+                        q_fragment<T>(sQ + at.q_offset, at.warp_row, at.a_row, at.a_col, mt, ks));
+      P::mma(sw[mt], a, b[0], b[1]);
+    }
+  }
+}
+
+// The largest |q|_2 among this thread's rows of the landed Q tile (each lane of a quad sums a
+// quarter of a row): EFTA's S thresholds are relative to it.
+template <class T, int kMT, bool Bf16>
+__device__ __forceinline__ float q_rows_norm(u32 sQ, int warp_row, int lane) {
+  float q_norm = 0.f;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int tile_row = warp_row + mt * 16 + lane / 4 + r * 8;
+      float sq = 0.f;
+#pragma unroll
+      for (int i = 0; i < T::head_dim / 8; ++i) {
+        float x0, x1;
+        unpack2<Bf16>(
+            sm80::ld_shared_u32(
+                sQ + (tile_row * T::row_stride + (lane % 4) * (T::head_dim / 4) + 2 * i) * 2),
+            x0, x1);
+        sq += x0 * x0 + x1 * x1;
+      }
+      q_norm = fmaxf(q_norm, sqrtf(quad_sum(sq)));
+    }
+  return q_norm;
+}
+
 // Sum of this thread's elements of row half r across n8 accumulator tiles: what a per-thread
 // (EFTA) checksum column covers.
 template <int kN>
@@ -508,16 +576,8 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
     const u32 dst = smem.k_stage(stage);
     detail::load_tile<T, T::block_n>(dst, k + key0 * p.k_seq_stride, p.k_seq_stride,
                                      p.seqlen_k - key0);
-    if constexpr (Protect::k_atoms > 0) {
-      constexpr int chunks = 8 * Protect::k_atoms * T::chunks_per_row;
-      const unsigned char* src = cs_base + cs.k_offset + cs_head * cs.k_per_head +
-                                 static_cast<long long>(n_block) * chunks * 16;
-      for (int c = threadIdx.x; c < chunks; c += T::threads)
-        sm80::cp_async_16(dst + ((T::block_n + c / T::chunks_per_row) * T::row_stride +
-                                 (c % T::chunks_per_row) * 8) *
-                                    2,
-                          src + c * 16, true);
-    }
+    if constexpr (Protect::k_atoms > 0)
+      detail::load_k_checksum_rows<T>(dst, cs_base, cs, cs_head, n_block);
     sm80::cp_async_commit();
   };
   auto load_v = [&](int stage, int n_block) {
@@ -680,22 +740,7 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
       // which spares GEMM I an MMA tile and eight registers.
       if (__any_sync(0xffffffffu, failed)) {
         float sw[kMT][4];
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) sw[mt][i] = 0.f;
-#pragma unroll 1
-        for (int ks = 0; ks < T::head_dim / 16; ++ks) {
-          u32 b[2];
-          sm80::ldmatrix_x2(b, checksum_rows(1, ks));
-#pragma unroll
-          for (int mt = 0; mt < kMT; ++mt) {
-            u32 a[4];
-            sm80::ldmatrix_x4(a, detail::q_fragment<T>(sQ + at.q_offset, at.warp_row, at.a_row,
-                                                       at.a_col, mt, ks));
-            P::mma(sw[mt], a, b[0], b[1]);
-          }
-        }
+        detail::weighted_score_checksums<T>(sw, sQ, at, checksum_rows);
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -927,23 +972,7 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
   if constexpr (Protect::k_atoms > 0) {
     sm80::cp_async_wait<0>();
     __syncthreads();
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int tile_row = warp_row + mt * 16 + lane / 4 + r * 8;
-        float sq = 0.f;
-#pragma unroll
-        for (int i = 0; i < T::head_dim / 8; ++i) {
-          float x0, x1;
-          unpack2<protect::IsBf16<P>::value>(
-              sm80::ld_shared_u32(
-                  sQ + (tile_row * T::row_stride + quad_t * (T::head_dim / 4) + 2 * i) * 2),
-              x0, x1);
-          sq += x0 * x0 + x1 * x1;
-        }
-        q_norm = fmaxf(q_norm, sqrtf(quad_sum(sq)));
-      }
+    q_norm = detail::q_rows_norm<T, kMT, protect::IsBf16<P>::value>(sQ, warp_row, lane);
   }
 
   detail::walk_key_blocks<T>(p.seqlen_k, row0, diag, n_blocks, next_active, step);
