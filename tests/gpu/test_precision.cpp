@@ -81,7 +81,7 @@ TEST_CASE("8-bit tiles and stages all give the same answer", "[gpu][q8]") {
   }
 }
 
-TEST_CASE("8-bit kernels follow the host model of their numerics closely; bf16 in and out",
+TEST_CASE("8-bit kernels follow the host model of their numerics closely, bf16 in and out",
           "[gpu][q8]") {
   Runtime& rt = q8_runtime();
   for (Precision p : q8_precisions(rt))

@@ -78,7 +78,7 @@ TEST_CASE("efta_correct corrects a flipped score and a flipped output element", 
   }
 }
 
-TEST_CASE("efta detects faults in P and the row sum; recompute repairs the output",
+TEST_CASE("efta detects faults in P and the row sum, recompute repairs the output",
           "[gpu][protect]") {
   const Problem problem = Problem::bhsd(1, 2, 2, 256, 512, 128);
   for (Protection prot : {Protection::efta_detect, Protection::efta_correct})

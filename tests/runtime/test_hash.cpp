@@ -62,7 +62,7 @@ TEST_CASE("Hasher streaming equals one-shot for any chunking", "[hash]") {
   }
 }
 
-TEST_CASE("Hasher digest does not end the stream; copies fork it", "[hash]") {
+TEST_CASE("Hasher digest does not end the stream, copies fork it", "[hash]") {
   Hasher h;
   h.update("prefix-");
   const std::string mid = h.hex_digest();

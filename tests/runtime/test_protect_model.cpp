@@ -58,7 +58,7 @@ TEST_CASE("a single error is located at t + 8 (d2/d1 - 1) and corrected", "[prot
     }
 }
 
-TEST_CASE("clean rows raise no alarm; two errors or a hit checksum are not miscorrected",
+TEST_CASE("clean rows raise no alarm, two errors or a hit checksum are not miscorrected",
           "[protect]") {
   auto row = random_row(64, 1);
   const RowChecksums expected = encode(row);

@@ -42,7 +42,7 @@ TEST_CASE("digest_sass: one line per function, instructions counted past 0xffff"
   CHECK(fs[0].hash != fs[1].hash);
 }
 
-TEST_CASE("digest_sass: addresses, encodings and spacing do not count; instructions do",
+TEST_CASE("digest_sass: addresses, encodings and spacing do not count, instructions do",
           "[runtime][sass]") {
   const auto base = digest_sass(nvdisasm_text("MOV R1, R2"));
   // Other indentation, and cuobjdump-style encodings after the semicolon.

@@ -198,7 +198,7 @@ TEST_CASE("cli: inspect shows name, resources, source and PTX", "[cli]") {
   CHECK(contains(bf16.out, "ftattn_fwd_sm90a_bf16_d128_m128n64_w4s2_none_none"));
 }
 
-TEST_CASE("cli: compile fills the cache; cache ls, clear and path", "[cli]") {
+TEST_CASE("cli: compile fills the cache, cache ls, clear and path", "[cli]") {
   TempDir dir;
   const std::vector<std::string> config = {"compile", "--head-dim", "64",    "--arch",
                                            "sm_80",   "--mask",     "causal"};

@@ -70,7 +70,7 @@ TEST_CASE("backend and IR passes are part of equality and the hash") {
   CHECK(h(b) != h(c));
 }
 
-TEST_CASE("validation: IR passes need the LLVM route; loads cannot be hardened") {
+TEST_CASE("validation: IR passes need the LLVM route, loads cannot be hardened") {
   KernelConfig c = base();
   c.ir_inject = IrClass::fp_arith;
   REQUIRE_CONFIG_ERROR(ftattn::validate(c), "set backend llvm");

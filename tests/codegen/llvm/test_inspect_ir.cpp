@@ -59,7 +59,7 @@ TEST_CASE("inspect --ir prints the IR before and after the passes, and statistic
   CHECK(has(r.out, "_llvm-inject-mma-harden-fp-arith"));
 }
 
-TEST_CASE("inspect --backend llvm compiles; --ir without it says what to add") {
+TEST_CASE("inspect --backend llvm compiles, --ir without it says what to add") {
   ftattn::test::TempDir dir;
   const Ran ok = run(dir, "inspect --head-dim 64 --arch sm_80 --backend llvm --resources");
   REQUIRE(ok.exit_code == 0);
