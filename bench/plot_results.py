@@ -126,12 +126,13 @@ def main():
     protect_overhead(folder, "int8_abft", schemes=("flash_abft",))
     protect_overhead(folder, "fp8_abft", schemes=("flash_abft",))
     protect_overhead(folder, "fp8_efta_overhead")
-    for name in ("int8_efta_overhead", "int8_efta_overhead_same_tile"):
+    for name in ("int8_efta_overhead", "int8_efta_overhead_same_tile", "pasa_efta_overhead"):
         protect_overhead(folder, name)
     speed_vs_f16(folder, "pasa_speed")
     speed_vs_f16(folder, "precision_speed", goals=(1.5, 1.6))
     tile_sweep(folder, "q8_tiles")
     tile_sweep(folder, "pasa_tiles")
+    tile_sweep(folder, "pasa_efta_correct_tiles")
     llvm_campaign(folder)
 
 

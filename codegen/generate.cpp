@@ -187,8 +187,8 @@ extern "C" __global__ void __launch_bounds__(Traits::threads)
       fmt::arg("prologue", checksum_prologue(config, symbol)));
 }
 
-// f16_pasa: the PASA skeleton (protection none or flash_abft) and its key-shift kernel, with beta
-// baked in.
+// f16_pasa: the PASA skeleton (protection none, flash_abft, efta_detect or efta_correct) and its
+// key-shift kernel, with beta baked in.
 std::string generate_pasa(const KernelConfig& config, const PrecisionPolicy& protect,
                           const std::string& name, const std::string& symbol) {
   return fmt::format(
@@ -203,7 +203,8 @@ constexpr float kPasaBeta = {beta:.9g}f;
 using Traits = ftattn::PasaTraits<
     /*head_dim=*/{head_dim}, /*block_m=*/{block_m}, /*block_n=*/{block_n},
     /*num_warps=*/{num_warps}, /*num_stages=*/{num_stages},
-    /*causal=*/{causal}, /*block_sparse=*/{block_sparse}, {protect_type}>;
+    /*causal=*/{causal}, /*block_sparse=*/{block_sparse}, {protect_type},
+    /*inject=*/{inject}>;
 static_assert(Traits::smem_bytes == {smem}, "KernelConfig::shared_memory_bytes disagrees");
 
 extern "C" __global__ void __launch_bounds__(Traits::threads)
@@ -223,6 +224,7 @@ extern "C" __global__ void __launch_bounds__(Traits::shift_threads)
       fmt::arg("beta", pasa_beta(config.block_n)),
       fmt::arg("causal", is_causal(config.mask) ? "true" : "false"),
       fmt::arg("block_sparse", is_block_sparse(config.mask) ? "true" : "false"),
+      fmt::arg("inject", config.fault_injection ? "true" : "false"),
       fmt::arg("smem", config.shared_memory_bytes()), fmt::arg("symbol", symbol),
       fmt::arg("shift_symbol", pasa_shift_symbol(symbol)),
       fmt::arg("protect_header", protect.header), fmt::arg("protect_type", protect.type),

@@ -105,20 +105,15 @@ void validate(const KernelConfig& c) {
                          c.protection == Protection::efta_correct;
   // int8 has Flash-ABFT and EFTA with exact INT32 digit checksums (protect/int8_checksums.cuh),
   // fp8 with f16 checksum rows through f16 MMAs (protect/fp8_checksums.cuh).
-  // f16_pasa runs its own skeleton (kernel/fwd_pasa_sm80.cuh): Flash-ABFT's P V checksum fits
-  // it as is; EFTA's score checksums and product check assume FP32 scores, not shifted FP16 ones.
+  // f16_pasa runs its own skeleton (kernel/fwd_pasa_sm80.cuh): Flash-ABFT's P V checksum fits it
+  // as is; EFTA checks GEMM I with checksum rows of the shifted keys K', the FP16 softmax by a
+  // second evaluation. It has no decoupled baseline (those are f16/bf16 kernels with FP32 S).
   if (c.precision == Precision::f16_pasa) {
-    if (c.protection != Protection::none && c.protection != Protection::flash_abft) {
-      throw ConfigError(fmt::format(
-          "protection {} is not built for precision f16_pasa (its shifted FP16 scores have no "
-          "score checksums): use protection flash_abft or none with f16_pasa, or precision "
-          "f16/bf16 with protection {}",
-          to_string(c.protection), to_string(c.protection)));
-    }
-    if (c.fault_injection) {
+    if (c.protection == Protection::decoupled) {
       throw ConfigError(
-          "precision f16_pasa has no fault-injection points: turn fault_injection off, or use "
-          "precision f16/bf16");
+          "protection decoupled is not built for precision f16_pasa (its three kernels keep FP32 "
+          "scores of unshifted keys): use protection none, flash_abft, efta_detect or "
+          "efta_correct with f16_pasa, or precision f16/bf16 with protection decoupled");
     }
     if (c.backend == Backend::llvm) {
       throw ConfigError(

@@ -27,7 +27,8 @@ InjectionSpace fused_space(const KernelConfig& c, const Problem& pr, FaultSite s
   switch (site) {
     case FaultSite::scores:
     case FaultSite::probs:
-      s.elements = m_tiles * (c.block_n / 8) * 4;
+      // f16_pasa holds S and P as f16 pairs: a value is one packed register of two halves.
+      s.elements = m_tiles * (c.block_n / 8) * (c.precision == Precision::f16_pasa ? 2 : 4);
       break;
     case FaultSite::row_max:
     case FaultSite::row_sum:

@@ -43,7 +43,7 @@ TEST_CASE("generate is deterministic and names the specialisation", "[codegen]")
 TEST_CASE("generate refuses invalid configs with the validator's message", "[codegen]") {
   KernelConfig c = make(128, Precision::f16, Mask::none, Arch{80, false});
   c.precision = Precision::f16_pasa;
-  c.protection = Protection::efta_detect;  // PASA takes flash_abft only
+  c.protection = Protection::decoupled;  // PASA has no decoupled baseline
   CHECK_THROWS_AS(codegen::generate(c), ConfigError);
   c.precision = Precision::f16;
   c.protection = Protection::none;

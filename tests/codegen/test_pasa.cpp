@@ -1,6 +1,7 @@
 // f16_pasa on the host: the shifting identity on small tiles, the host model of the kernel's
 // numerics against FP64 on normal inputs and on PASA's overflow cases, beta in the generated
-// source, validation, and every head dim compiling without spills at the defaults.
+// source, validation, every head dim compiling without spills at the defaults, and the EFTA
+// units (inject flag, checksum prologue, tiles, thresholds, compiling).
 #include <fmt/format.h>
 
 #include <catch2/catch.hpp>
@@ -8,11 +9,13 @@
 #include <random>
 #include <vector>
 
+#include "codegen/checksum_atoms.hpp"
 #include "ftattn/campaign.hpp"
 #include "ftattn/codegen.hpp"
 #include "ftattn/pasa.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 #include "runtime/pasa_shift.hpp"
+#include "runtime/protected_launch.hpp"
 #include "tests/support/configs.hpp"
 
 using namespace ftattn;
@@ -149,22 +152,75 @@ TEST_CASE("f16_pasa units bake beta for their block_n into the source", "[pasa][
   }
 }
 
-TEST_CASE("f16_pasa: score-checksum protections, fault injection and the LLVM route are refused",
+TEST_CASE("f16_pasa: EFTA and fault injection validate, decoupled and the LLVM route are refused",
           "[pasa]") {
   KernelConfig c = test::tile_config(128, 128, 32, 4, 1, Arch{80, false}, Precision::f16_pasa);
   CHECK_NOTHROW(validate(c));
-  c.protection = Protection::flash_abft;  // the P V checksum needs no FP32 scores
-  CHECK_NOTHROW(validate(c));
-  for (Protection p : {Protection::efta_detect, Protection::efta_correct, Protection::decoupled}) {
-    c.protection = p;
-    REQUIRE_CONFIG_ERROR(validate(c), fmt::format("protection {} is not built for precision "
-                                                  "f16_pasa",
-                                                  to_string(p)));
-    REQUIRE_CONFIG_ERROR(validate(c), "use protection flash_abft or none with f16_pasa");
-  }
-  c.protection = Protection::none;
-  c.fault_injection = true;
-  REQUIRE_CONFIG_ERROR(validate(c), "f16_pasa has no fault-injection points");
+  // Flash-ABFT's P V checksum; EFTA's K' checksum rows and second softmax evaluation.
+  for (Protection p : {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct})
+    for (bool inject : {false, true}) {
+      c.protection = p;
+      c.fault_injection = inject;
+      INFO(c.name());
+      CHECK_NOTHROW(validate(c));
+    }
+  c.fault_injection = false;
+  c.protection = Protection::decoupled;
+  REQUIRE_CONFIG_ERROR(validate(c), "protection decoupled is not built for precision f16_pasa");
+  REQUIRE_CONFIG_ERROR(validate(c), "use protection none, flash_abft, efta_detect or efta_correct");
+  c.protection = Protection::efta_correct;
+  c.backend = Backend::llvm;
+  REQUIRE_CONFIG_ERROR(validate(c), "f16_pasa is built for the NVRTC route only");
+}
+
+TEST_CASE("f16_pasa EFTA units: the inject flag, the checksum prologue and K' checksum rows",
+          "[pasa][codegen][protect]") {
+  for (Protection p : {Protection::efta_detect, Protection::efta_correct})
+    for (bool inject : {false, true}) {
+      const KernelConfig c =
+          test::default_config(128, Precision::f16_pasa, Mask::causal, Arch{90, true}, p, inject);
+      INFO(c.name());
+      CHECK(c.name().ends_with("_inj") == inject);
+      const codegen::KernelSource src = codegen::generate(c);
+      CHECK(src.text.find("ftattn/kernel/fwd_pasa_sm80.cuh") != std::string::npos);
+      CHECK(src.text.find("ftattn/protect/checksum.cuh") != std::string::npos);
+      CHECK(src.text.find(inject ? "/*inject=*/true>" : "/*inject=*/false>") != std::string::npos);
+      // The prologue writes the checksums of the shifted keys: it runs after the shift kernel,
+      // both from the same unit.
+      CHECK(src.text.find(codegen::checksum_symbol(src.symbol) + "(") != std::string::npos);
+      CHECK(src.text.find(codegen::pasa_shift_symbol(src.symbol) + "(") != std::string::npos);
+      // Each K stage: block_n keys, 8 checksum rows per K atom, the shift row.
+      const auto [k_atoms, v_atoms] = codegen::checksum_atoms(p);
+      const int stride = c.head_dim + (v_atoms <= 1 ? 8 : 24);
+      CHECK(c.shared_memory_bytes() ==
+            (c.block_m + c.num_stages * (2 * c.block_n + 8 * k_atoms + 1)) * stride * 2);
+    }
+}
+
+TEST_CASE("f16_pasa EFTA resolves to a valid config at every head dim and arch", "[pasa]") {
+  for (Arch arch : {Arch{80, false}, Arch{86, false}, Arch{89, false}, Arch{90, true}})
+    for (Protection p : {Protection::efta_detect, Protection::efta_correct})
+      for (int d : {64, 128, 256})
+        for (Mask m : {Mask::none, Mask::causal})
+          for (bool inject : {false, true}) {
+            KernelConfig open;
+            open.head_dim = d;
+            open.precision = Precision::f16_pasa;
+            open.protection = p;
+            open.mask = m;
+            open.fault_injection = inject;
+            const Problem pr = Problem::bhsd(1, 4, 4, 1024, 1024, d);
+            for (const Problem* problem : {static_cast<const Problem*>(nullptr), &pr}) {
+              KernelConfig r;
+              REQUIRE_NOTHROW(r = with_defaults(open, arch, problem));
+              INFO(r.name());
+              CHECK_NOTHROW(validate(r));
+              CHECK(r.precision == Precision::f16_pasa);
+              CHECK(r.protection == p);
+              CHECK(r.fault_injection == inject);
+              CHECK(r.shared_memory_bytes() <= max_shared_memory_bytes(arch));
+            }
+          }
 }
 
 TEST_CASE("f16_pasa with flash_abft: the checksum prologue and one more MMA per 16 keys",
@@ -233,5 +289,59 @@ TEST_CASE("f16_pasa compiles at every head dim, spilling only where documented",
         const int known = d == 128 ? 128 : 0;
         CHECK(r.spill_stores <= known);
         CHECK(r.spill_loads <= known);
+      }
+}
+
+TEST_CASE("f16_pasa EFTA thresholds: scores calibrated below the FP16 worst case, O as for f16",
+          "[pasa][protect]") {
+  const Thresholds pasa = runtime::default_thresholds(Precision::f16_pasa);
+  const Thresholds f16 = runtime::default_thresholds(Precision::f16);
+  // GEMM I accumulates in FP16: the kernel multiplies `scores` by head_dim / 16 + 2 roundings.
+  // Tighter than one rounding (2^-11, the worst case), at least 3x above the largest value clean
+  // runs needed on an H100 (6.8e-5, bench/results/nvidia-h100/pasa_calibration.csv).
+  CHECK(pasa.scores < 0x1p-11f);
+  CHECK(pasa.scores >= 2.9f * 6.8e-5f);
+  CHECK(pasa.output == f16.output);
+  CHECK(pasa.row_sum == f16.row_sum);
+  Thresholds mine;
+  mine.scores = 1e-3f;
+  const Thresholds t =
+      runtime::effective_thresholds(Precision::f16_pasa, Protection::efta_correct, mine);
+  CHECK(t.scores == 1e-3f);
+  CHECK(t.output == pasa.output);
+}
+
+TEST_CASE("f16_pasa EFTA compiles with and without injection points: prologue, second softmax",
+          "[pasa][codegen][nvrtc][protect]") {
+  const Arch arch{90, true};
+  for (int d : {64, 128})
+    for (Mask m : {Mask::none, Mask::causal})
+      for (Protection p : {Protection::efta_detect, Protection::efta_correct}) {
+        const KernelConfig efta = test::default_config(d, Precision::f16_pasa, m, arch, p);
+        // The unprotected kernel at the same tiles: its exponentials, once.
+        KernelConfig plain = efta;
+        plain.protection = Protection::none;
+        const runtime::NvrtcOutput base = runtime::compile_with_nvrtc(codegen::generate(plain));
+        const std::string exp2 = "ex2.approx.f16x2";
+        for (bool inject : {false, true}) {
+          KernelConfig c = efta;
+          c.fault_injection = inject;
+          INFO(c.name());
+          // The unit asserts PasaTraits' shared memory against KernelConfig's: compiling it
+          // checks the two agree (K' checksum rows and the shift row per K stage).
+          const codegen::KernelSource src = codegen::generate(c);
+          const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
+          CHECK(out.ptx.find(".entry " + codegen::checksum_symbol(src.symbol)) !=
+                std::string::npos);
+          CHECK(out.ptx.find(".entry " + codegen::pasa_shift_symbol(src.symbol)) !=
+                std::string::npos);
+          CHECK(out.ptx.find("atom.global") != std::string::npos);  // the fault log
+          // The softmax is evaluated a second time and compared bit for bit: the compilers must
+          // not merge the two.
+          CHECK(test::count(out.ptx, exp2) >= 2 * test::count(base.ptx, exp2));
+          const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
+          INFO("registers " << r.registers << ", spill stores " << r.spill_stores);
+          CHECK(r.registers > 0);
+        }
       }
 }

@@ -73,6 +73,20 @@ void check_clean_protected(Runtime& rt, const KernelConfig& config, const Proble
   CHECK(fault.clean());
 }
 
+Planted run_planted(Runtime& rt, const KernelConfig& config, const Problem& problem,
+                    const ProtectOptions& options, uint64_t seed) {
+  Planted out;
+  out.result = run_case(rt, config, problem, false, 0, seed, false, nullptr, &options, &out.fault);
+  return out;
+}
+
+ProtectOptions plant(FaultSite site, int bit, int element, OnFault on_fault) {
+  ProtectOptions o;
+  o.inject = FaultPlan{site, 0, 5, 1, element, bit};
+  o.on_fault = on_fault;
+  return o;
+}
+
 FaultReport check_live_output(Runtime& rt, const KernelConfig& config, const Problem& problem,
                               uint64_t seed) {
   ProtectOptions tight;

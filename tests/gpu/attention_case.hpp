@@ -26,6 +26,17 @@ CaseResult run_case(Runtime& rt, const KernelConfig& config, const Problem& prob
 void check_clean_protected(Runtime& rt, const KernelConfig& config, const Problem& problem,
                            uint64_t seed);
 
+// One run with a fault plan (no LSE, every row checked): the reference check and the fault report.
+struct Planted {
+  CaseResult result;
+  FaultReport fault;
+};
+Planted run_planted(Runtime& rt, const KernelConfig& config, const Problem& problem,
+                    const ProtectOptions& options, uint64_t seed);
+
+// A fault plan at CTA 0, thread 5, key-block iteration 1, value `element` of the site.
+ProtectOptions plant(FaultSite site, int bit, int element = 3, OnFault on_fault = OnFault::report);
+
 // Its output check is live: at a threshold far below FP32 rounding every row trips it (only the
 // absolute floor remains), and recompute relaunches those tiles to the right answer. Returns the
 // report for the caller's own checks.

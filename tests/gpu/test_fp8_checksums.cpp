@@ -33,16 +33,8 @@ bool fp8_runs(Runtime& rt) {
   return false;
 }
 
-// One run with a fault plan: the reference check and the fault report.
-struct Planted {
-  gpu_test::CaseResult result;
-  FaultReport fault;
-};
-Planted planted(Runtime& rt, const KernelConfig& c, const Problem& pr, const ProtectOptions& o) {
-  Planted out;
-  out.result = gpu_test::run_case(rt, c, pr, false, 0, 17, false, nullptr, &o, &out.fault);
-  return out;
-}
+// Seed of the fault-plan runs (gpu_test::run_planted).
+constexpr uint64_t kPlantedSeed = 17;
 
 }  // namespace
 
@@ -74,7 +66,8 @@ TEST_CASE("fp8 efta_correct rebuilds a flipped score or O element",
         // or of an FP32 O value, all far past the checks' thresholds.
         ProtectOptions o;
         o.inject = FaultPlan{site, 0, 4, 1, 0, bit};
-        const Planted r = planted(rt, fp8_config(128, m, true, Protection::efta_correct), pr, o);
+        const gpu_test::Planted r = gpu_test::run_planted(
+            rt, fp8_config(128, m, true, Protection::efta_correct), pr, o, kPlantedSeed);
         INFO(to_string(m) << " " << to_string(site) << " bit " << bit << ": "
                           << r.result.report.summary() << "; " << r.fault.summary());
         CHECK(r.fault.detected >= 1);
@@ -83,7 +76,7 @@ TEST_CASE("fp8 efta_correct rebuilds a flipped score or O element",
       }
 }
 
-TEST_CASE("fp8 efta_detect sees a flip at every site; recompute repairs the output",
+TEST_CASE("fp8 efta_detect sees a flip at every site, recompute repairs the output",
           "[gpu][q8][protect][fp8_abft]") {
   Runtime& rt = fp8_runtime();
   if (!fp8_runs(rt)) return;
@@ -96,18 +89,18 @@ TEST_CASE("fp8 efta_detect sees a flip at every site; recompute repairs the outp
     ProtectOptions o;
     o.inject = FaultPlan{site, 0, 4, 1, 0, 29};
     const KernelConfig c = fp8_config(128, Mask::causal, true, Protection::efta_detect);
-    const Planted seen = planted(rt, c, pr, o);
+    const gpu_test::Planted seen = gpu_test::run_planted(rt, c, pr, o, kPlantedSeed);
     INFO(to_string(site) << ": " << seen.result.report.summary() << "; " << seen.fault.summary());
     CHECK(seen.fault.detected >= 1);
     o.on_fault = OnFault::recompute;
-    const Planted fixed = planted(rt, c, pr, o);
+    const gpu_test::Planted fixed = gpu_test::run_planted(rt, c, pr, o, kPlantedSeed);
     INFO("recompute: " << fixed.result.report.summary() << "; " << fixed.fault.summary());
     CHECK(fixed.result.report.passed);
     CHECK(fixed.fault.recomputed_tiles >= 1);
   }
 }
 
-TEST_CASE("fp8 flash_abft sees a flip in O and in its checksum; recompute repairs the output",
+TEST_CASE("fp8 flash_abft sees a flip in O and in its checksum, recompute repairs the output",
           "[gpu][q8][protect][fp8_abft]") {
   Runtime& rt = fp8_runtime();
   if (!fp8_runs(rt)) return;
@@ -120,7 +113,8 @@ TEST_CASE("fp8 flash_abft sees a flip in O and in its checksum; recompute repair
         ProtectOptions o;
         o.inject = FaultPlan{site, 0, 4, 1, 0, bit};
         o.on_fault = OnFault::recompute;
-        const Planted r = planted(rt, fp8_config(128, m, true), pr, o);
+        const gpu_test::Planted r =
+            gpu_test::run_planted(rt, fp8_config(128, m, true), pr, o, kPlantedSeed);
         INFO(to_string(m) << " " << to_string(site) << " bit " << bit << ": "
                           << r.result.report.summary() << "; " << r.fault.summary());
         CHECK(r.fault.detected >= 1);

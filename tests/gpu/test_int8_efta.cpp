@@ -25,25 +25,9 @@ KernelConfig int8_config(int head_dim, Mask m, Protection prot, bool inject = fa
   return c;
 }
 
-struct Seen {
-  gpu_test::CaseResult result;
-  FaultReport fault;
-};
-
-Seen run(const KernelConfig& c, const Problem& problem, const ProtectOptions& options) {
-  Seen out;
-  out.result = gpu_test::run_case(int8_runtime(), c, problem, false, 0, 11, false, nullptr,
-                                  &options, &out.fault);
-  return out;
-}
-
-// CTA 0, thread 5, key-block iteration 1 (of 8 at 512 keys and the default 64-key blocks).
-ProtectOptions plant(FaultSite site, int bit, int element = 3, OnFault on_fault = OnFault::report) {
-  ProtectOptions o;
-  o.inject = FaultPlan{site, 0, 5, 1, element, bit};
-  o.on_fault = on_fault;
-  return o;
-}
+// Seed of the fault-plan runs. Their plants (gpu_test::plant) hit key-block iteration 1 of 8 at
+// 512 keys and the default 64-key blocks.
+constexpr uint64_t kPlantedSeed = 11;
 
 }  // namespace
 
@@ -75,8 +59,9 @@ TEST_CASE(
         // check's rounding tolerance (and the output's), so only the top mantissa bit, the
         // exponent's and the sign are planted.
         if (site == FaultSite::output && bit < 22) continue;
-        const Seen s =
-            run(int8_config(128, m, Protection::efta_correct, true), pr, plant(site, bit));
+        const gpu_test::Planted s = gpu_test::run_planted(
+            int8_runtime(), int8_config(128, m, Protection::efta_correct, true), pr,
+            gpu_test::plant(site, bit), kPlantedSeed);
         INFO(to_string(m) << " " << to_string(site) << " bit " << bit << ": "
                           << s.result.report.summary() << "; " << s.fault.summary());
         // Score and P V flips are repaired in INT32 before use. An O flip lands in the FP32
@@ -92,8 +77,9 @@ TEST_CASE("int8 flash_abft sees a flipped P V accumulator exactly, any bit",
           "[gpu][q8][protect][int8_efta]") {
   const Problem pr = Problem::bhsd(1, 2, 2, 256, 512, 128);
   for (int bit : {0, 13, 31}) {
-    const Seen s = run(int8_config(128, Mask::none, Protection::flash_abft, true), pr,
-                       plant(FaultSite::pv, bit, 3, OnFault::recompute));
+    const gpu_test::Planted s = gpu_test::run_planted(
+        int8_runtime(), int8_config(128, Mask::none, Protection::flash_abft, true), pr,
+        gpu_test::plant(FaultSite::pv, bit, 3, OnFault::recompute), kPlantedSeed);
     INFO("bit " << bit << ": " << s.result.report.summary() << "; " << s.fault.summary());
     CHECK(s.fault.detected >= 1);
     CHECK(s.fault.recomputed_tiles >= 1);
@@ -101,7 +87,7 @@ TEST_CASE("int8 flash_abft sees a flipped P V accumulator exactly, any bit",
   }
 }
 
-TEST_CASE("int8 EFTA detects a flip at every site; recompute repairs the output",
+TEST_CASE("int8 EFTA detects a flip at every site, recompute repairs the output",
           "[gpu][q8][protect][int8_efta]") {
   const Problem pr = Problem::bhsd(1, 2, 2, 256, 512, 128);
   for (Protection prot : {Protection::efta_detect, Protection::efta_correct})
@@ -111,11 +97,13 @@ TEST_CASE("int8 EFTA detects a flip at every site; recompute repairs the output"
       const KernelConfig c = int8_config(128, Mask::causal, prot, true);
       // Bit 29: a large change of a float, P's top bit in byte 3 of a packed word, 2^29 in an
       // INT32 accumulator.
-      const Seen seen = run(c, pr, plant(site, 29));
+      const gpu_test::Planted seen =
+          gpu_test::run_planted(int8_runtime(), c, pr, gpu_test::plant(site, 29), kPlantedSeed);
       INFO(to_string(prot) << " " << to_string(site) << ": " << seen.result.report.summary() << "; "
                            << seen.fault.summary());
       CHECK(seen.fault.detected >= 1);
-      const Seen fixed = run(c, pr, plant(site, 29, 3, OnFault::recompute));
+      const gpu_test::Planted fixed = gpu_test::run_planted(
+          int8_runtime(), c, pr, gpu_test::plant(site, 29, 3, OnFault::recompute), kPlantedSeed);
       INFO("recompute: " << fixed.result.report.summary() << "; " << fixed.fault.summary());
       CHECK(fixed.result.report.passed);
       if (fixed.fault.detected > fixed.fault.corrected) CHECK(fixed.fault.recomputed_tiles >= 1);

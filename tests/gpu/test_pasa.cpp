@@ -4,6 +4,8 @@
 // Table 4; `ftattn accuracy --model fp16-scores` shows it on the host): zero NaN or Inf, and
 // the error bound of reference::check (rel L2 5e-3; the host model of the kernel gives 9e-4 on
 // N(0, 1) and 3e-4 / 5e-4 on the PASA cases, ex2.approx.f16x2's own error not modelled).
+// Protected: Flash-ABFT and EFTA raise no alarm on those inputs, their output checks are live,
+// EFTA sees a flip planted at every site and efta_correct rebuilds flipped scores and O values.
 #include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -174,5 +176,105 @@ TEST_CASE("f16_pasa with flash_abft: right answers, no false alarm, a live check
       // The check is live, and recompute shifts the caller's keys again to the right answer.
       const FaultReport tripped = gpu_test::check_live_output(rt, c, pr, 7000 + d);
       CHECK(tripped.corrected == 0);
+    }
+}
+
+namespace {
+
+KernelConfig pasa_efta_config(int head_dim, Mask m, Protection prot, bool inject = false) {
+  KernelConfig c = pasa_config(head_dim, m);
+  c.protection = prot;
+  c.fault_injection = inject;
+  return c;
+}
+
+// Seed of the fault-plan runs. In their plants (gpu_test::plant), CTA 0 is the last query block
+// under a causal mask (run first). Scores and probabilities are f16 pairs: `element` picks a
+// packed register, bits 0-15 its low half and 16-31 its high half.
+constexpr uint64_t kPlantedSeed = 13;
+
+}  // namespace
+
+TEST_CASE("f16_pasa EFTA: right answers, no false alarm, a live output check, recompute",
+          "[gpu][pasa][pasa_efta]") {
+  Runtime& rt = pasa_runtime();
+  REQUIRE(rt.has_device());
+  for (Protection prot : {Protection::efta_detect, Protection::efta_correct})
+    for (int d : {64, 128})
+      for (Mask m : {Mask::none, Mask::causal}) {
+        const KernelConfig c = pasa_efta_config(d, m, prot);
+        // Normal inputs, odd lengths (a short tail key block), GQA, LSE: the K' checksums, the
+        // second softmax evaluation and the V checksums raise no alarm.
+        const Problem pr = Problem::bhsd(2, 4, 2, 203, 517, d);
+        gpu_test::check_clean_protected(rt, c, pr, 7100 + d);
+        // An injection build without a plan is as clean.
+        gpu_test::check_clean_protected(rt, pasa_efta_config(d, m, prot, true), pr, 7100 + d);
+
+        // PASA's overflow cases (unshifted FP16 scores would overflow): large |q| sum|k'| bounds
+        // and peaked rows, still no alarm and no NaN.
+        const Problem big = Problem::bhsd(1, 4, 4, 1280, 1280, d);
+        for (bool uniform : {true, false}) {
+          const OverflowRun o =
+              overflow_run(rt, rt.resolve(c, &big), big, uniform, 30.0, uniform ? 0.5 : 10.0, {});
+          INFO(to_string(prot) << " d" << d << " " << to_string(m) << " "
+                               << (uniform ? "uniform" : "hybrid") << ": non-finite "
+                               << o.non_finite << ", rel L2 " << o.rel_l2 << "; "
+                               << o.fault.summary());
+          CHECK(o.non_finite == 0);
+          CHECK(o.rel_l2 < 5e-3);
+          CHECK(o.fault.clean());
+        }
+
+        // The output check is live, and recompute (which shifts the caller's keys again and
+        // rebuilds the K' checksums) gives the right answer.
+        gpu_test::check_live_output(rt, c, pr, 7100 + d);
+      }
+}
+
+TEST_CASE("f16_pasa efta_correct rebuilds a flipped score and a flipped O element",
+          "[gpu][pasa][pasa_efta]") {
+  const Problem pr = Problem::bhsd(1, 2, 2, 256, 512, 128);
+  struct Flip {
+    FaultSite site;
+    int bit;
+  };
+  // Scores: bits 14 and 30 are the exponent's top bit of the low and the high f16 of a packed S
+  // register. Output: the FP32 O accumulator's lowest and top exponent bits.
+  for (Mask m : {Mask::none, Mask::causal})
+    for (Flip f : {Flip{FaultSite::scores, 14}, Flip{FaultSite::scores, 30},
+                   Flip{FaultSite::output, 23}, Flip{FaultSite::output, 30}}) {
+      const gpu_test::Planted s = gpu_test::run_planted(
+          pasa_runtime(), pasa_efta_config(128, m, Protection::efta_correct, true), pr,
+          gpu_test::plant(f.site, f.bit), kPlantedSeed);
+      INFO(to_string(m) << " " << to_string(f.site) << " bit " << f.bit << ": "
+                        << s.result.report.summary() << "; " << s.fault.summary());
+      CHECK(s.fault.detected >= 1);
+      CHECK(s.fault.corrected == s.fault.detected);
+      CHECK(s.result.report.passed);
+      CHECK(s.fault.recomputed_tiles == 0);
+    }
+}
+
+TEST_CASE("f16_pasa EFTA detects a flip at every site, recompute repairs the output",
+          "[gpu][pasa][pasa_efta]") {
+  const Problem pr = Problem::bhsd(1, 2, 2, 256, 512, 128);
+  for (Protection prot : {Protection::efta_detect, Protection::efta_correct})
+    for (FaultSite site :
+         {FaultSite::scores, FaultSite::checksum, FaultSite::probs, FaultSite::row_max,
+          FaultSite::row_sum, FaultSite::rescale, FaultSite::output}) {
+      const KernelConfig c = pasa_efta_config(128, Mask::causal, prot, true);
+      // Bit 30: a float's top exponent bit; in a packed S or P register, the high half's. A
+      // flipped rescale factor is common to O and its checksums, but l's second running sum
+      // sees it (harmless to the output, and reported).
+      const gpu_test::Planted seen =
+          gpu_test::run_planted(pasa_runtime(), c, pr, gpu_test::plant(site, 30), kPlantedSeed);
+      INFO(to_string(prot) << " " << to_string(site) << ": " << seen.result.report.summary() << "; "
+                           << seen.fault.summary());
+      CHECK(seen.fault.detected >= 1);
+      const gpu_test::Planted fixed = gpu_test::run_planted(
+          pasa_runtime(), c, pr, gpu_test::plant(site, 30, 3, OnFault::recompute), kPlantedSeed);
+      INFO("recompute: " << fixed.result.report.summary() << "; " << fixed.fault.summary());
+      CHECK(fixed.result.report.passed);
+      if (fixed.fault.detected > fixed.fault.corrected) CHECK(fixed.fault.recomputed_tiles >= 1);
     }
 }

@@ -109,6 +109,16 @@ TEST_CASE("the fused injection space follows the kernel's grid and causal schedu
     CHECK(injection_space(c, pr, FaultSite::output).elements == 2 * 8 * 4);
     CHECK(injection_space(c, pr, FaultSite::row_sum).elements == 4);
   }
+  SECTION("f16_pasa: S and P are f16 pairs, one value per packed register") {
+    KernelConfig c = fused(64, 128, 64, 4, Mask::none);
+    c.precision = Precision::f16_pasa;
+    c.protection = Protection::efta_correct;
+    c.fault_injection = true;
+    CHECK(injection_space(c, pr, FaultSite::scores).elements == 2 * 8 * 2);
+    CHECK(injection_space(c, pr, FaultSite::probs).elements == 2 * 8 * 2);
+    CHECK(injection_space(c, pr, FaultSite::output).elements == 2 * 8 * 4);  // FP32 O
+    CHECK(injection_space(c, pr, FaultSite::scores).iterations.size() == 3u * 3 * 2);
+  }
   SECTION("causal: longest first, the triangle's counts") {
     const KernelConfig c = fused(64, 128, 64, 4, Mask::causal);
     const InjectionSpace s = injection_space(c, pr, FaultSite::probs);

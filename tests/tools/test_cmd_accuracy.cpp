@@ -68,7 +68,7 @@ TEST_CASE("accuracy: FP16 scores overflow on PASA's cases, not on N(0, 1)", "[cl
   CHECK(line.rfind("fp16-scores,normal,0,1,", 0) == 0);
 }
 
-TEST_CASE("accuracy: kernels compile without a GPU; bad input is refused", "[cli][accuracy]") {
+TEST_CASE("accuracy: kernels compile without a GPU, bad input is refused", "[cli][accuracy]") {
   ftattn::test::TempDir dir;
   Result r = accuracy(dir, "--precision int8 --head-dim 64 --arch sm_80 --heads 1 --seqlen 64");
   CHECK(r.code == 3);
@@ -77,9 +77,13 @@ TEST_CASE("accuracy: kernels compile without a GPU; bad input is refused", "[cli
   r = accuracy(dir, "--precision f16_pasa --dist pasa-hybrid --arch sm_90a --heads 1 --seqlen 64");
   CHECK(r.code == 3);
   CHECK(has(r.out, "ftattn_fwd_sm90a_f16-pasa_d128_"));
-  r = accuracy(dir, "--precision f16_pasa --protection efta_detect --arch sm_80");
+  r = accuracy(dir,
+               "--precision f16_pasa --protection efta_detect --arch sm_80 --heads 1 --seqlen 64");
+  CHECK(r.code == 3);
+  CHECK(has(r.out, "ftattn_fwd_sm80_f16-pasa_d128_"));
+  r = accuracy(dir, "--precision f16_pasa --protection decoupled --arch sm_80");
   CHECK(r.code == 2);
-  CHECK(has(r.out, "use protection none with f16_pasa"));
+  CHECK(has(r.out, "use protection none, flash_abft, efta_detect or efta_correct with f16_pasa"));
   r = accuracy(dir, "--dist cauchy");
   CHECK(r.code == 2);
   r = accuracy(dir, "--model fp32");

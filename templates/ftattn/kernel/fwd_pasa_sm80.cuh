@@ -42,16 +42,15 @@
 namespace ftattn {
 
 template <int HeadDim, int BlockM, int BlockN, int NumWarps, int NumStages, bool Causal,
-          bool BlockSparse, class ProtectT = protect::None>
+          bool BlockSparse, class ProtectT = protect::None, bool Inject = false>
 struct PasaTraits : FwdTraits<HeadDim, BlockM, BlockN, NumWarps, NumStages, precision::F16Pasa,
-                              ProtectT, Causal, BlockSparse, false> {
+                              ProtectT, Causal, BlockSparse, Inject> {
   using Base = FwdTraits<HeadDim, BlockM, BlockN, NumWarps, NumStages, precision::F16Pasa, ProtectT,
-                         Causal, BlockSparse, false>;
-  // Protection on the P V path only (Flash-ABFT): EFTA's score checksums and product check are
-  // derived for FP32 scores, not PASA's shifted FP16 ones.
-  static_assert(ProtectT::k_atoms == 0, "PASA supports protection none or flash_abft");
-  // Each K stage carries one more row: the block's shift vector r_j.
-  static constexpr int k_rows = BlockN + 1;
+                         Causal, BlockSparse, Inject>;
+  // Each K stage: the K tile, EFTA's 8 * k_atoms checksum rows of the shifted keys (placed as in
+  // fwd_sm80.cuh), then the block's shift vector r_j.
+  static constexpr int shift_row = BlockN + 8 * ProtectT::k_atoms;
+  static constexpr int k_rows = shift_row + 1;
   static constexpr int smem_bytes = (BlockM + NumStages * (k_rows + BlockN)) * Base::row_stride * 2;
   static constexpr int shift_threads = 128;  // the shift kernel's CTA
 };
@@ -135,10 +134,157 @@ __device__ __forceinline__ void pasa_shift_sm80(const PasaShiftParams& p, float 
   }
 }
 
+namespace pasa {
+
+// One evaluation of key block's softmax bias for an MMA row tile: the new running max of rows g
+// and g + 8 (base-2 logits: max of S'' plus the recovery rec), the rescale of the old state, and
+// -b = -(m - rec) as splatted f16 hi + lo, so that P = 2^((S'' - b_hi) - b_lo). EFTA's second
+// evaluation (Second) reads S'' + zero, a zero the compilers cannot see, so that they keep it
+// apart from the first; it is then equal to the first bit for bit unless a fault hit one.
+// The recovery of row half r is rc[2 r] (column 2t of the shift row's MMA tile) for the first
+// evaluation and rc[2 r + 1] (column 2t + 1, the same value computed apart) for the second.
+template <bool Second, int kST>
+__device__ __forceinline__ void bias(const u32 (&x)[kST][2], u32 zero2, const float (&rc)[4],
+                                     float scale_log2, float (&row_max)[2], float (&rescale)[2],
+                                     u32 (&neg_b_hi)[2], u32 (&neg_b_lo)[2]) {
+  using P = precision::F16Pasa;
+  auto in = [&](u32 v) { return Second ? P::hadd2(v, zero2) : v; };
+  u32 m0 = in(x[0][0]), m1 = in(x[0][1]);
+#pragma unroll
+  for (int nt = 1; nt < kST; ++nt) {
+    m0 = P::hmax2(m0, in(x[nt][0]));
+    m1 = P::hmax2(m1, in(x[nt][1]));
+  }
+  u32 mm = P::hmax2(P::lows(m0, m1), P::highs(m0, m1));  // (row g, row g + 8)
+  mm = P::hmax2(mm, __shfl_xor_sync(0xffffffffu, mm, 1));
+  mm = P::hmax2(mm, __shfl_xor_sync(0xffffffffu, mm, 2));
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float rec = rc[2 * r + (Second ? 1 : 0)] * scale_log2;
+    const float block_max = (r == 0 ? P::lo(mm) : P::hi(mm)) + rec;
+    const float mx = fmaxf(row_max[r], block_max);
+    const float mref = mx == neg_inf() ? 0.f : mx;  // nothing seen yet: P stays 0
+    rescale[r] = fast_exp2(row_max[r] - mref);
+    row_max[r] = mx;
+    // Finite in f16 whatever the scores: a +-inf b would turn masked -inf into NaN.
+    const float b = fminf(fmaxf(mref - rec, -65504.f), 65504.f);
+    const unsigned short bh = P::to_half(b);
+    const unsigned short bl = P::to_half(b - P::lo(bh));
+    neg_b_hi[r] = P::splat(bh ^ 0x8000);
+    neg_b_lo[r] = P::splat(bl ^ 0x8000);
+  }
+}
+
+// P for the two halves of one S'' register, by the evaluation's bias.
+template <bool Second>
+__device__ __forceinline__ u32 prob(u32 x, u32 zero2, u32 neg_b_hi, u32 neg_b_lo) {
+  using P = precision::F16Pasa;
+  if constexpr (Second) x = P::hadd2(x, zero2);
+  return P::hexp2(P::hadd2(P::hadd2(x, neg_b_hi), neg_b_lo));
+}
+
+// The running l of rows g and g + 8 (`sum` holds their P registers): the block's P summed
+// pairwise in f16 (each half at most kST / 2 ... kST terms of at most 1), then the two halves in
+// FP32. Consumes `sum`.
+template <int kST>
+__device__ __forceinline__ void add_row_sums(float (&l)[2], const float (&rescale)[2],
+                                             u32 (&sum)[2][kST]) {
+  using P = precision::F16Pasa;
+#pragma unroll
+  for (int w = 1; w < kST; w *= 2)
+#pragma unroll
+    for (int nt = 0; nt + w < kST; nt += 2 * w)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) sum[r][nt] = P::hadd2(sum[r][nt], sum[r][nt + w]);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) l[r] = l[r] * rescale[r] + (P::lo(sum[r][0]) + P::hi(sum[r][0]));
+}
+
+// The FP32 sums of this thread's S'' values of row half r and of their magnitudes. The ones
+// MMA's sums are shared by the quad (a non-finite value, times the zeros of the other groups'
+// columns, reaches every column), so a failed check is settled on the thread's own values.
+template <int kST>
+__device__ __forceinline__ void own_sums(const u32 (&s)[kST][2], int r, float& sum,
+                                         float& abs_sum) {
+  using P = precision::F16Pasa;
+  sum = abs_sum = 0.f;
+#pragma unroll
+  for (int nt = 0; nt < kST; ++nt) {
+    const float x0 = P::lo(s[nt][r]), x1 = P::hi(s[nt][r]);
+    sum += x0 + x1;
+    abs_sum += fabsf(x0) + fabsf(x1);
+  }
+}
+
+// GEMM I's threshold for a thread's S'' values whose magnitudes sum to abs_sum: FP16
+// accumulation rounds each running sum once per 16-wide k-step, so the error scales with the
+// running sums: the scores themselves where q and k' line up (PASA's biased inputs), and
+// |q| |k'| / sqrt(head_dim), a random walk's, where the scores cancel to little (a tail block's
+// few keys). `walk` is the latter summed over the thread's keys; tol_scores is per rounding,
+// calibrated (runtime/protected_launch.cpp).
+template <class T>
+__device__ __forceinline__ float scores_tol(const AttentionParams& p, float abs_sum, float walk) {
+  return p.tol_scores * (T::head_dim / 16 + 2) * (abs_sum + walk) + p.tol_floor;
+}
+
+// Within the threshold, which must itself be finite: an infinite S'' makes it infinite.
+__device__ __forceinline__ bool scores_ok(float e1, float tol) {
+  return fabsf(e1) <= tol && tol <= 3.402823466e38f;
+}
+
+// efta_correct's repair of row half r of an S'' tile: the thread's f16 values, widened, are
+// located and rebuilt against the FP32 checksums (protect::correct_row), and the rebuilt one is
+// rounded back into its half. Returns its index among the thread's values, or -1.
+template <int kST>
+__device__ __forceinline__ int correct_scores(u32 (&s)[kST][2], int r, float ref,
+                                              float weighted_ref) {
+  using P = precision::F16Pasa;
+  float x[kST][4];
+  float sum = 0.f;
+#pragma unroll
+  for (int nt = 0; nt < kST; ++nt) {
+    x[nt][2 * r] = P::lo(s[nt][r]);
+    x[nt][2 * r + 1] = P::hi(s[nt][r]);
+    x[nt][2 * (1 - r)] = x[nt][2 * (1 - r) + 1] = 0.f;
+    sum += x[nt][2 * r] + x[nt][2 * r + 1];
+  }
+  const int bad = protect::correct_row(x, r, ref - sum, ref, weighted_ref);
+#pragma unroll
+  for (int nt = 0; nt < kST; ++nt) {
+    if (bad == 2 * nt) s[nt][r] = (s[nt][r] & 0xffff0000u) | P::to_half(x[nt][2 * r]);
+    if (bad == 2 * nt + 1)
+      s[nt][r] = (s[nt][r] & 0x0000ffffu) | (u32(P::to_half(x[nt][2 * r + 1])) << 16);
+  }
+  return bad;
+}
+
+}  // namespace pasa
+
+// EFTA on PASA (efta_detect, efta_correct): the scores S'' = Q K'^T live in FP16 accumulators,
+// so the checks are laid out for them:
+//   GEMM I   K' (the shifted keys) carries EFTA's strided checksum rows, from the checksum
+//            prologue run on K' (hi + lo, FP32 sums; efta_correct adds weighted ones); an MMA
+//            with FP32 accumulators gives each thread q . (sum of its keys' k'). Its own S''
+//            elements are summed exactly by an f16 MMA against a B operand of ones (FP32
+//            accumulators), and the two must agree within the FP16 accumulation's rounding:
+//            tol_scores * (head_dim / 16 + 2) * (sum |S''| + |q| sum |k'| / sqrt(head_dim)),
+//            the magnitudes through a second ones MMA. Relative to |q| sum |k'| alone (the worst
+//            case, as the f16 kernel bounds its FP32 scores) the threshold had to be 8x looser
+//            for normal inputs than for PASA's biased ones, and let a fifth of the score flips
+//            through silently; sum |S''| alone is too tight where a tail block's scores are few
+//            and small.
+//            efta_correct locates and rebuilds a single faulty element, as fwd_sm80.cuh does.
+//   softmax  EFTA's product identity does not survive PASA's f16 P (flushes below 2^-24 and
+//            ex2.approx.f16x2's error), so max, bias and P are evaluated twice and compared bit
+//            for bit (as the 8-bit skeleton does); the recovery q . r_j of the second evaluation
+//            is the MMA tile's other column, computed independently. l and the final max keep a
+//            second running copy.
+//   GEMM II  the V checksum atoms of fwd_sm80.cuh, checked against O at the end.
 template <class T>
 __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p) {
   using P = precision::F16Pasa;
   using Protect = typename T::Protect;
+  constexpr bool kEfta = Protect::k_atoms > 0;
   constexpr int kMT = T::m_tiles;
   constexpr int kST = T::s_tiles;
   constexpr int kOT = T::o_tiles;
@@ -185,22 +331,26 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
     return n_block;
   };
 
-  // A K tile brings its shift row r_j; each load is one cp.async group.
+  // Protection: this KV head's checksums (protect/workspace.cuh), computed from the shifted keys.
+  const ChecksumWorkspace cs = checksum_workspace(p.batch, p.heads_kv, p.seqlen_k, T::head_dim,
+                                                  T::block_n, Protect::k_atoms, Protect::v_atoms);
+  const long long cs_head = static_cast<long long>(batch) * p.heads_kv + head_kv;
+  const unsigned char* cs_base = static_cast<const unsigned char*>(p.checksums);
+
+  // A K tile brings its checksum rows (EFTA) and its shift row r_j; each load is one cp.async
+  // group.
   auto load_k = [&](int stage, int n_block) {
     const int key0 = n_block * T::block_n;
     const u32 dst = smem.k_stage(stage);
     detail::load_tile<T, T::block_n>(dst, k + key0 * p.k_seq_stride, p.k_seq_stride,
                                      p.seqlen_k - key0);
+    if constexpr (kEfta) detail::load_k_checksum_rows<T>(dst, cs_base, cs, cs_head, n_block);
     if (tid < T::chunks_per_row)
-      sm80::cp_async_16(dst + (T::block_n * T::row_stride + tid * 8) * 2,
+      sm80::cp_async_16(dst + (T::shift_row * T::row_stride + tid * 8) * 2,
                         shift + n_block * T::head_dim + tid * 8, true);
     sm80::cp_async_commit();
   };
-  // Flash-ABFT: this KV head's V checksum columns (protect/workspace.cuh) ride with V tiles.
-  const ChecksumWorkspace cs = checksum_workspace(p.batch, p.heads_kv, p.seqlen_k, T::head_dim,
-                                                  T::block_n, 0, Protect::v_atoms);
-  const long long cs_head = static_cast<long long>(batch) * p.heads_kv + head_kv;
-  const unsigned char* cs_base = static_cast<const unsigned char*>(p.checksums);
+  // Checksum schemes: this KV head's V checksum columns ride with V tiles.
   auto load_v = [&](int stage, int n_block) {
     detail::load_v_tile<T>(smem.v_stage(stage), v, p, n_block * T::block_n, cs_base, cs_head,
                            cs.v_per_head);
@@ -224,16 +374,33 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
   detail::clear_accumulators(o, row_max, row_sum);
   constexpr int kAtoms = Protect::v_atoms > 0 ? Protect::v_atoms : 1;
   float oc[kMT][kAtoms][4];  // GEMM II checksum accumulators, rescaled like O
+  // EFTA: the second evaluation's running max and l.
+  float row_max2[kMT][2], row_sum2[kMT][2];
 #pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
+  for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
     for (int g = 0; g < kAtoms; ++g)
 #pragma unroll
       for (int i = 0; i < 4; ++i) oc[mt][g][i] = 0.f;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      row_max2[mt][r] = neg_inf();
+      row_sum2[mt][r] = 0.f;
+    }
+  }
 
   const int warp_row = warp * kMT * 16;
   const detail::LaneAddressing<T> at(warp_row, lane);
   const int shift_col = ((lane / 8) % 2) * 8;  // the shift row as 8 equal keys
+  const int quad_t = lane % 4;  // this thread's column group within every 8-wide tile
+  auto global_row = [&](int mt, int r) { return row0 + warp_row + mt * 16 + lane / 4 + r * 8; };
+  // 0 at run time, unknown to the compilers: the second evaluation starts from S'' + 0.
+  const u32 zero2 = static_cast<u32>(min(p.seqlen_k, 0));
+  // GEMM I check: an f16 B operand that sums a thread's own S'' elements of a 16-key step into
+  // its own columns (key k goes to columns 2t, 2t + 1 where t = (k % 8) / 2).
+  const u32 ones_b = quad_t == (lane / 4) / 2 ? 0x3c003c00u : 0u;
+  constexpr int n_sc = kEfta ? kMT * 4 : 0, n_oc = Protect::v_atoms * kMT * 4;
+  float q_walk = 0.f;  // EFTA: the largest |q| of this thread's rows over sqrt(head_dim)
 
   auto step = [&](const int it, const int n_block, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
@@ -253,26 +420,113 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
       }
     }
 
-    // GEMM I with FP16 accumulators, and the recovery q . r_j with FP32 ones.
+    // GEMM I with FP16 accumulators; the recovery q . r_j and (EFTA) the checksum columns with
+    // FP32 ones.
     u32 s[kMT][kST][2];
-    float rc[kMT][4];
+    float rc[kMT][4], sc[kMT][4];
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
       for (int nt = 0; nt < kST; ++nt) s[mt][nt][0] = s[mt][nt][1] = 0u;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) rc[mt][i] = 0.f;
+      for (int i = 0; i < 4; ++i) rc[mt][i] = sc[mt][i] = 0.f;
     }
     const u32 sKs = smem.k_stage(stage);
+    // Checksum atom g: 8 rows below the K tile, as an mma B operand at k-step ks.
+    auto checksum_rows = [&](int g, int ks) {
+      return sKs + at.k_offset +
+             ((T::block_n + 8 * g + at.k_row) * T::row_stride + ks * 16 + at.k_col) * 2;
+    };
     detail::gemm_qk<T>(
         s, sQ + at.q_offset, sKs + at.k_offset, at.warp_row, at.a_row, at.a_col, at.k_row, at.k_col,
         [](u32(&acc)[2], const u32(&a)[4], u32 b0, u32 b1) { P::mma_f16(acc, a, b0, b1); },
         [&](const u32(&a)[kMT][4], int ks) {  // the shift row: q . r_j in FP32
           u32 br[2];
-          sm80::ldmatrix_x2(br, sKs + (T::block_n * T::row_stride + ks * 16 + shift_col) * 2);
+          sm80::ldmatrix_x2(br, sKs + (T::shift_row * T::row_stride + ks * 16 + shift_col) * 2);
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt) P::mma(rc[mt], a[mt], br[0], br[1]);
+          if constexpr (kEfta) {
+            u32 b[2];
+            sm80::ldmatrix_x2(b, checksum_rows(0, ks));
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt) P::mma(sc[mt], a[mt], b[0], b[1]);
+          }
         });
+    if constexpr (T::inject) {
+      inject_values(p.fault, fault_site_scores, it, &s[0][0][0], kMT * kST * 2);
+      // The checksum site is the concatenation [S checksums, O checksums]: S's are hit here.
+      if constexpr (n_sc > 0)
+        if (p.fault.element % (n_sc + n_oc) < n_sc)
+          inject_values(p.fault, fault_site_checksum, it, &sc[0][0], n_sc);
+    }
+
+    // EFTA: GEMM I checked on the raw S'' before the softmax reads it; efta_correct rebuilds a
+    // single faulty element. The threshold is relative to the sum of |S''| the check covers.
+    if constexpr (kEfta) {
+      float ssum[kMT][4], sabs[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) ssum[mt][i] = sabs[mt][i] = 0.f;
+#pragma unroll
+        for (int kp = 0; kp < kST / 2; ++kp) {
+          const u32 a[4] = {s[mt][2 * kp][0], s[mt][2 * kp][1], s[mt][2 * kp + 1][0],
+                            s[mt][2 * kp + 1][1]};
+          P::mma(ssum[mt], a, ones_b, ones_b);
+          const u32 m[4] = {a[0] & 0x7fff7fffu, a[1] & 0x7fff7fffu, a[2] & 0x7fff7fffu,
+                            a[3] & 0x7fff7fffu};
+          P::mma(sabs[mt], m, ones_b, ones_b);
+        }
+      }
+      const float walk = q_walk * reinterpret_cast<const float*>(
+                                      cs_base + cs.knorm_offset +
+                                      cs_head * cs.knorm_per_head)[n_block * 4 + quad_t];
+      bool failed = false;
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          failed |= !pasa::scores_ok(sc[mt][2 * r] + sc[mt][2 * r + 1] - ssum[mt][2 * r],
+                                     pasa::scores_tol<T>(p, sabs[mt][2 * r], walk));
+      if constexpr (Protect::correct) {
+        // The weighted checksum locates the element; its MMAs run only when a check of the warp
+        // failed (Q and the K checksum rows are still in shared memory).
+        if (__any_sync(0xffffffffu, failed)) {
+          float sw[kMT][4];
+          detail::weighted_score_checksums<T>(sw, sQ, at, checksum_rows);
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              const float ref = sc[mt][2 * r] + sc[mt][2 * r + 1];
+              float sum, abs_sum;
+              pasa::own_sums(s[mt], r, sum, abs_sum);
+              const float e1 = ref - sum, tol = pasa::scores_tol<T>(p, abs_sum, walk);
+              if (pasa::scores_ok(e1, tol)) continue;
+              const int bad =
+                  pasa::correct_scores(s[mt], r, ref, sw[mt][2 * r] + sw[mt][2 * r + 1]);
+              record_fault(
+                  p.fault_log, batch, head, global_row(mt, r),
+                  bad >= 0 ? n_block * T::block_n + protect::row_group_column(bad, quad_t) : -1,
+                  fault_stage_scores, bad >= 0, fabsf(e1), tol);
+            }
+        }
+      } else if (failed) {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            float sum, abs_sum;
+            pasa::own_sums(s[mt], r, sum, abs_sum);
+            const float e1 = sc[mt][2 * r] + sc[mt][2 * r + 1] - sum;
+            const float tol = pasa::scores_tol<T>(p, abs_sum, walk);
+            if (!pasa::scores_ok(e1, tol))
+              record_fault(p.fault_log, batch, head, global_row(mt, r), -1, fault_stage_scores,
+                           false, fabsf(e1), tol);
+          }
+      }
+    }
+
     if constexpr (kStages == 1) {
       sm80::cp_async_wait<0>();
       __syncthreads();  // V landed, and every warp is done with K: load the next block's K
@@ -293,54 +547,44 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
           });
     }
 
-    // Online softmax with the recovered bias.
+    // Online softmax with the recovered bias (EFTA: twice, compared bit for bit).
     float rescale[kMT][2];
+    unsigned p_alarms = 0;  // EFTA: rows whose two evaluations' P differ (bit 2 mt + r)
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
-      u32 m0 = s[mt][0][0], m1 = s[mt][0][1];
-#pragma unroll
-      for (int nt = 1; nt < kST; ++nt) {
-        m0 = P::hmax2(m0, s[mt][nt][0]);
-        m1 = P::hmax2(m1, s[mt][nt][1]);
-      }
-      u32 mm = P::hmax2(P::lows(m0, m1), P::highs(m0, m1));  // (row g, row g + 8)
-      mm = P::hmax2(mm, __shfl_xor_sync(0xffffffffu, mm, 1));
-      mm = P::hmax2(mm, __shfl_xor_sync(0xffffffffu, mm, 2));
-      u32 neg_b_hi[2], neg_b_lo[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const float rec = rc[mt][2 * r] * p.scale_log2;
-        const float block_max = (r == 0 ? P::lo(mm) : P::hi(mm)) + rec;
-        const float mx = fmaxf(row_max[mt][r], block_max);
-        const float mref = mx == neg_inf() ? 0.f : mx;  // nothing seen yet: P stays 0
-        rescale[mt][r] = fast_exp2(row_max[mt][r] - mref);
-        row_max[mt][r] = mx;
-        // Finite in f16 whatever the scores: a +-inf b would turn masked -inf into NaN.
-        const float b = fminf(fmaxf(mref - rec, -65504.f), 65504.f);
-        const unsigned short bh = P::to_half(b);
-        const unsigned short bl = P::to_half(b - P::lo(bh));
-        neg_b_hi[r] = P::splat(bh ^ 0x8000);
-        neg_b_lo[r] = P::splat(bl ^ 0x8000);
-      }
-      u32 sum[2][kST];
+      u32 neg_b_hi[2], neg_b_lo[2], neg_b_hi2[2], neg_b_lo2[2];
+      pasa::bias<false>(s[mt], zero2, rc[mt], p.scale_log2, row_max[mt], rescale[mt], neg_b_hi,
+                        neg_b_lo);
+      float rescale2[2];
+      if constexpr (kEfta)
+        pasa::bias<true>(s[mt], zero2, rc[mt], p.scale_log2, row_max2[mt], rescale2, neg_b_hi2,
+                         neg_b_lo2);
+      if constexpr (T::inject) inject_values(p.fault, fault_site_rescale, it, rescale[mt], 2);
+      u32 sum[2][kST], sum2[2][kST];
 #pragma unroll
       for (int nt = 0; nt < kST; ++nt)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          u32& x = s[mt][nt][r];
-          x = P::hexp2(P::hadd2(P::hadd2(x, neg_b_hi[r]), neg_b_lo[r]));
-          sum[r][nt] = x;
+          const u32 x = s[mt][nt][r];
+          u32 p1 = pasa::prob<false>(x, zero2, neg_b_hi[r], neg_b_lo[r]);
+          if constexpr (T::inject)
+            if (plan_hits(p.fault, fault_site_probs) && p.fault.iteration == it &&
+                p.fault.element % (kMT * kST * 2) == (mt * kST + nt) * 2 + r)
+              p1 = flip_bit(p1, p.fault.bit);
+          if constexpr (kEfta) {
+            const u32 p2 = pasa::prob<true>(x, zero2, neg_b_hi2[r], neg_b_lo2[r]);
+            p_alarms |= p1 != p2 ? 1u << (2 * mt + r) : 0u;
+            sum2[r][nt] = p2;
+          }
+          s[mt][nt][r] = p1;
+          sum[r][nt] = p1;
         }
-        // Pairwise sums of P in f16 (each half at most kST / 2 ... kST terms of at most 1).
-#pragma unroll
-      for (int w = 1; w < kST; w *= 2)
-#pragma unroll
-        for (int nt = 0; nt + w < kST; nt += 2 * w)
-#pragma unroll
-          for (int r = 0; r < 2; ++r) sum[r][nt] = P::hadd2(sum[r][nt], sum[r][nt + w]);
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-        row_sum[mt][r] = row_sum[mt][r] * rescale[mt][r] + (P::lo(sum[r][0]) + P::hi(sum[r][0]));
+      pasa::add_row_sums(row_sum[mt], rescale[mt], sum);
+      if constexpr (kEfta) pasa::add_row_sums(row_sum2[mt], rescale2, sum2);
+    }
+    if constexpr (T::inject) {
+      inject_values(p.fault, fault_site_row_max, it, &row_max[0][0], kMT * 2);
+      inject_values(p.fault, fault_site_row_sum, it, &row_sum[0][0], kMT * 2);
     }
 
     bool new_max = !T::lazy_rescale;
@@ -365,8 +609,35 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
           o, oc, a, sVs, at, kp,
           [](float(&acc)[4], const u32(&x)[4], u32 b0, u32 b1) { P::mma(acc, x, b0, b1); });
     }
+    // Reported after GEMM II, so that nothing splits the softmax from GEMM II's MMAs.
+    if constexpr (kEfta)
+      if (p_alarms != 0)
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int r = 0; r < 2; ++r)
+            if ((p_alarms >> (2 * mt + r)) & 1u)
+              record_fault(p.fault_log, batch, head, global_row(mt, r), -1, fault_stage_probs,
+                           false, 1.f, 0.f);
+    if constexpr (T::inject) {
+      inject_values(p.fault, fault_site_output, it, &o[0][0][0], kMT * kOT * 4);
+      if constexpr (n_oc > 0)
+        if (p.fault.element % (n_sc + n_oc) >= n_sc)
+          if (plan_hits(p.fault, fault_site_checksum) && p.fault.iteration == it) {
+            // The element index shifted past the S checksums lands on an O checksum.
+            const int e = (p.fault.element % (n_sc + n_oc)) - n_sc;
+            float* values = &oc[0][0][0];
+            for (int i = 0; i < n_oc; ++i)
+              if (i == e) values[i] = flip_bit(values[i], p.fault.bit);
+          }
+    }
   };
 
+  if constexpr (kEfta) {  // once Q has landed
+    sm80::cp_async_wait<0>();
+    __syncthreads();
+    q_walk = detail::q_rows_norm<T, kMT, false>(sQ, warp_row, lane) * rsqrtf(float(T::head_dim));
+  }
   detail::walk_key_blocks<T>(p.seqlen_k, row0, diag, n_blocks, next_active, step);
   sm80::cp_async_wait<0>();
   __syncthreads();
@@ -376,14 +647,28 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-    for (int r = 0; r < 2; ++r) l[mt][r] = quad_sum(row_sum[mt][r]);
+    for (int r = 0; r < 2; ++r) {
+      if constexpr (kEfta) {
+        // l and the final max (the LSE's) against the second evaluation's: the same operations
+        // on the same values, so equal unless a fault hit one. Earlier maxima are checked
+        // through the next block's P.
+        const int row = global_row(mt, r);
+        if (row < p.seqlen_q) {
+          if (row_sum[mt][r] != row_sum2[mt][r])
+            record_fault(p.fault_log, batch, head, row, -1, fault_stage_row_sum, false,
+                         fabsf(row_sum[mt][r] - row_sum2[mt][r]), 0.f);
+          if (row_max[mt][r] != row_max2[mt][r])
+            record_fault(p.fault_log, batch, head, row, -1, fault_stage_probs, false,
+                         fabsf(row_max[mt][r] - row_max2[mt][r]), 0.f);
+        }
+      }
+      l[mt][r] = quad_sum(row_sum[mt][r]);
+    }
   if constexpr (Protect::v_atoms > 0)
     detail::check_output<T>(p, o, oc, l,
                             reinterpret_cast<const float*>(cs_base + cs.vmax_offset +
-                                                           cs_head * cs.vmax_per_head)[lane % 4],
-                            n_blocks, batch, head, lane, [&](int mt, int r) {
-                              return row0 + warp_row + mt * 16 + lane / 4 + r * 8;
-                            });
+                                                           cs_head * cs.vmax_per_head)[quad_t],
+                            n_blocks, batch, head, lane, global_row);
   detail::store_output<T>(p, o, l, row_max, 1.f, batch, head, row0, warp_row, lane, sQ);
 }
 
