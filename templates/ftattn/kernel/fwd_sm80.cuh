@@ -414,7 +414,12 @@ __device__ __forceinline__ void check_output(const AttentionParams& p, float (&o
       if constexpr (Protect::row_check) sum = quad_sum(sum);
       float ref = oc[mt][0][2 * r] + oc[mt][0][2 * r + 1];
       if constexpr (Protect::ones_in_odd_groups) ref = __shfl_sync(0xffffffffu, ref, lane & ~1);
-      const float tol = p.tol_output * fabsf(l[mt][r]) * v_bound * (n_blocks + 16) + p.tol_floor;
+      // The growth term counts 128-key steps, not this tile's blocks: the defaults were
+      // calibrated at 128-key blocks, and 64-key ones would double it (EFTA's output site then let
+      // more flips through silently at 128 x 64: campaign_tiles.csv).
+      const float tol =
+          p.tol_output * fabsf(l[mt][r]) * v_bound * (n_blocks * T::block_n / 128.f + 16) +
+          p.tol_floor;
       const float e1 = ref - sum;
       const int row = row_of(mt, r);
       if (!(fabsf(e1) <= tol) && row < p.seqlen_q) {
