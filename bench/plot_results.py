@@ -133,6 +133,7 @@ def main():
     tile_sweep(folder, "q8_tiles")
     tile_sweep(folder, "pasa_tiles")
     tile_sweep(folder, "pasa_efta_correct_tiles")
+    tile_sweep(folder, "efta_correct_tiles")
     llvm_campaign(folder)
 
 

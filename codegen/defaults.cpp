@@ -129,10 +129,10 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   // EFTA adds accumulators and checks. For efta_detect at head dims 64 and 128, two 16-row MMA
   // tiles per warp (128 x 64, 4 warps, one stage: every K/V fragment feeds two MMAs) ran 8-25%
   // faster on an H100 than one (64 x 128) although they spill at d128
-  // (bench/results/nvidia-h100/efta_tiles.csv). efta_correct keeps 64 x 128: at 128 x 64 (8%
-  // faster) its output site let more single-bit flips through silently (4.4% against 3.0% of
-  // 3,000 at 1 x 4 x 1024 keys, campaign_tiles.csv), and silent corruption is what it is for.
-  // Head dim 96 spills 230-300 bytes at 128 x 64 and keeps 64 x 128, 192-256 keep 64 x 64.
+  // (bench/results/nvidia-h100/efta_tiles.csv). efta_correct takes 128 x 64 too since the output
+  // threshold's growth counts 128-key steps: its output site then let 83 of 3,000 flips through
+  // silently against 91 at 64 x 128 (before, 132: output_threshold_tiles.csv), and it ran faster
+  // (efta_correct_tiles.csv). Head dim 96 spills 230-300 bytes at 128 x 64 and keeps 64 x 128, 192-256 keep 64 x 64.
   // Flash-ABFT's one checksum fits the unprotected tiles. f16_pasa keeps its own 128 x 64 tile up
   // to head dim 128 under EFTA too: for efta_correct it ran 2-4% faster than 64 x 128 without a
   // mask (even causal) at d64-d128 on an H100, and its scores let 61 of 1,000 flips through
@@ -142,8 +142,7 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
       c.protection == Protection::efta_detect || c.protection == Protection::efta_correct;
   const bool pasa_tile = c.precision == Precision::f16_pasa && c.head_dim <= 128;
   if (efta && !short_causal && !q8 && !pasa_tile) {
-    const bool two_tiles =
-        c.protection == Protection::efta_detect && (c.head_dim == 64 || c.head_dim == 128);
+    const bool two_tiles = c.head_dim == 64 || c.head_dim == 128;
     if (open_m) c.block_m = two_tiles ? 128 : 64;
     if (open_n) c.block_n = !two_tiles && c.head_dim <= 128 ? 128 : 64;
     if (open_w) c.num_warps = 4;

@@ -62,17 +62,17 @@ TEST_CASE("checksum schemes generate a prologue and compile with their extra MMA
     // weighted checksum is a rolled loop of one MMA per tile.
     const int weighted = prot == Protection::efta_correct ? tiles : 0;
     CHECK(count(out.ptx, mma) == 2 * (plain + extra + weighted));
-    // Flash-ABFT keeps the unprotected tiles and spills no more than they do. efta_detect's
-    // d128 default, two MMA tiles per warp, spills (defaults.cpp: measured faster than one tile
-    // without spills), pinned near what ptxas 13 gives (168 bytes stored) so that growth shows;
-    // efta_correct's one tile per warp fits.
+    // Flash-ABFT keeps the unprotected tiles and spills no more than they do. The EFTA d128
+    // defaults, two MMA tiles per warp, spill (defaults.cpp: measured faster than one tile
+    // without spills), pinned near what ptxas 13 gives (168 and 224 bytes stored) so that
+    // growth shows.
     const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
     if (prot == Protection::flash_abft)
       CHECK(r.spill_stores <= base_usage.spill_stores);
     else if (prot == Protection::efta_detect)
       CHECK(r.spill_stores <= 256);
     else
-      CHECK(r.spill_stores == 0);
+      CHECK(r.spill_stores <= 288);
   }
   CHECK(count(base.ptx, "atom.global") == 0);  // unprotected kernels carry no log
 }
