@@ -345,3 +345,62 @@ TEST_CASE("f16_pasa EFTA compiles with and without injection points: prologue, s
         }
       }
 }
+
+TEST_CASE(
+    "PASA EFTA score check: FP16-accumulated scores stay inside the default bound, a flipped "
+    "top mantissa bit does not",
+    "[pasa][protect]") {
+  // Host model of the kernel's GEMM I check (kernel/fwd_pasa_sm80.cuh): S'' accumulated in f16,
+  // rounded once per 16-wide k-step, against the exact checksum q . (sum of the thread group's
+  // k'), bounded by tol_scores * (d / 16 + 2) * (sum |S''| + |q| sum |k'| / sqrt(d)) + floor.
+  // 69 keys: a full 64-key block and a 5-key tail block, whose few keys the |q| |k'| term covers.
+  const float tol = runtime::default_thresholds(Precision::f16_pasa).scores;
+  const int n = 69, block_n = 64, rows_q = 16;
+  for (const char* dist : {"normal", "uniform30", "hybrid30"})
+    for (int d : {64, 128}) {
+      const std::vector<float> q = rows(dist, rows_q, d, 91), k = rows(dist, n, d, 92);
+      const float scale_log2 = static_cast<float>(1.0 / std::sqrt(d) * 1.4426950408889634);
+      double worst = 0.0;  // the largest |e1| / bound seen
+      int flips = 0, flips_seen = 0;
+      for (int key0 = 0; key0 < n; key0 += block_n) {
+        const int nb = std::min(block_n, n - key0);
+        const pasa::ShiftedBlock sb =
+            pasa::shift_block(&k[key0 * d], nb, d, codegen::pasa_beta(block_n), scale_log2);
+        for (int r = 0; r < rows_q; ++r) {
+          const float* qr = &q[r * d];
+          const double q_norm = std::sqrt(dot(qr, qr, d));
+          for (int t = 0; t < 4; ++t) {
+            double ref = 0.0, sum = 0.0, abs_sum = 0.0, k_norms = 0.0, big = 0.0;
+            for (int j = 0; j < nb; ++j) {
+              if ((j % 8) / 2 != t) continue;
+              const float* kj = &sb.k_shifted[j * d];
+              double acc = 0.0;  // the f16 accumulator, rounded after every k-step
+              for (int step = 0; step < d / 16; ++step)
+                acc = pasa::round_to(acc + dot(qr + 16 * step, kj + 16 * step, 16), Precision::f16);
+              ref += dot(qr, kj, d);
+              sum += acc;
+              abs_sum += std::abs(acc);
+              k_norms += std::sqrt(dot(kj, kj, d));
+              if (std::abs(acc) >= 1.0 && big == 0.0) big = acc;
+            }
+            const double bound =
+                tol * (d / 16 + 2) * (abs_sum + q_norm * k_norms / std::sqrt(d)) + 1e-6;
+            worst = std::max(worst, std::abs(ref - sum) / bound);
+            if (big != 0.0) {
+              // The top mantissa bit of a score of magnitude >= 1 moves it by >= 0.5.
+              const uint16_t bits = reference::to_bits(static_cast<float>(big), Precision::f16);
+              const double flipped = reference::from_bits(bits ^ 0x0200, Precision::f16);
+              ++flips;
+              flips_seen += std::abs(ref - (sum - big + flipped)) > bound;
+            }
+          }
+        }
+      }
+      INFO(dist << " d" << d << ": worst |e1| / bound " << worst << ", flips seen " << flips_seen
+                << " of " << flips);
+      CHECK(worst < 1.0);   // no false alarm
+      CHECK(worst > 0.01);  // and not a vacuous bound: within 100x of the real deviation
+      REQUIRE(flips > 0);
+      CHECK(flips_seen == flips);
+    }
+}
