@@ -33,17 +33,6 @@ void require_aligned(const char* tensor, const void* ptr, const Strides& s, int 
                     tensor, s.batch, s.head, s.seq, elements));
 }
 
-// `prepared` with the keys of `caller`: what enqueue_pasa_shift rewrote (K, its strides, the
-// shift vectors) goes back, the protection fields stay.
-AttentionParams with_keys_of(AttentionParams prepared, const AttentionParams& caller) {
-  prepared.k = caller.k;
-  prepared.k_batch_stride = caller.k_batch_stride;
-  prepared.k_head_stride = caller.k_head_stride;
-  prepared.k_seq_stride = caller.k_seq_stride;
-  prepared.k_shift = caller.k_shift;
-  return prepared;
-}
-
 class LoadedKernel final : public Kernel {
  public:
   explicit LoadedKernel(std::shared_ptr<const CompiledKernel> compiled)
@@ -84,37 +73,28 @@ class LoadedKernel final : public Kernel {
   }
 
  private:
-  // The protection set-up, PASA's key shift, then the kernel (or the decoupled pipeline).
-  // Caller holds protect_mu_.
-  void enqueue(const Problem& problem, AttentionParams& params, CUstream stream,
+  // PASA's key shift, the protection set-up, then the kernel (or the decoupled pipeline). The
+  // launch reads a copy of the caller's parameters: PASA's points at the shifted keys, so that a
+  // recompute relaunch shifts the caller's keys again, not the shifted ones, and the checksums
+  // are of the keys the kernel reads (K', for PASA's EFTA; V is not shifted). Caller holds
+  // protect_mu_.
+  void enqueue(const Problem& problem, const AttentionParams& params, CUstream stream,
                const ProtectOptions& protect) const {
     const KernelConfig& c = compiled_->config;
-    const bool protected_run = c.protection != Protection::none || protect.inject;
-    // Other precisions: the checksums read the caller's K and V.
-    if (protected_run && shift_ == nullptr)
-      protector_.prepare(prologue_, c, problem, params, stream, protect);
+    AttentionParams run = params;
+    if (shift_ != nullptr) enqueue_pasa_shift(shift_, c, problem, run, pasa_workspace_, stream);
+    if (c.protection != Protection::none || protect.inject)
+      protector_.prepare(prologue_, c, problem, run, stream, protect);
     if (c.protection == Protection::decoupled) {  // three kernels over a global S and P
-      decoupled_.launch(module_, compiled_->symbol, c, problem, params, stream);
+      decoupled_.launch(module_, compiled_->symbol, c, problem, run, stream);
       return;
     }
     // A recompute launch walks its tile list in x; a full one covers every tile.
     const Dim3 grid =
-        params.tile_count > 0
-            ? Dim3{static_cast<unsigned>(params.tile_count), 1, 1}
+        run.tile_count > 0
+            ? Dim3{static_cast<unsigned>(run.tile_count), 1, 1}
             : Dim3{static_cast<unsigned>((problem.seqlen_q + c.block_m - 1) / c.block_m),
                    static_cast<unsigned>(problem.heads_q), static_cast<unsigned>(problem.batch)};
-    // PASA reads shifted keys: a copy of the parameters points at them, so that a recompute
-    // relaunch shifts the caller's keys again, not the shifted ones. Its EFTA checks GEMM I
-    // against checksum rows of the shifted keys K', so the prologue runs after the shift, on the
-    // copy (V is not shifted).
-    AttentionParams run = params;
-    if (shift_ != nullptr) {
-      enqueue_pasa_shift(shift_, c, problem, run, pasa_workspace_, stream);
-      if (protected_run) {
-        protector_.prepare(prologue_, c, problem, run, stream, protect);
-        params = with_keys_of(run, params);  // the caller keeps its log, thresholds and plan
-      }
-    }
     void* args[] = {&run};
     runtime::launch(function_, grid, Dim3{static_cast<unsigned>(32 * c.num_warps), 1, 1},
                     static_cast<unsigned>(c.shared_memory_bytes()), stream, args);

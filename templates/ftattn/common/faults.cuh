@@ -38,6 +38,14 @@ __device__ __forceinline__ void inject_values(const FaultPlanParams& f, int site
   }
 }
 
+// The same for a single value, number `index` of the site's n values of this thread.
+template <class V>
+__device__ __forceinline__ void inject_value_at(const FaultPlanParams& f, int site, int it,
+                                                int index, int n, V& value) {
+  if (plan_hits(f, site) && f.iteration == it && f.element % n == index)
+    value = flip_bit(value, f.bit);
+}
+
 __device__ __forceinline__ bool finite(float x) { return fabsf(x) <= 3.402823466e38f; }
 
 // Counts a detection (and a correction) and keeps the first `capacity` records.

@@ -568,9 +568,8 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
           const u32 x = s[mt][nt][r];
           u32 p1 = pasa::prob<false>(x, zero2, neg_b_hi[r], neg_b_lo[r]);
           if constexpr (T::inject)
-            if (plan_hits(p.fault, fault_site_probs) && p.fault.iteration == it &&
-                p.fault.element % (kMT * kST * 2) == (mt * kST + nt) * 2 + r)
-              p1 = flip_bit(p1, p.fault.bit);
+            inject_value_at(p.fault, fault_site_probs, it, (mt * kST + nt) * 2 + r, kMT * kST * 2,
+                            p1);
           if constexpr (kEfta) {
             const u32 p2 = pasa::prob<true>(x, zero2, neg_b_hi2[r], neg_b_lo2[r]);
             p_alarms |= p1 != p2 ? 1u << (2 * mt + r) : 0u;
@@ -621,15 +620,7 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
                            false, 1.f, 0.f);
     if constexpr (T::inject) {
       inject_values(p.fault, fault_site_output, it, &o[0][0][0], kMT * kOT * 4);
-      if constexpr (n_oc > 0)
-        if (p.fault.element % (n_sc + n_oc) >= n_sc)
-          if (plan_hits(p.fault, fault_site_checksum) && p.fault.iteration == it) {
-            // The element index shifted past the S checksums lands on an O checksum.
-            const int e = (p.fault.element % (n_sc + n_oc)) - n_sc;
-            float* values = &oc[0][0][0];
-            for (int i = 0; i < n_oc; ++i)
-              if (i == e) values[i] = flip_bit(values[i], p.fault.bit);
-          }
+      detail::inject_output_checksums<n_sc, n_oc>(p.fault, it, &oc[0][0][0]);
     }
   };
 

@@ -315,13 +315,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
   // Fault injection (injection builds only): flip the planned bit of value `index` of a class of
   // `n` values this thread holds, as raw bits.
   auto inject = [&](int site, int it, auto* values, int n) {
-    if constexpr (T::inject) {
-      if (plan_hits(p.fault, site) && p.fault.iteration == it) {
-        const int e = p.fault.element % n;
-        for (int i = 0; i < n; ++i)
-          if (i == e) values[i] = flip_bit(values[i], p.fault.bit);
-      }
-    }
+    if constexpr (T::inject) inject_values(p.fault, site, it, values, n);
   };
   auto step = [&](const int n_block, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;

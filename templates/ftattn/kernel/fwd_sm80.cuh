@@ -360,6 +360,22 @@ __device__ __forceinline__ void weighted_score_checksums(float (&sw)[kMT][4], u3
   }
 }
 
+// Injection builds: the checksum site is the concatenation [S checksums, O checksums] (n_sc +
+// n_oc values of this thread); a plan past the S part flips O checksum `values[e - n_sc]`.
+// Shared by the f16/bf16 and PASA skeletons.
+template <int n_sc, int n_oc>
+__device__ __forceinline__ void inject_output_checksums(const FaultPlanParams& f, int it,
+                                                        float* values) {
+  if constexpr (n_oc > 0)
+    if (f.element % (n_sc + n_oc) >= n_sc) {
+      if (plan_hits(f, fault_site_checksum) && f.iteration == it) {
+        const int e = (f.element % (n_sc + n_oc)) - n_sc;
+        for (int i = 0; i < n_oc; ++i)
+          if (i == e) values[i] = flip_bit(values[i], f.bit);
+      }
+    }
+}
+
 // The largest |q|_2 among this thread's rows of the landed Q tile (each lane of a quad sums a
 // quarter of a row): EFTA's S thresholds are relative to it.
 template <class T, int kMT, bool Bf16>
@@ -631,19 +647,10 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
   // Fault injection: flip the planned bit of one of `n` values of a class (injection builds only).
   // One value of a class, by its index among the class's n values of this thread.
   auto inject_at = [&](int site, int it, int index, int n, float& value) {
-    if constexpr (T::inject) {
-      if (plan_hits(p.fault, site) && p.fault.iteration == it && p.fault.element % n == index)
-        value = flip_bit(value, p.fault.bit);
-    }
+    if constexpr (T::inject) inject_value_at(p.fault, site, it, index, n, value);
   };
   auto inject = [&](int site, int it, float* values, int n) {
-    if constexpr (T::inject) {
-      if (plan_hits(p.fault, site) && p.fault.iteration == it) {
-        const int e = p.fault.element % n;
-        for (int i = 0; i < n; ++i)
-          if (i == e) values[i] = flip_bit(values[i], p.fault.bit);
-      }
-    }
+    if constexpr (T::inject) inject_values(p.fault, site, it, values, n);
   };
 
   const int warp_row = warp * kMT * 16;  // first row of this warp within the CTA
@@ -959,16 +966,7 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
                            false, alarm_dev, alarm_tol);
     if constexpr (T::inject) {
       inject(fault_site_output, it, &o[0][0][0], kMT * kOT * 4);
-      if constexpr (n_oc > 0)
-        if (p.fault.element % (n_sc + n_oc) >= n_sc) {
-          // Shift the element index past the S checksums so it lands on an O checksum.
-          if (plan_hits(p.fault, fault_site_checksum) && p.fault.iteration == it) {
-            const int e = (p.fault.element % (n_sc + n_oc)) - n_sc;
-            float* values = &oc[0][0][0];
-            for (int i = 0; i < n_oc; ++i)
-              if (i == e) values[i] = flip_bit(values[i], p.fault.bit);
-          }
-        }
+      detail::inject_output_checksums<n_sc, n_oc>(p.fault, it, &oc[0][0][0]);
     }
   };
 
