@@ -132,12 +132,12 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   // (bench/results/nvidia-h100/efta_tiles.csv). efta_correct takes 128 x 64 too since the output
   // threshold's growth counts 128-key steps: its output site then let 83 of 3,000 flips through
   // silently against 91 at 64 x 128 (before, 132: output_threshold_tiles.csv), and it ran faster
-  // (efta_correct_tiles.csv). Head dim 96 spills 230-300 bytes at 128 x 64 and keeps 64 x 128, 192-256 keep 64 x 64.
-  // Flash-ABFT's one checksum fits the unprotected tiles. f16_pasa keeps its own 128 x 64 tile up
-  // to head dim 128 under EFTA too: for efta_correct it ran 2-4% faster than 64 x 128 without a
-  // mask (even causal) at d64-d128 on an H100, and its scores let 61 of 1,000 flips through
-  // silently against 109 (64-key blocks halve the FP16 noise the score check must allow;
-  // bench/results/nvidia-h100/pasa_efta_correct_tiles.csv, pasa_efta_campaign.csv).
+  // (efta_correct_tiles.csv). Head dim 96 spills 230-300 bytes at 128 x 64 and keeps 64 x 128,
+  // 192-256 keep 64 x 64. Flash-ABFT's one checksum fits the unprotected tiles. f16_pasa keeps its
+  // own 128 x 64 tile up to head dim 128 under EFTA too: for efta_correct it ran 2-4% faster than
+  // 64 x 128 without a mask (even causal) at d64-d128 on an H100, and its scores let 61 of 1,000
+  // flips through silently against 109 (64-key blocks halve the FP16 noise the score check must
+  // allow; bench/results/nvidia-h100/pasa_efta_correct_tiles.csv, pasa_efta_campaign.csv).
   const bool efta =
       c.protection == Protection::efta_detect || c.protection == Protection::efta_correct;
   const bool pasa_tile = c.precision == Precision::f16_pasa && c.head_dim <= 128;

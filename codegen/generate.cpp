@@ -53,21 +53,18 @@ PrecisionPolicy protection_policy(Protection p) {
   throw ConfigError(fmt::format("protection {} has no code generator", to_string(p)));
 }
 
+// The 8-bit skeleton's checksum schemes: int8's exact INT32 digit rows or fp8's f16 rows.
 PrecisionPolicy q8_protection_policy(Precision precision, Protection p) {
-  if (precision == Precision::fp8_e4m3 && p == Protection::flash_abft)
-    return {"ftattn/protect/fp8_checksums.cuh", "ftattn::protect::Fp8Abft"};
-  if (precision == Precision::fp8_e4m3 && p == Protection::efta_detect)
-    return {"ftattn/protect/fp8_checksums.cuh", "ftattn::protect::Fp8Efta<false>"};
-  if (precision == Precision::fp8_e4m3 && p == Protection::efta_correct)
-    return {"ftattn/protect/fp8_checksums.cuh", "ftattn::protect::Fp8Efta<true>"};
-  constexpr const char* header = "ftattn/protect/int8_checksums.cuh";
+  const bool fp8 = precision == Precision::fp8_e4m3;
+  const char* header =
+      fp8 ? "ftattn/protect/fp8_checksums.cuh" : "ftattn/protect/int8_checksums.cuh";
   switch (p) {
     case Protection::flash_abft:
-      return {header, "ftattn::protect::Int8Abft"};
+      return {header, fp8 ? "ftattn::protect::Fp8Abft" : "ftattn::protect::Int8Abft"};
     case Protection::efta_detect:
-      return {header, "ftattn::protect::Int8Efta<false>"};
+      return {header, fp8 ? "ftattn::protect::Fp8Efta<false>" : "ftattn::protect::Int8Efta<false>"};
     case Protection::efta_correct:
-      return {header, "ftattn::protect::Int8Efta<true>"};
+      return {header, fp8 ? "ftattn::protect::Fp8Efta<true>" : "ftattn::protect::Int8Efta<true>"};
     default:
       break;
   }

@@ -103,22 +103,25 @@ void validate(const KernelConfig& c) {
   const bool checksums = c.protection == Protection::flash_abft ||
                          c.protection == Protection::efta_detect ||
                          c.protection == Protection::efta_correct;
-  // int8 has Flash-ABFT and EFTA with exact INT32 digit checksums (protect/int8_checksums.cuh),
-  // fp8 with f16 checksum rows through f16 MMAs (protect/fp8_checksums.cuh).
-  // f16_pasa runs its own skeleton (kernel/fwd_pasa_sm80.cuh): Flash-ABFT's P V checksum fits it
-  // as is; EFTA checks GEMM I with checksum rows of the shifted keys K', the FP16 softmax by a
-  // second evaluation. It has no decoupled baseline (those are f16/bf16 kernels with FP32 S).
-  if (c.precision == Precision::f16_pasa) {
-    if (c.protection == Protection::decoupled) {
-      throw ConfigError(
-          "protection decoupled is not built for precision f16_pasa (its three kernels keep FP32 "
-          "scores of unshifted keys): use protection none, flash_abft, efta_detect or "
-          "efta_correct with f16_pasa, or precision f16/bf16 with protection decoupled");
-    }
+  // int8, fp8 (kernel/fwd_q8_sm80.cuh) and f16_pasa (kernel/fwd_pasa_sm80.cuh) run skeletons of
+  // their own, with every fused scheme: int8 with exact INT32 digit checksums
+  // (protect/int8_checksums.cuh), fp8 with f16 checksum rows through f16 MMAs
+  // (protect/fp8_checksums.cuh), f16_pasa with checksum rows of the shifted keys and a second
+  // evaluation of its FP16 softmax. The LLVM route's prelude has none of their intrinsics, and the
+  // decoupled baseline is three f16/bf16 kernels with FP32 scores.
+  if (c.precision != Precision::f16 && c.precision != Precision::bf16) {
     if (c.backend == Backend::llvm) {
-      throw ConfigError(
-          "precision f16_pasa is built for the NVRTC route only: use backend nvrtc, or precision "
-          "f16/bf16 on the LLVM route");
+      throw ConfigError(fmt::format(
+          "precision {} is built for the NVRTC route only: use backend nvrtc, or precision "
+          "f16/bf16 on the LLVM route",
+          to_string(c.precision)));
+    }
+    if (c.protection == Protection::decoupled) {
+      throw ConfigError(fmt::format(
+          "protection decoupled is not built for precision {} (no decoupled baseline: its three "
+          "kernels are f16/bf16 ones): use protection none, flash_abft, efta_detect or "
+          "efta_correct with {}, or precision f16/bf16 with protection decoupled",
+          to_string(c.precision), to_string(c.precision)));
     }
   }
 
@@ -133,19 +136,6 @@ void validate(const KernelConfig& c) {
       throw ConfigError(fmt::format(
           "mask {} is not built for precision {} yet: use none or causal, or precision f16/bf16",
           to_string(c.mask), to_string(c.precision)));
-    }
-    if (c.backend == Backend::llvm) {
-      throw ConfigError(fmt::format(
-          "precision {} is built for the NVRTC route only (the LLVM route's prelude lacks the "
-          "8-bit skeleton's intrinsics): use backend nvrtc, or precision f16/bf16 on the LLVM "
-          "route",
-          to_string(c.precision)));
-    }
-    if (c.protection == Protection::decoupled) {
-      throw ConfigError(fmt::format(
-          "precision {} has no decoupled baseline (three separate 8-bit kernels): use a fused "
-          "scheme (flash_abft, efta_detect, efta_correct with int8), or precision f16/bf16",
-          to_string(c.precision)));
     }
     if (c.fault_injection && !checksums) {
       throw ConfigError(fmt::format(

@@ -52,7 +52,7 @@ class QuantizedKernel final : public Kernel {
     const codegen::Q8ChecksumRows rows =
         codegen::q8_checksum_rows(compiled_->config.precision, compiled_->config.protection);
     if (rows.v > 0 || rows.v16 > 0)
-      digits_ = module_.function(codegen::q8_v_rows_symbol(compiled_->symbol));
+      v_rows_ = module_.function(codegen::q8_v_rows_symbol(compiled_->symbol));
     if (rows.k > 0 || rows.k16 > 0)
       k_rows_ = module_.function(codegen::q8_k_rows_symbol(compiled_->symbol));
   }
@@ -205,18 +205,18 @@ class QuantizedKernel final : public Kernel {
           q8_k_rows_offset(problem.batch, problem.heads_kv, rows.v_bytes(layout.keys_padded)));
       const size_t bytes =
           k_offset + size_t(problem.batch) * problem.heads_kv * n_blocks * rows.k_bytes(c.head_dim);
-      if (digits_buffer_.bytes() < bytes) digits_buffer_ = DeviceBuffer(bytes);
-      char* base = static_cast<char*>(digits_buffer_.data());
+      if (checksum_rows_.bytes() < bytes) checksum_rows_ = DeviceBuffer(bytes);
+      char* base = static_cast<char*>(checksum_rows_.data());
       Q8ChecksumParams dp{p.v, base, layout.keys_padded, problem.seqlen_k, p.k, base + k_offset};
       void* dargs[] = {&dp};
       const unsigned hk = static_cast<unsigned>(problem.heads_kv);
       const unsigned b = static_cast<unsigned>(problem.batch);
-      runtime::launch(digits_, Dim3{blocks(layout.keys_padded, 128), hk, b}, Dim3{128, 1, 1}, 0,
+      runtime::launch(v_rows_, Dim3{blocks(layout.keys_padded, 128), hk, b}, Dim3{128, 1, 1}, 0,
                       stream, dargs);
       if (k_rows_ != nullptr)
         runtime::launch(k_rows_, Dim3{static_cast<unsigned>(n_blocks), hk, b}, Dim3{128, 1, 1}, 0,
                         stream, dargs);
-      p.checksums = digits_buffer_.data();
+      p.checksums = checksum_rows_.data();
     }
     const Dim3 grid = p.tile_count > 0 ? Dim3{static_cast<unsigned>(p.tile_count), 1, 1}
                                        : Dim3{blocks(problem.seqlen_q, c.block_m),
@@ -230,13 +230,13 @@ class QuantizedKernel final : public Kernel {
   std::shared_ptr<const CompiledKernel> compiled_;
   Module module_;
   CUfunction attention_ = nullptr;
-  CUfunction digits_ = nullptr;  // int8 checksum schemes: V^T's checksum rows
-  CUfunction k_rows_ = nullptr;  // int8 EFTA: every K block's checksum rows
+  CUfunction v_rows_ = nullptr;  // 8-bit checksum schemes: V^T's checksum rows
+  CUfunction k_rows_ = nullptr;  // 8-bit EFTA: every K block's checksum rows
   mutable std::mutex workspace_mu_;
-  mutable std::mutex protect_mu_;  // the fault log and digit rows of launch_quantized
+  mutable std::mutex protect_mu_;  // the fault log and checksum rows of launch_quantized
   mutable ProtectedLauncher protector_;
-  mutable DeviceBuffer digits_buffer_;
-  mutable DeviceBuffer workspace_;  // Kernel::launch's quantised operands
+  mutable DeviceBuffer checksum_rows_;  // V^T's, then (EFTA) every K block's
+  mutable DeviceBuffer workspace_;      // Kernel::launch's quantised operands
 };
 
 const QuantizedKernel& as_quantized(const Kernel& kernel) {
