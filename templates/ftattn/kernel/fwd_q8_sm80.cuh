@@ -149,6 +149,16 @@ template <bool B>
 struct Masked {  // step()'s compile-time flag: does this key block need the mask?
   static constexpr bool value = B;
 };
+// fp8's f16 checksum rows as B operands of one m16n8k16 step: N groups of 8 rows, `stride`
+// bytes from row to row, this lane's 4 values of its row at column `col` (`row` holds the lane's
+// row and its 8 * quad_t byte offset); the A operand is half of an m16n8k32 fragment
+// (protect::e4m3_half_to_f16).
+template <int N>
+__device__ __forceinline__ void f16_row_operands(u32 row, int stride, int col, u32 (&b)[N][2]) {
+#pragma unroll
+  for (int t = 0; t < N; ++t) sm80::ld_shared_u64(row + 8 * t * stride + col * 2, b[t]);
+}
+
 }  // namespace q8
 
 template <class T>
@@ -386,9 +396,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           u32 b[3][2];
-#pragma unroll
-          for (int t = 0; t < 3; ++t)
-            sm80::ld_shared_u64(row + 8 * t * T::k16_stride + (ks * 32 + h * 16) * 2, b[t]);
+          q8::f16_row_operands(row, T::k16_stride, ks * 32 + h * 16, b);
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt) {
             u32 q16[4];
@@ -457,9 +465,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
               u32 b[2][2];  // the weighted sums' hi and lo rows
-#pragma unroll
-              for (int t = 0; t < 2; ++t)
-                sm80::ld_shared_u64(row + 8 * t * T::k16_stride + (ks * 32 + h * 16) * 2, b[t]);
+              q8::f16_row_operands(row, T::k16_stride, ks * 32 + h * 16, b);
 #pragma unroll
               for (int mt = 0; mt < kMT; ++mt) {
                 u32 q16[4];
@@ -788,9 +794,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           u32 b[kV16][2];
-#pragma unroll
-          for (int v = 0; v < kV16; ++v)
-            sm80::ld_shared_u64(sVh + 8 * v * T::v16_stride + (kc * 32 + h * 16) * 2, b[v]);
+          q8::f16_row_operands(sVh, T::v16_stride, kc * 32 + h * 16, b);
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt) {
             u32 a[4];
