@@ -159,6 +159,63 @@ __device__ __forceinline__ void f16_row_operands(u32 row, int stride, int col, u
   for (int t = 0; t < N; ++t) sm80::ld_shared_u64(row + 8 * t * stride + col * 2, b[t]);
 }
 
+// The epilogue: O * s_V[channel] / l as f16 or bf16, staged in shared memory at sQ (every warp's
+// rows, T::o_stride bytes apart), written in 16-byte rows; LSE = max + log2(l) - p_log2_range,
+// in natural-log units. Shared by the sm80 and sm90 8-bit skeletons (accumulators in the m16n8
+// layout: kMT tiles of 16 rows from warp_row).
+template <class T, int kMT, int kOT>
+__device__ __forceinline__ void store_output(const AttentionParams& p,
+                                             const float (&o)[kMT][kOT][4],
+                                             const float (&row_sum)[kMT][2],
+                                             const float (&row_max)[kMT][2], u32 sQ, int row0,
+                                             int warp_row, int lane, int batch, int head,
+                                             int head_kv) {
+  using P = typename T::Precision;
+  const float* v_scale = p.v_scale + static_cast<i64>(batch * p.heads_kv + head_kv) * T::head_dim;
+  float vs[kOT][2];
+#pragma unroll
+  for (int nt = 0; nt < kOT; ++nt)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) vs[nt][c] = v_scale[nt * 8 + (lane % 4) * 2 + c];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float l = quad_sum(row_sum[mt][r]);
+      const float inv = l > 0.f ? 1.f / l : 0.f;  // rows that see no key give 0
+      const int tile_row = warp_row + mt * 16 + lane / 4 + r * 8;
+      const u32 dst = sQ + tile_row * T::o_stride + (lane % 4) * 4;
+#pragma unroll
+      for (int nt = 0; nt < kOT; ++nt) {
+        const float lo = o[mt][nt][2 * r] * inv * vs[nt][0];
+        const float hi = o[mt][nt][2 * r + 1] * inv * vs[nt][1];
+        sm80::st_shared_u32(dst + nt * 16, p.o_is_bf16 ? precision::BF16::pack(lo, hi)
+                                                       : precision::F16::pack(lo, hi));
+      }
+      const int row = row0 + tile_row;
+      if (p.lse != nullptr && lane % 4 == 0 && row < p.seqlen_q) {
+        const float lse =
+            l > 0.f ? (row_max[mt][r] + fast_log2(l) - P::p_log2_range) * 0.6931471805599453f
+                    : neg_inf();
+        p.lse[(static_cast<i64>(batch) * p.heads_q + head) * p.seqlen_q + row] = lse;
+      }
+    }
+  __syncwarp();
+  u16* out = static_cast<u16*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
+  constexpr int chunks_per_row = T::head_dim / 8;
+  constexpr int warp_chunks = kMT * 16 * chunks_per_row;
+#pragma unroll
+  for (int c = lane; c < warp_chunks; c += 32) {
+    const int tile_row = warp_row + c / chunks_per_row;
+    const int col = (c % chunks_per_row) * 8;
+    const int row = row0 + tile_row;
+    if (row < p.seqlen_q) {
+      const uint4_ v = sm80::ld_shared_u128(sQ + tile_row * T::o_stride + col * 2);
+      *reinterpret_cast<uint4_*>(out + row * p.o_seq_stride + col) = v;
+    }
+  }
+}
+
 }  // namespace q8
 
 template <class T>
@@ -1056,51 +1113,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
       }
   }
 
-  // Epilogue: O * s_V[channel] / l as f16 or bf16, staged in shared memory, written in 16-byte
-  // rows. LSE = max + log2(l) - p_log2_range, in natural-log units.
-  const float* v_scale = p.v_scale + static_cast<i64>(batch * p.heads_kv + head_kv) * T::head_dim;
-  float vs[kOT][2];
-#pragma unroll
-  for (int nt = 0; nt < kOT; ++nt)
-#pragma unroll
-    for (int c = 0; c < 2; ++c) vs[nt][c] = v_scale[nt * 8 + (lane % 4) * 2 + c];
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float l = quad_sum(row_sum[mt][r]);
-      const float inv = l > 0.f ? 1.f / l : 0.f;  // rows that see no key give 0
-      const int tile_row = warp_row + mt * 16 + lane / 4 + r * 8;
-      const u32 dst = sQ + tile_row * T::o_stride + (lane % 4) * 4;
-#pragma unroll
-      for (int nt = 0; nt < kOT; ++nt) {
-        const float lo = o[mt][nt][2 * r] * inv * vs[nt][0];
-        const float hi = o[mt][nt][2 * r + 1] * inv * vs[nt][1];
-        sm80::st_shared_u32(dst + nt * 16, p.o_is_bf16 ? precision::BF16::pack(lo, hi)
-                                                       : precision::F16::pack(lo, hi));
-      }
-      const int row = row0 + tile_row;
-      if (p.lse != nullptr && lane % 4 == 0 && row < p.seqlen_q) {
-        const float lse =
-            l > 0.f ? (row_max[mt][r] + fast_log2(l) - P::p_log2_range) * 0.6931471805599453f
-                    : neg_inf();
-        p.lse[(static_cast<i64>(batch) * p.heads_q + head) * p.seqlen_q + row] = lse;
-      }
-    }
-  __syncwarp();
-  u16* out = static_cast<u16*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
-  constexpr int chunks_per_row = T::head_dim / 8;
-  constexpr int warp_chunks = kMT * 16 * chunks_per_row;
-#pragma unroll
-  for (int c = lane; c < warp_chunks; c += 32) {
-    const int tile_row = warp_row + c / chunks_per_row;
-    const int col = (c % chunks_per_row) * 8;
-    const int row = row0 + tile_row;
-    if (row < p.seqlen_q) {
-      const uint4_ v = sm80::ld_shared_u128(sQ + tile_row * T::o_stride + col * 2);
-      *reinterpret_cast<uint4_*>(out + row * p.o_seq_stride + col) = v;
-    }
-  }
+  q8::store_output<T>(p, o, row_sum, row_max, sQ, row0, warp_row, lane, batch, head, head_kv);
 }
 
 }  // namespace ftattn
