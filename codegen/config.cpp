@@ -321,6 +321,13 @@ int max_shared_memory_bytes(Arch arch) {
   throw ConfigError(fmt::format("no shared memory limit recorded for {}", arch.to_string()));
 }
 
+bool uses_wgmma(const KernelConfig& c) {
+  return c.precision == Precision::fp8_e4m3 && c.arch.sm == 90 && c.arch.arch_specific &&
+         c.protection == Protection::none && c.backend == Backend::nvrtc && !c.fault_injection &&
+         (c.head_dim == 64 || c.head_dim == 128) && (c.block_n == 64 || c.block_n == 128) &&
+         c.num_warps % 4 == 0 && c.block_m == 16 * c.num_warps && c.num_stages >= 2;
+}
+
 bool KernelConfig::is_complete() const {
   return head_dim > 0 && block_m > 0 && block_n > 0 && num_warps > 0 && num_stages > 0 &&
          !arch.is_auto();
@@ -501,6 +508,16 @@ int KernelConfig::shared_memory_bytes() const {
         "shared_memory_bytes needs head_dim, block_m, block_n and num_stages set (got d{} m{} "
         "n{} s{}): resolve the config first",
         head_dim, block_m, block_n, num_stages));
+  }
+  if (uses_wgmma(*this)) {
+    // Q8WgmmaTraits (kernel/fwd_q8_sm90.cuh): swizzled Q, K (+ a float per key) and V^T tiles
+    // at 1024-byte boundaries, and 1024 bytes to align the dynamic base.
+    auto align = [](int64_t b) { return (b + 1023) / 1024 * 1024; };
+    const int64_t stage =
+        align(int64_t{block_n} * head_dim + 4 * block_n) + align(int64_t{head_dim} * block_n);
+    const int64_t loop = align(int64_t{block_m} * head_dim) + num_stages * stage;
+    const int64_t out = int64_t{block_m} * (2 * head_dim + 16);
+    return static_cast<int>(std::min<int64_t>(std::max(loop, out) + 1024, INT_MAX));
   }
   if (element_bytes(precision) == 1) {
     // The 8-bit skeleton (Q8Traits in kernel/fwd_q8_sm80.cuh; the generated unit asserts that the

@@ -1,5 +1,6 @@
 // int8 and fp8_e4m3: validation rules, defaults, the generated unit, and that NVRTC compiles
 // every head dim for sm_80 (int8), sm_89 and sm_90a with the 8-bit MMAs and without spills.
+#include <array>
 #include <catch2/catch.hpp>
 
 #include "ftattn/codegen.hpp"
@@ -132,9 +133,12 @@ TEST_CASE("fp8 with flash_abft: f16 checksum rows in V^T, two f16 MMAs per 32 ke
           "[codegen][nvrtc][q8][protect]") {
   const std::string hmma = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32";
   for (int d : {64, 128, 256}) {
-    KernelConfig plain = default_config(d, Precision::fp8_e4m3, Mask::none, kSm90a);
-    KernelConfig abft = plain;
-    abft.protection = Protection::flash_abft;
+    // The same tile without protection (on sm_90a its own default is the wgmma skeleton's).
+    const KernelConfig abft =
+        default_config(d, Precision::fp8_e4m3, Mask::none, kSm90a, Protection::flash_abft);
+    KernelConfig plain = abft;
+    plain.protection = Protection::none;
+    REQUIRE_FALSE(uses_wgmma(plain));
     INFO(abft.name());
     // 8 rows of block_n f16 values (+ 16 bytes of padding) per stage; at head dim 256 the
     // epilogue's O rows are the larger use of the same memory.
@@ -266,6 +270,7 @@ TEST_CASE("NVRTC compiles every 8-bit config with 8-bit MMAs and no spills",
         INFO(c.name());
         const codegen::KernelSource src = codegen::generate(c);
         const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
+        if (uses_wgmma(c)) continue;  // the wgmma skeleton's own case below
         const std::string mma = t.p == Precision::int8
                                     ? "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"
                                     : "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32";
@@ -289,4 +294,72 @@ TEST_CASE("NVRTC compiles every 8-bit config with 8-bit MMAs and no spills",
           CHECK(q.spill_stores == 0);
         }
       }
+}
+
+TEST_CASE("fp8 on sm_90a: the wgmma skeleton, when it applies, and what it compiles to",
+          "[codegen][nvrtc][q8]") {
+  using test::tile_config;
+  const Arch kSm90{90, false};
+  // Its defaults at head dims 64 and 128, unprotected: one warpgroup, 128-key blocks, two stages.
+  for (int d : {64, 128}) {
+    const KernelConfig c = default_config(d, Precision::fp8_e4m3, Mask::causal, kSm90a);
+    INFO(c.name());
+    CHECK(uses_wgmma(c));
+    CHECK((c.block_m == 64 && c.block_n == 128 && c.num_warps == 4 && c.num_stages == 2));
+  }
+  // Everything else keeps the mma.sync skeleton: another arch (sm_90 without "a" cannot run
+  // wgmma), protection, head dim, one stage, or more than 16 rows per warp.
+  const KernelConfig wg = tile_config(128, 128, 128, 8, 2, kSm90a, Precision::fp8_e4m3);
+  CHECK(uses_wgmma(wg));
+  auto with = [&](auto&& change) {
+    KernelConfig c = wg;
+    change(c);
+    return uses_wgmma(c);
+  };
+  CHECK_FALSE(with([&](KernelConfig& c) { c.arch = kSm90; }));
+  CHECK_FALSE(with([&](KernelConfig& c) { c.arch = kSm89; }));
+  CHECK_FALSE(with([](KernelConfig& c) { c.precision = Precision::int8; }));
+  CHECK_FALSE(with([](KernelConfig& c) { c.protection = Protection::flash_abft; }));
+  CHECK_FALSE(with([](KernelConfig& c) { c.head_dim = 256; }));
+  CHECK_FALSE(with([](KernelConfig& c) { c.block_n = 32; }));
+  CHECK_FALSE(with([](KernelConfig& c) { c.num_stages = 1; }));
+  CHECK_FALSE(with([](KernelConfig& c) { c.num_warps = 4; }));  // 32 rows per warp
+  CHECK(default_config(256, Precision::fp8_e4m3, Mask::none, kSm90a).num_warps == 8);
+
+  for (auto [d, m, n, w] : {std::array{128, 64, 128, 4}, std::array{64, 128, 64, 8}}) {
+    const KernelConfig c = tile_config(d, m, n, w, 2, kSm90a, Precision::fp8_e4m3, Mask::causal);
+    INFO(c.name());
+    REQUIRE(uses_wgmma(c));
+    // Swizzled tiles at 1024-byte boundaries: Q, then per stage K with a float per key and V^T,
+    // and 1024 bytes to align the base.
+    auto align = [](int b) { return (b + 1023) / 1024 * 1024; };
+    CHECK(c.shared_memory_bytes() ==
+          align(m * d) + 2 * (align(n * d + 4 * n) + align(d * n)) + 1024);
+    const codegen::KernelSource src = codegen::generate(c);
+    CHECK(src.text.find("ftattn/kernel/fwd_q8_sm90.cuh") != std::string::npos);
+    CHECK(src.text.find("ftattn::Q8WgmmaTraits<") != std::string::npos);
+    CHECK(src.text.find("static_assert(Traits::smem_bytes == " +
+                        std::to_string(c.shared_memory_bytes())) != std::string::npos);
+    const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
+    // Per key block and copy of the loop body (masked and not): GEMM I in head_dim / 32 steps of
+    // N = block_n, GEMM II in block_n / 32 steps of N = head_dim, A from registers.
+    const std::string gemm1 =
+        "wgmma.mma_async.sync.aligned.m64n" + std::to_string(n) + "k32.f32.e4m3.e4m3";
+    const std::string gemm2 =
+        "wgmma.mma_async.sync.aligned.m64n" + std::to_string(d) + "k32.f32.e4m3.e4m3";
+    const int copies = count(out.ptx, "wgmma.commit_group") / 2;
+    CHECK(copies == 2);
+    if (n == d) {
+      CHECK(count(out.ptx, gemm1) == copies * (d / 32 + n / 32));
+    } else {
+      CHECK(count(out.ptx, gemm1) == copies * (d / 32));
+      CHECK(count(out.ptx, gemm2) == copies * (n / 32));
+    }
+    CHECK(count(out.ptx, "mma.sync") == 0);
+    CHECK(out.ptx.find("fence.proxy.async.shared::cta") != std::string::npos);
+    const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
+    CHECK(r.spill_stores == 0);
+    // One warpgroup: capped for three CTAs per SM (65536 registers / 384 threads).
+    if (w == 4) CHECK(r.registers <= 168);
+  }
 }

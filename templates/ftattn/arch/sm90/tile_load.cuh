@@ -1,0 +1,34 @@
+// Global -> shared copies of K-major tiles in the wgmma swizzle (cp.async, 16-byte chunks).
+#pragma once
+
+#include "ftattn/arch/sm80/cp_async.cuh"
+#include "ftattn/arch/sm90/wgmma.cuh"
+#include "ftattn/common/types.cuh"
+
+namespace ftattn::sm90 {
+
+// Copies `Rows` rows of `RowBytes` bytes from `gmem` (rows `gmem_stride` bytes apart) into the
+// swizzled tile at `smem` (1024-byte aligned) with `Threads` threads. A chunk whose row is at or
+// past `valid_rows`, or whose first byte is at or past `valid_bytes`, is zero-filled, not read.
+// Issues copies only; the caller commits the group.
+template <int Threads, int Rows, int RowBytes>
+__device__ __forceinline__ void load_rows_swizzled(u32 smem, const void* gmem, i64 gmem_stride,
+                                                   int valid_rows, int valid_bytes) {
+  constexpr int cpr = RowBytes / 16;
+  static_assert(Threads % cpr == 0 && (Rows * cpr) % Threads == 0, "whole passes of the tile");
+  // Each thread keeps one chunk column and walks down the rows with one running pointer.
+  constexpr int rows_per_pass = Threads / cpr;
+  const int r0 = threadIdx.x / cpr;
+  const int chunk = threadIdx.x % cpr;
+  const char* base = static_cast<const char*>(gmem);
+  const char* src = base + r0 * gmem_stride + chunk * 16;
+  const bool col_valid = chunk * 16 < valid_bytes;
+#pragma unroll
+  for (int i = 0; i < Rows / rows_per_pass; ++i, src += rows_per_pass * gmem_stride) {
+    const int r = r0 + i * rows_per_pass;
+    const bool valid = col_valid && r < valid_rows;
+    sm80::cp_async_16(smem + swizzled_offset<RowBytes>(r, chunk), valid ? src : base, valid);
+  }
+}
+
+}  // namespace ftattn::sm90

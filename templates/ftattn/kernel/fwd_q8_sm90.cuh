@@ -1,0 +1,259 @@
+// Forward skeleton for fp8_e4m3 on Hopper (sm_90a), unprotected: the 8-bit skeleton's loop
+// (kernel/fwd_q8_sm80.cuh) with warpgroup MMAs. On sm_90 ptxas emulates mma.sync e4m3 with f16
+// MMAs, so only wgmma reaches Hopper's FP8 rate.
+//
+// Each warpgroup (4 warps) owns 64 query rows. GEMM I, S = Q K^T, reads Q and K from shared
+// memory; GEMM II, O += P V, takes P from registers and V^T from shared memory. wgmma needs
+// 8-bit operands K-major: Q and K rows are head_dim bytes of a token, V^T rows block_n keys of a
+// channel (the quantisation kernels already write V transposed, keys permuted within groups of
+// 16 so that the S accumulators are P's A fragments as they stand; the wgmma A fragment is the
+// m16n8k32 one per warp). Tiles are stored in the wgmma swizzle of their row width (64 or 128
+// bytes). K and V arrive through a num_stages-deep cp.async pipeline, one group per key block.
+#pragma once
+
+#include "ftattn/arch/sm80/cp_async.cuh"
+#include "ftattn/arch/sm80/tile_load.cuh"
+#include "ftattn/arch/sm90/tile_load.cuh"
+#include "ftattn/arch/sm90/wgmma.cuh"
+#include "ftattn/common/math.cuh"
+#include "ftattn/common/types.cuh"
+#include "ftattn/kernel/fwd_common.cuh"
+#include "ftattn/kernel/fwd_q8_sm80.cuh"
+#include "ftattn/params.cuh"
+#include "ftattn/protect/none.cuh"
+
+namespace ftattn {
+
+template <int HeadDim, int BlockM, int BlockN, int NumWarps, int NumStages, class PrecisionT,
+          bool Causal>
+struct Q8WgmmaTraits {
+  static constexpr int head_dim = HeadDim;
+  static constexpr int block_m = BlockM;
+  static constexpr int block_n = BlockN;
+  static constexpr int num_warps = NumWarps;
+  static constexpr int num_stages = NumStages;
+  static constexpr bool causal = Causal;
+  static constexpr bool inject = false;
+  using Precision = PrecisionT;
+  using Protect = protect::None;
+
+  static constexpr int threads = NumWarps * 32;
+  static constexpr int s_tiles = BlockN / 8;
+  static constexpr int o_tiles = HeadDim / 8;
+
+  // Shared memory in bytes: swizzled tiles start at 1024-byte boundaries (the swizzle pattern's
+  // period), and the dynamic base is aligned up at run time (1024 bytes of slack).
+  static constexpr int align(int bytes) { return (bytes + 1023) / 1024 * 1024; }
+  static constexpr int q_bytes = align(BlockM * HeadDim);
+  static constexpr int k_scale_offset = BlockN * HeadDim;  // a float per key after the K tile
+  static constexpr int k_stage_bytes = align(k_scale_offset + BlockN * 4);
+  static constexpr int v_stage_bytes = align(HeadDim * BlockN);
+  static constexpr int o_stride = HeadDim * 2 + 16;  // the epilogue stages 16-bit O rows
+  static constexpr int loop_bytes = q_bytes + NumStages * (k_stage_bytes + v_stage_bytes);
+  static constexpr int smem_bytes =
+      (loop_bytes > BlockM * o_stride ? loop_bytes : BlockM * o_stride) + 1024;
+
+  // One warpgroup per CTA: ask ptxas for three CTAs per SM (168 registers at head_dim 128, no
+  // spills) where their shared memory fits an SM's 228 KB, 1 KB of it reserved per CTA (H100:
+  // 1-2% faster than two CTAs with 198 registers; with three stages, which fit two CTAs only, the
+  // cap cost 4-8%, bench/results/nvidia-h100/fp8_min_ctas_ab.csv).
+  static constexpr int min_ctas = NumWarps == 4 && 3 * (smem_bytes + 1024) <= 228 * 1024 ? 3 : 1;
+
+  static_assert(HeadDim == 64 || HeadDim == 128, "wgmma tiles: 64- or 128-byte Q and K rows");
+  static_assert(BlockN == 64 || BlockN == 128, "wgmma tiles: 64- or 128-byte V^T rows");
+  static_assert(NumWarps % 4 == 0 && BlockM == 16 * NumWarps, "64 rows per warpgroup");
+  static_assert(NumStages >= 2, "the wgmma skeleton prefetches at least one block");
+};
+
+template <class T>
+__device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) {
+  using P = typename T::Precision;
+  constexpr int kST = T::s_tiles;
+  constexpr int kOT = T::o_tiles;
+  constexpr int kStages = T::num_stages;
+  constexpr bool kOneGroup = T::num_warps == 4;  // one warpgroup per CTA
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const u32 sQ = (sm80::smem_addr(smem_raw) + 1023u) & ~1023u;
+  const u32 sK = sQ + T::q_bytes;
+  const u32 sV = sK + kStages * T::k_stage_bytes;
+
+  int m_block, head, batch;
+  detail::tile_coords<T>(p, m_block, head, batch);
+  const int head_kv = head / p.group_size;
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int quad_t = lane % 4;
+  const int warp_row = warp * 16;         // this warp's 16 rows of the CTA's tile
+  const int group_row = (warp / 4) * 64;  // its warpgroup's 64 rows
+
+  const int row0 = m_block * T::block_m;
+  const int diag = p.seqlen_k - p.seqlen_q;  // bottom-right causal alignment
+  int n_blocks = (p.seqlen_k + T::block_n - 1) / T::block_n;
+  if (T::causal) {
+    const int last_key = row0 + T::block_m - 1 + diag;
+    n_blocks = last_key < 0 ? 0 : min(n_blocks, last_key / T::block_n + 1);
+  }
+
+  // Strides in bytes; v_seq_stride is the padded key count of a V^T row and of the key scales.
+  const char* q = static_cast<const char*>(p.q) + batch * p.q_batch_stride +
+                  head * p.q_head_stride + row0 * p.q_seq_stride;
+  const char* k =
+      static_cast<const char*>(p.k) + batch * p.k_batch_stride + head_kv * p.k_head_stride;
+  const char* vt =
+      static_cast<const char*>(p.v) + batch * p.v_batch_stride + head_kv * p.v_head_stride;
+  const int keys_padded = static_cast<int>(p.v_seq_stride);
+  const float* k_scale = p.k_scale + static_cast<i64>(batch * p.heads_kv + head_kv) * keys_padded;
+
+  // One cp.async group per key block: K rows, their scales, V^T rows.
+  auto load_kv = [&](int stage, int n_block) {
+    const int key0 = n_block * T::block_n;
+    const u32 dk = sK + stage * T::k_stage_bytes;
+    sm90::load_rows_swizzled<T::threads, T::block_n, T::head_dim>(
+        dk, k + key0 * p.k_seq_stride, p.k_seq_stride, p.seqlen_k - key0, T::head_dim);
+    sm80::load_rows<T::threads, 1, T::block_n * 4, 0>(dk + T::k_scale_offset, k_scale + key0, 0, 1,
+                                                      (keys_padded - key0) * 4);
+    sm90::load_rows_swizzled<T::threads, T::head_dim, T::block_n>(
+        sV + stage * T::v_stage_bytes, vt + key0, p.v_seq_stride, T::head_dim, keys_padded - key0);
+    sm80::cp_async_commit();
+  };
+
+  sm90::load_rows_swizzled<T::threads, T::block_m, T::head_dim>(sQ, q, p.q_seq_stride,
+                                                                p.seqlen_q - row0, T::head_dim);
+  sm80::cp_async_commit();
+  int ahead = 0;  // next block to prefetch
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (ahead < n_blocks)
+      load_kv(s, ahead++);
+    else
+      sm80::cp_async_commit();  // empty groups keep the wait counts uniform
+  }
+
+  // Per-row dequantisation s_Q * softmax scale * log2(e), applied after the row max (as in the
+  // sm80 skeleton); a tiny positive floor keeps masked -inf * scale from becoming NaN.
+  float q_scale[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + warp_row + lane / 4 + r * 8;
+    const float qs =
+        row < p.seqlen_q
+            ? p.q_scale[static_cast<i64>(batch * p.heads_q + head) * p.seqlen_q + row] *
+                  p.scale_log2
+            : 0.f;
+    q_scale[r] = fmaxf(qs, 1e-30f);
+  }
+
+  float o[1][kOT][4];
+  float row_max[1][2];  // base-2 logits
+  float row_sum[1][2];  // this thread's share, in units of 2^p_log2_range
+  detail::clear_accumulators(o, row_max, row_sum);
+
+  auto step = [&](const int it, const int n_block, auto masked) {
+    constexpr bool kMasked = decltype(masked)::value;
+    const int stage = it % kStages;
+    // This block's group has landed (later ones may still fly); the fence hands the cp.async
+    // writes to the tensor cores' proxy.
+    sm80::cp_async_wait<kStages - 2>();
+    sm90::fence_async_shared();
+    __syncthreads();
+    // The block num_stages - 1 ahead goes into the previous block's stage, once every GEMM II
+    // that reads it is done: with several warpgroups, past the barrier (each waits for its GEMM
+    // II before it); with one, after GEMM I's wait, so that its GEMM II runs on through the
+    // barrier and GEMM I's issue.
+    auto prefetch = [&] {
+      if (ahead < n_blocks)
+        load_kv((it + kStages - 1) % kStages, ahead++);
+      else
+        sm80::cp_async_commit();
+    };
+    if constexpr (!kOneGroup) prefetch();
+
+    // GEMM I: this warpgroup's 64 rows of S = Q K^T, FP32.
+    const u32 sKs = sK + stage * T::k_stage_bytes;
+    float s[kST][4];
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < T::head_dim / 32; ++ks)
+      sm90::wgmma_e4m3_ss(reinterpret_cast<float(&)[kST * 4]>(s),
+                          sm90::descriptor<T::head_dim>(sQ + group_row * T::head_dim + ks * 32),
+                          sm90::descriptor<T::head_dim>(sKs + ks * 32), ks > 0);
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();  // GEMM I, and the previous GEMM II (O is rescaled below)
+    if constexpr (kOneGroup) prefetch();
+
+    // Dequantise by key (the row's factor follows in the exp's FMA), then mask.
+    const u32 sKscale = sKs + T::k_scale_offset;
+#pragma unroll
+    for (int nt = 0; nt < kST; ++nt) {
+      float ks2[2];
+      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
+                   : "=f"(ks2[0]), "=f"(ks2[1])
+                   : "r"(sKscale + (nt * 8 + quad_t * 2) * 4));
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[nt][i] = s[nt][i] * ks2[i % 2];
+    }
+    if (kMasked) {
+      detail::for_each_masked<1, kST, T::causal>(row0 + warp_row, n_block * T::block_n, lane,
+                                                 p.seqlen_k, diag,
+                                                 [&](int, int nt, int i) { s[nt][i] = neg_inf(); });
+    }
+
+    // Online softmax: the max is rounded up, so t = x s_Q - max <= 0; P = 2^(t + p_log2_range)
+    // lands in GEMM II's A fragments, one register per 4 keys of a row.
+    u32 pa[kST / 4][4];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = neg_inf();
+#pragma unroll
+      for (int nt = 0; nt < kST; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      mx = fmaxf(row_max[0][r], __fmul_ru(quad_max(mx), q_scale[r]));
+      const float shift = mx == neg_inf() ? 0.f : mx;  // fully masked so far: P stays 0
+      const float rescale = fast_exp2(row_max[0][r] - shift);
+      row_max[0][r] = mx;
+      const float qs = q_scale[r], offset = P::p_offset(shift);
+      typename P::PSum sum = 0;
+#pragma unroll
+      for (int kc = 0; kc < kST / 4; ++kc)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // keys 0-15, then 16-31 of the chunk
+          const float(&t0)[4] = s[4 * kc + 2 * h];
+          const float(&t1)[4] = s[4 * kc + 2 * h + 1];
+          pa[kc][2 * h + r] =
+              P::p_word(fmaf(t0[2 * r], qs, offset), fmaf(t0[2 * r + 1], qs, offset),
+                        fmaf(t1[2 * r], qs, offset), fmaf(t1[2 * r + 1], qs, offset), sum);
+        }
+      row_sum[0][r] = row_sum[0][r] * rescale + P::p_sum(sum);
+#pragma unroll
+      for (int nt = 0; nt < kOT; ++nt) {
+        o[0][nt][2 * r] *= rescale;
+        o[0][nt][2 * r + 1] *= rescale;
+      }
+    }
+
+    // GEMM II: O += P V^T-as-B, P from registers.
+    const u32 sVs = sV + stage * T::v_stage_bytes;
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kc = 0; kc < kST / 4; ++kc)
+      sm90::wgmma_e4m3_rs(reinterpret_cast<float(&)[kOT * 4]>(o[0]), pa[kc],
+                          sm90::descriptor<T::block_n>(sVs + kc * 32));
+    sm90::wgmma_commit();
+    if constexpr (!kOneGroup) sm90::wgmma_wait<0>();
+  };
+
+  int n_unmasked = p.seqlen_k / T::block_n;
+  if (T::causal) n_unmasked = min(n_unmasked, max(0, (row0 + diag + 1) / T::block_n));
+  n_unmasked = min(n_unmasked, n_blocks);
+  for (int n_block = 0; n_block < n_unmasked; ++n_block)
+    step(n_block, n_block, q8::Masked<false>{});
+  for (int n_block = n_unmasked; n_block < n_blocks; ++n_block)
+    step(n_block, n_block, q8::Masked<true>{});
+  sm90::wgmma_wait<0>();
+  sm80::cp_async_wait<0>();
+  __syncthreads();
+
+  q8::store_output<T>(p, o, row_sum, row_max, sQ, row0, warp_row, lane, batch, head, head_kv);
+}
+
+}  // namespace ftattn
