@@ -134,6 +134,7 @@ def main():
     tile_sweep(folder, "pasa_tiles")
     tile_sweep(folder, "pasa_efta_correct_tiles")
     tile_sweep(folder, "efta_correct_tiles")
+    tile_sweep(folder, "fp8_wgmma_tiles")
     llvm_campaign(folder)
 
 
