@@ -84,6 +84,16 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
     c.num_warps = 4;
     if (open_n) c.block_n = c.head_dim <= 128 ? 64 : 32;
     if (open_s) c.num_stages = 1;
+  } else if (q8 && open_m && open_w && c.protection == Protection::none && c.arch.sm == 90 &&
+             c.arch.arch_specific && (c.head_dim == 64 || c.head_dim == 128)) {
+    // Hopper's wgmma skeleton (kernel/fwd_q8_sm90.cuh): one warpgroup per CTA, several CTAs per
+    // SM, 128-key blocks, two stages (H100: for fp8 64 x 128 beat 128 x 128 and 128 x 64 with two
+    // warpgroups by 10-33%, bench/results/nvidia-h100/fp8_wgmma_tiles.csv; for int8 64 x 64 by
+    // 13-22%, int8_wgmma_tiles.csv).
+    c.block_m = 64;
+    c.num_warps = 4;
+    if (open_n) c.block_n = 128;
+    if (open_s) c.num_stages = 2;
   } else if (c.precision == Precision::int8 && open_m && open_w) {
     const int d = c.head_dim;
     const bool two_tiles = d == 128 && !is_causal(c.mask);
@@ -98,16 +108,6 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
         c.block_n = d == 192 && c.arch.sm < 90 ? 32 : 64;
     }
     if (open_s) c.num_stages = 1;
-  } else if (q8 && open_m && open_w && c.precision == Precision::fp8_e4m3 &&
-             c.protection == Protection::none && c.arch.sm == 90 && c.arch.arch_specific &&
-             (c.head_dim == 64 || c.head_dim == 128)) {
-    // Hopper's wgmma skeleton (kernel/fwd_q8_sm90.cuh): one warpgroup per CTA, several CTAs per
-    // SM, 128-key blocks, two stages (H100: 64 x 128 beat 128 x 128 and 128 x 64 with two
-    // warpgroups by 10-33%, bench/results/nvidia-h100/fp8_wgmma_tiles.csv).
-    c.block_m = 64;
-    c.num_warps = 4;
-    if (open_n) c.block_n = 128;
-    if (open_s) c.num_stages = 2;
   } else if (q8 && open_m && open_w) {
     c.block_m = 128;
     c.num_warps = 8;

@@ -57,9 +57,12 @@ TEST_CASE("8-bit precisions: validation says what to change", "[codegen][q8]") {
 TEST_CASE("int8 with flash_abft: digit rows in V^T, their kernel, one more IMMA tile per 32 keys",
           "[codegen][nvrtc][q8][protect]") {
   for (int d : {64, 128, 256}) {
-    KernelConfig plain = default_config(d, Precision::int8, Mask::none, kSm90a);
-    KernelConfig abft = plain;
-    abft.protection = Protection::flash_abft;
+    // The same tile without protection (on sm_90a its own default is the wgmma skeleton's).
+    const KernelConfig abft =
+        default_config(d, Precision::int8, Mask::none, kSm90a, Protection::flash_abft);
+    KernelConfig plain = abft;
+    plain.protection = Protection::none;
+    REQUIRE_FALSE(uses_wgmma(plain));
     INFO(abft.name());
     // 8 more V^T rows of block_n + 16 bytes per stage.
     CHECK(abft.shared_memory_bytes() - plain.shared_memory_bytes() ==
@@ -296,17 +299,18 @@ TEST_CASE("NVRTC compiles every 8-bit config with 8-bit MMAs and no spills",
       }
 }
 
-TEST_CASE("fp8 on sm_90a: the wgmma skeleton, when it applies, and what it compiles to",
+TEST_CASE("8-bit on sm_90a: the wgmma skeleton, when it applies, and what it compiles to",
           "[codegen][nvrtc][q8]") {
   using test::tile_config;
   const Arch kSm90{90, false};
   // Its defaults at head dims 64 and 128, unprotected: one warpgroup, 128-key blocks, two stages.
-  for (int d : {64, 128}) {
-    const KernelConfig c = default_config(d, Precision::fp8_e4m3, Mask::causal, kSm90a);
-    INFO(c.name());
-    CHECK(uses_wgmma(c));
-    CHECK((c.block_m == 64 && c.block_n == 128 && c.num_warps == 4 && c.num_stages == 2));
-  }
+  for (Precision p : {Precision::fp8_e4m3, Precision::int8})
+    for (int d : {64, 128}) {
+      const KernelConfig c = default_config(d, p, Mask::causal, kSm90a);
+      INFO(c.name());
+      CHECK(uses_wgmma(c));
+      CHECK((c.block_m == 64 && c.block_n == 128 && c.num_warps == 4 && c.num_stages == 2));
+    }
   // Everything else keeps the mma.sync skeleton: another arch (sm_90 without "a" cannot run
   // wgmma), protection, head dim, one stage, or more than 16 rows per warp.
   const KernelConfig wg = tile_config(128, 128, 128, 8, 2, kSm90a, Precision::fp8_e4m3);
@@ -318,7 +322,8 @@ TEST_CASE("fp8 on sm_90a: the wgmma skeleton, when it applies, and what it compi
   };
   CHECK_FALSE(with([&](KernelConfig& c) { c.arch = kSm90; }));
   CHECK_FALSE(with([&](KernelConfig& c) { c.arch = kSm89; }));
-  CHECK_FALSE(with([](KernelConfig& c) { c.precision = Precision::int8; }));
+  CHECK(with([](KernelConfig& c) { c.precision = Precision::int8; }));
+  CHECK_FALSE(with([](KernelConfig& c) { c.precision = Precision::f16; }));
   CHECK_FALSE(with([](KernelConfig& c) { c.protection = Protection::flash_abft; }));
   CHECK_FALSE(with([](KernelConfig& c) { c.head_dim = 256; }));
   CHECK_FALSE(with([](KernelConfig& c) { c.block_n = 32; }));

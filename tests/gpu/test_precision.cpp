@@ -81,7 +81,7 @@ TEST_CASE("8-bit tiles and stages all give the same answer", "[gpu][q8]") {
   }
 }
 
-TEST_CASE("fp8 on Hopper: the wgmma skeleton matches the mma.sync one", "[gpu][q8][wgmma]") {
+TEST_CASE("8-bit on Hopper: the wgmma skeleton matches the mma.sync one", "[gpu][q8][wgmma]") {
   Runtime& rt = q8_runtime();
   const Arch device = rt.device_arch();
   if (!(device.sm == 90 && device.arch_specific)) {
@@ -94,31 +94,32 @@ TEST_CASE("fp8 on Hopper: the wgmma skeleton matches the mma.sync one", "[gpu][q
   // warpgroups, 64- and 128-byte V^T rows, two and three stages; odd lengths, GQA, LSE, causal
   // rows that see no key at all.
   const Arch sm90{90, false};
-  for (int d : {64, 128})
-    for (auto [m, n, w, st] : std::vector<std::array<int, 4>>{
-             {64, 128, 4, 2}, {128, 128, 8, 2}, {64, 64, 4, 3}, {128, 64, 8, 2}})
-      for (Mask mask : {Mask::none, Mask::causal})
-        for (const Problem& pr :
-             {Problem::bhsd(2, 4, 2, 203, 517, d), Problem::bhsd(1, 2, 1, 300, 130, d),
-              Problem::bhsd(1, 2, 2, 1000, 1000, d)}) {
-          KernelConfig c = q8_config(d, Precision::fp8_e4m3, mask);
-          c.block_m = m, c.block_n = n, c.num_warps = w, c.num_stages = st;
-          c.arch = device;
-          REQUIRE(uses_wgmma(c));
-          KernelConfig sync = c;
-          sync.arch = sm90;
-          REQUIRE_FALSE(uses_wgmma(sync));
-          const uint64_t seed = 900 + d + pr.seqlen_q;
-          const auto a = gpu_test::run_case(rt, c, pr, true, 0, seed);
-          const auto b = gpu_test::run_case(rt, sync, pr, true, 0, seed);
-          INFO(a.config_name << " s" << pr.seqlen_q << "x" << pr.seqlen_k << ": "
-                             << a.report.summary() << " | mma.sync: " << b.report.summary());
-          CHECK(a.report.passed);
-          CHECK(b.report.passed);
-          CHECK(std::abs(a.report.rel_l2_error - b.report.rel_l2_error) <=
-                0.02 * b.report.rel_l2_error);
-          CHECK(a.report.max_lse_error <= 2 * b.report.max_lse_error + 1e-3);
-        }
+  for (Precision prec : {Precision::fp8_e4m3, Precision::int8})
+    for (int d : {64, 128})
+      for (auto [m, n, w, st] : std::vector<std::array<int, 4>>{
+               {64, 128, 4, 2}, {128, 128, 8, 2}, {64, 64, 4, 3}, {128, 64, 8, 2}})
+        for (Mask mask : {Mask::none, Mask::causal})
+          for (const Problem& pr :
+               {Problem::bhsd(2, 4, 2, 203, 517, d), Problem::bhsd(1, 2, 1, 300, 130, d),
+                Problem::bhsd(1, 2, 2, 1000, 1000, d)}) {
+            KernelConfig c = q8_config(d, prec, mask);
+            c.block_m = m, c.block_n = n, c.num_warps = w, c.num_stages = st;
+            c.arch = device;
+            REQUIRE(uses_wgmma(c));
+            KernelConfig sync = c;
+            sync.arch = sm90;
+            REQUIRE_FALSE(uses_wgmma(sync));
+            const uint64_t seed = 900 + d + pr.seqlen_q;
+            const auto a = gpu_test::run_case(rt, c, pr, true, 0, seed);
+            const auto b = gpu_test::run_case(rt, sync, pr, true, 0, seed);
+            INFO(a.config_name << " s" << pr.seqlen_q << "x" << pr.seqlen_k << ": "
+                               << a.report.summary() << " | mma.sync: " << b.report.summary());
+            CHECK(a.report.passed);
+            CHECK(b.report.passed);
+            CHECK(std::abs(a.report.rel_l2_error - b.report.rel_l2_error) <=
+                  0.02 * b.report.rel_l2_error);
+            CHECK(a.report.max_lse_error <= 2 * b.report.max_lse_error + 1e-3);
+          }
 }
 
 TEST_CASE("8-bit kernels follow the host model of their numerics closely, bf16 in and out",

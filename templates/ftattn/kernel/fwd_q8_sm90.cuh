@@ -1,6 +1,6 @@
-// Forward skeleton for fp8_e4m3 on Hopper (sm_90a), unprotected: the 8-bit skeleton's loop
-// (kernel/fwd_q8_sm80.cuh) with warpgroup MMAs. On sm_90 ptxas emulates mma.sync e4m3 with f16
-// MMAs, so only wgmma reaches Hopper's FP8 rate.
+// Forward skeleton for fp8_e4m3 and int8 on Hopper (sm_90a), unprotected: the 8-bit skeleton's
+// loop (kernel/fwd_q8_sm80.cuh) with warpgroup MMAs. On sm_90 ptxas emulates mma.sync e4m3 with
+// f16 MMAs, so only wgmma reaches Hopper's FP8 rate; int8's s8 wgmma outruns mma.sync s8 too.
 //
 // Each warpgroup (4 warps) owns 64 query rows. GEMM I, S = Q K^T, reads Q and K from shared
 // memory; GEMM II, O += P V, takes P from registers and V^T from shared memory. wgmma needs
@@ -72,6 +72,8 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
   constexpr int kOT = T::o_tiles;
   constexpr int kStages = T::num_stages;
   constexpr bool kOneGroup = T::num_warps == 4;  // one warpgroup per CTA
+  using Acc = typename P::Acc;
+  constexpr bool kInt = !P::pv_into_output;  // int8: INT32 accumulators, a P V tile per block
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const u32 sQ = (sm80::smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -169,21 +171,29 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
     };
     if constexpr (!kOneGroup) prefetch();
 
-    // GEMM I: this warpgroup's 64 rows of S = Q K^T, FP32.
+    // GEMM I: this warpgroup's 64 rows of S = Q K^T (fp8: FP32; int8: INT32 from its bias).
     const u32 sKs = sK + stage * T::k_stage_bytes;
-    float s[kST][4];
+    Acc s[kST][4];
+    if constexpr (kInt)
+#pragma unroll
+      for (int i = 0; i < kST * 4; ++i) s[i / 4][i % 4] = P::acc_zero;
     sm90::wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < T::head_dim / 32; ++ks)
-      sm90::wgmma_e4m3_ss(reinterpret_cast<float(&)[kST * 4]>(s),
-                          sm90::descriptor<T::head_dim>(sQ + group_row * T::head_dim + ks * 32),
-                          sm90::descriptor<T::head_dim>(sKs + ks * 32), ks > 0);
+    for (int ks = 0; ks < T::head_dim / 32; ++ks) {
+      const u64 a = sm90::descriptor<T::head_dim>(sQ + group_row * T::head_dim + ks * 32);
+      const u64 b = sm90::descriptor<T::head_dim>(sKs + ks * 32);
+      if constexpr (kInt)
+        sm90::wgmma_s8_ss(reinterpret_cast<int(&)[kST * 4]>(s), a, b);
+      else
+        sm90::wgmma_e4m3_ss(reinterpret_cast<float(&)[kST * 4]>(s), a, b, ks > 0);
+    }
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();  // GEMM I, and the previous GEMM II (O is rescaled below)
     if constexpr (kOneGroup) prefetch();
 
     // Dequantise by key (the row's factor follows in the exp's FMA), then mask.
     const u32 sKscale = sKs + T::k_scale_offset;
+    float x[kST][4];
 #pragma unroll
     for (int nt = 0; nt < kST; ++nt) {
       float ks2[2];
@@ -191,25 +201,28 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
                    : "=f"(ks2[0]), "=f"(ks2[1])
                    : "r"(sKscale + (nt * 8 + quad_t * 2) * 4));
 #pragma unroll
-      for (int i = 0; i < 4; ++i) s[nt][i] = s[nt][i] * ks2[i % 2];
+      for (int i = 0; i < 4; ++i)
+        x[nt][i] = kInt ? fmaf(P::acc_as_float(s[nt][i]), ks2[i % 2], P::dequant_bias(ks2[i % 2]))
+                        : P::acc_as_float(s[nt][i]) * ks2[i % 2];
     }
     if (kMasked) {
       detail::for_each_masked<1, kST, T::causal>(row0 + warp_row, n_block * T::block_n, lane,
                                                  p.seqlen_k, diag,
-                                                 [&](int, int nt, int i) { s[nt][i] = neg_inf(); });
+                                                 [&](int, int nt, int i) { x[nt][i] = neg_inf(); });
     }
 
     // Online softmax: the max is rounded up, so t = x s_Q - max <= 0; P = 2^(t + p_log2_range)
     // lands in GEMM II's A fragments, one register per 4 keys of a row.
     u32 pa[kST / 4][4];
+    float rescale[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float mx = neg_inf();
 #pragma unroll
-      for (int nt = 0; nt < kST; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      for (int nt = 0; nt < kST; ++nt) mx = fmaxf(mx, fmaxf(x[nt][2 * r], x[nt][2 * r + 1]));
       mx = fmaxf(row_max[0][r], __fmul_ru(quad_max(mx), q_scale[r]));
       const float shift = mx == neg_inf() ? 0.f : mx;  // fully masked so far: P stays 0
-      const float rescale = fast_exp2(row_max[0][r] - shift);
+      rescale[r] = fast_exp2(row_max[0][r] - shift);
       row_max[0][r] = mx;
       const float qs = q_scale[r], offset = P::p_offset(shift);
       typename P::PSum sum = 0;
@@ -217,29 +230,50 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
       for (int kc = 0; kc < kST / 4; ++kc)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {  // keys 0-15, then 16-31 of the chunk
-          const float(&t0)[4] = s[4 * kc + 2 * h];
-          const float(&t1)[4] = s[4 * kc + 2 * h + 1];
+          const float(&t0)[4] = x[4 * kc + 2 * h];
+          const float(&t1)[4] = x[4 * kc + 2 * h + 1];
           pa[kc][2 * h + r] =
               P::p_word(fmaf(t0[2 * r], qs, offset), fmaf(t0[2 * r + 1], qs, offset),
                         fmaf(t1[2 * r], qs, offset), fmaf(t1[2 * r + 1], qs, offset), sum);
         }
-      row_sum[0][r] = row_sum[0][r] * rescale + P::p_sum(sum);
+      row_sum[0][r] = row_sum[0][r] * rescale[r] + P::p_sum(sum);
+      if constexpr (!kInt) {
 #pragma unroll
-      for (int nt = 0; nt < kOT; ++nt) {
-        o[0][nt][2 * r] *= rescale;
-        o[0][nt][2 * r + 1] *= rescale;
+        for (int nt = 0; nt < kOT; ++nt) {
+          o[0][nt][2 * r] *= rescale[r];
+          o[0][nt][2 * r + 1] *= rescale[r];
+        }
       }
     }
 
     // GEMM II: O += P V^T-as-B, P from registers.
     const u32 sVs = sV + stage * T::v_stage_bytes;
-    sm90::wgmma_fence();
+    if constexpr (kInt) {
+      // int8: the block's P V in an INT32 tile from the bias, then O = O * rescale + P V in one
+      // FMA per element (the sm80 skeleton's fused rescale).
+      int pv[kOT][4];
 #pragma unroll
-    for (int kc = 0; kc < kST / 4; ++kc)
-      sm90::wgmma_e4m3_rs(reinterpret_cast<float(&)[kOT * 4]>(o[0]), pa[kc],
+      for (int i = 0; i < kOT * 4; ++i) pv[i / 4][i % 4] = P::acc_zero;
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int kc = 0; kc < kST / 4; ++kc)
+        sm90::wgmma_s8_rs(reinterpret_cast<int(&)[kOT * 4]>(pv), pa[kc],
                           sm90::descriptor<T::block_n>(sVs + kc * 32));
-    sm90::wgmma_commit();
-    if constexpr (!kOneGroup) sm90::wgmma_wait<0>();
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < kOT * 4; ++i)
+        o[0][i / 4][i % 4] =
+            fmaf(o[0][i / 4][i % 4], rescale[(i % 4) / 2], P::to_float(pv[i / 4][i % 4]));
+    } else {
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int kc = 0; kc < kST / 4; ++kc)
+        sm90::wgmma_e4m3_rs(reinterpret_cast<float(&)[kOT * 4]>(o[0]), pa[kc],
+                            sm90::descriptor<T::block_n>(sVs + kc * 32));
+      sm90::wgmma_commit();
+      if constexpr (!kOneGroup) sm90::wgmma_wait<0>();
+    }
   };
 
   int n_unmasked = p.seqlen_k / T::block_n;
