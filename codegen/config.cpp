@@ -325,8 +325,10 @@ bool uses_wgmma(const KernelConfig& c) {
   return (c.precision == Precision::fp8_e4m3 || c.precision == Precision::int8) &&
          c.arch.sm == 90 && c.arch.arch_specific && c.protection == Protection::none &&
          c.backend == Backend::nvrtc && !c.fault_injection &&
-         (c.head_dim == 64 || c.head_dim == 128) && (c.block_n == 64 || c.block_n == 128) &&
-         c.num_warps % 4 == 0 && c.block_m == 16 * c.num_warps && c.num_stages >= 2;
+         (c.head_dim == 64 || c.head_dim == 128 ||
+          (c.head_dim == 256 && c.precision == Precision::fp8_e4m3)) &&
+         (c.block_n == 64 || c.block_n == 128) && c.num_warps % 4 == 0 &&
+         c.block_m == 16 * c.num_warps && c.num_stages >= 2;
 }
 
 bool KernelConfig::is_complete() const {

@@ -101,9 +101,9 @@ struct KernelConfig {
 void validate(const KernelConfig& config);
 
 // True when `config` runs the Hopper warpgroup-MMA skeleton (kernel/fwd_q8_sm90.cuh): fp8_e4m3
-// or int8 on sm_90a without protection, head_dim 64 or 128, block_n 64 or 128, 16 rows per warp in
-// whole warpgroups (num_warps 4 or 8), two or more stages. Other 8-bit configs run the mma.sync
-// skeleton (on sm_90 ptxas emulates its e4m3 MMAs with f16 ones).
+// or int8 on sm_90a without protection, head_dim 64 or 128 (fp8 also 256), block_n 64 or 128, 16
+// rows per warp in whole warpgroups (num_warps 4 or 8), two or more stages. Other 8-bit configs run
+// the mma.sync skeleton (on sm_90 ptxas emulates its e4m3 MMAs with f16 ones).
 bool uses_wgmma(const KernelConfig& config);
 
 struct Problem;

@@ -325,13 +325,22 @@ TEST_CASE("8-bit on sm_90a: the wgmma skeleton, when it applies, and what it com
   CHECK(with([](KernelConfig& c) { c.precision = Precision::int8; }));
   CHECK_FALSE(with([](KernelConfig& c) { c.precision = Precision::f16; }));
   CHECK_FALSE(with([](KernelConfig& c) { c.protection = Protection::flash_abft; }));
-  CHECK_FALSE(with([](KernelConfig& c) { c.head_dim = 256; }));
+  CHECK(with([](KernelConfig& c) { c.head_dim = 256; }));  // two swizzle atoms per row
+  CHECK_FALSE(with([](KernelConfig& c) {                   // O and P V, 128 registers each, spill
+    c.head_dim = 256;
+    c.precision = Precision::int8;
+  }));
+  CHECK_FALSE(with([](KernelConfig& c) { c.head_dim = 192; }));
   CHECK_FALSE(with([](KernelConfig& c) { c.block_n = 32; }));
   CHECK_FALSE(with([](KernelConfig& c) { c.num_stages = 1; }));
   CHECK_FALSE(with([](KernelConfig& c) { c.num_warps = 4; }));  // 32 rows per warp
-  CHECK(default_config(256, Precision::fp8_e4m3, Mask::none, kSm90a).num_warps == 8);
+  const KernelConfig wide = default_config(256, Precision::fp8_e4m3, Mask::none, kSm90a);
+  CHECK(uses_wgmma(wide));
+  CHECK((wide.block_m == 64 && wide.block_n == 64 && wide.num_stages == 2));
+  CHECK_FALSE(uses_wgmma(default_config(256, Precision::int8, Mask::none, kSm90a)));
 
-  for (auto [d, m, n, w] : {std::array{128, 64, 128, 4}, std::array{64, 128, 64, 8}}) {
+  for (auto [d, m, n, w] :
+       {std::array{128, 64, 128, 4}, std::array{64, 128, 64, 8}, std::array{256, 64, 64, 4}}) {
     const KernelConfig c = tile_config(d, m, n, w, 2, kSm90a, Precision::fp8_e4m3, Mask::causal);
     INFO(c.name());
     REQUIRE(uses_wgmma(c));
@@ -364,7 +373,9 @@ TEST_CASE("8-bit on sm_90a: the wgmma skeleton, when it applies, and what it com
     CHECK(out.ptx.find("fence.proxy.async.shared::cta") != std::string::npos);
     const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
     CHECK(r.spill_stores == 0);
-    // One warpgroup: capped for three CTAs per SM (65536 registers / 384 threads).
-    if (w == 4) CHECK(r.registers <= 168);
+    // One warpgroup where three CTAs' shared memory fits an SM: capped for three CTAs (65536
+    // registers / 384 threads). Head dim 256's tiles fit two.
+    if (w == 4 && d <= 128) CHECK(r.registers <= 168);
+    if (d == 256) CHECK(c.shared_memory_bytes() > 228 * 1024 / 3 - 1024);
   }
 }

@@ -59,8 +59,11 @@ struct Q8WgmmaTraits {
   // cap cost 4-8%, bench/results/nvidia-h100/fp8_min_ctas_ab.csv).
   static constexpr int min_ctas = NumWarps == 4 && 3 * (smem_bytes + 1024) <= 228 * 1024 ? 3 : 1;
 
-  static_assert(HeadDim == 64 || HeadDim == 128, "wgmma tiles: 64- or 128-byte Q and K rows");
+  static_assert(HeadDim == 64 || HeadDim == 128 || HeadDim == 256,
+                "wgmma tiles: 64-, 128- or 2 x 128-byte Q and K rows");
   static_assert(BlockN == 64 || BlockN == 128, "wgmma tiles: 64- or 128-byte V^T rows");
+  static_assert(HeadDim < 256 || PrecisionT::pv_into_output,
+                "int8 at head_dim 256: O and a P V tile of 128 registers each spill (~500 bytes)");
   static_assert(NumWarps % 4 == 0 && BlockM == 16 * NumWarps, "64 rows per warpgroup");
   static_assert(NumStages >= 2, "the wgmma skeleton prefetches at least one block");
 };
@@ -180,8 +183,8 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
     sm90::wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < T::head_dim / 32; ++ks) {
-      const u64 a = sm90::descriptor<T::head_dim>(sQ + group_row * T::head_dim + ks * 32);
-      const u64 b = sm90::descriptor<T::head_dim>(sKs + ks * 32);
+      const u64 a = sm90::k_step_descriptor<T::head_dim>(sQ, T::block_m, group_row, ks);
+      const u64 b = sm90::k_step_descriptor<T::head_dim>(sKs, T::block_n, 0, ks);
       if constexpr (kInt)
         sm90::wgmma_s8_ss(reinterpret_cast<int(&)[kST * 4]>(s), a, b);
       else
