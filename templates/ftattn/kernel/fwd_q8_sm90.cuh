@@ -8,7 +8,8 @@
 // channel (the quantisation kernels already write V transposed, keys permuted within groups of
 // 16 so that the S accumulators are P's A fragments as they stand; the wgmma A fragment is the
 // m16n8k32 one per warp). Tiles are stored in the wgmma swizzle of their row width (64 or 128
-// bytes). K and V arrive through a num_stages-deep cp.async pipeline, one group per key block.
+// bytes; 256-byte rows as two 128-byte atoms side by side). K and V arrive through a
+// num_stages-deep cp.async pipeline, one group per key block.
 #pragma once
 
 #include "ftattn/arch/sm80/cp_async.cuh"
