@@ -270,7 +270,9 @@ TEST_CASE("cli: demo without a GPU compiles, inspects and says nothing ran", "[c
   REQUIRE(r.exit_code == 0);
   CHECK(contains(r.out, "ftattn_fwd_sm90a_f16_d128_"));
   CHECK(contains(r.out, "ftattn_fwd_sm80_f16_d128_"));
-  CHECK(contains(r.out, "mma.sync instructions"));
+  CHECK(contains(r.out, "ftattn_fwd_sm90a_fp8-e4m3_d128_m64n128_w4s2_"));  // the wgmma skeleton
+  CHECK(contains(r.out, "mma.sync and 0 wgmma instructions"));             // f16
+  CHECK(contains(r.out, "0 mma.sync and 16 wgmma instructions"));          // fp8, 2 x (4 + 4)
   CHECK(contains(r.out,
                  "No GPU found: kernels were generated, compiled and inspected, but nothing was "
                  "launched."));

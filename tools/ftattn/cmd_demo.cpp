@@ -5,6 +5,7 @@
 
 #include <iostream>
 #include <memory>
+#include <vector>
 
 #include "tools/ftattn/commands.hpp"
 #include "tools/ftattn/device_run.hpp"
@@ -70,18 +71,25 @@ int run_without_gpu(Runtime& runtime, const DemoOptions& o) {
   fmt::print("No GPU found: generating and compiling for {} without launching anything.\n\n",
              fmt::join(archs, " and "));
   for (const std::string& arch_name : archs) {
-    KernelConfig config;
-    config.head_dim = 128;
-    config.precision = Precision::f16;
-    config.mask = Mask::causal;
-    config.arch = Arch::parse(arch_name);
-    const auto kernel = runtime.compile(runtime.resolve(config));
+    const Arch arch = Arch::parse(arch_name);
+    // f16 everywhere; on sm_90a also fp8, whose kernel there is the wgmma skeleton.
+    std::vector<Precision> precisions = {Precision::f16};
+    if (arch.sm == 90 && arch.arch_specific) precisions.push_back(Precision::fp8_e4m3);
+    for (Precision precision : precisions) {
+      KernelConfig config;
+      config.head_dim = 128;
+      config.precision = precision;
+      config.mask = Mask::causal;
+      config.arch = arch;
+      const auto kernel = runtime.compile(runtime.resolve(config));
 
-    print_kernel_header(*kernel);
-    print_resources(kernel->resources);
-    fmt::print("source (first lines)\n{}", first_lines(kernel->source, 16));
-    fmt::print("ptx       {} mma.sync instructions\n\n",
-               count_occurrences(kernel->ptx, "mma.sync"));
+      print_kernel_header(*kernel);
+      print_resources(kernel->resources);
+      fmt::print("source (first lines)\n{}", first_lines(kernel->source, 16));
+      fmt::print("ptx       {} mma.sync and {} wgmma instructions\n\n",
+                 count_occurrences(kernel->ptx, "mma.sync"),
+                 count_occurrences(kernel->ptx, "wgmma.mma_async"));
+    }
   }
   fmt::print(
       "No GPU found: kernels were generated, compiled and inspected, but nothing was "
