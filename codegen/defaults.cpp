@@ -76,6 +76,16 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   const bool int8_efta =
       c.precision == Precision::int8 &&
       (c.protection == Protection::efta_detect || c.protection == Protection::efta_correct);
+  // Hopper's wgmma skeleton (kernel/fwd_q8_sm90.cuh), wherever its tile qualifies: one warpgroup
+  // per CTA, several CTAs per SM, 128-key blocks, two stages (H100: for fp8 64 x 128 beat 128 x
+  // 128 and 128 x 64 with two warpgroups by 10-33%, bench/results/nvidia-h100/
+  // fp8_wgmma_tiles.csv; for int8 64 x 64 by 13-22%, int8_wgmma_tiles.csv); at head dim 256
+  // 64-key blocks, O's 128 registers leave no room for more.
+  KernelConfig wgmma_tile = c;
+  wgmma_tile.block_m = 64;
+  wgmma_tile.num_warps = 4;
+  wgmma_tile.block_n = c.head_dim == 256 ? 64 : 128;
+  wgmma_tile.num_stages = 2;
   if (int8_efta && open_m && open_w) {
     // int8 EFTA holds a second softmax evaluation and the checksum tiles: one MMA tile per warp,
     // 64-key blocks up to head_dim 128 and 32 above (ptxas -v on sm_90a: no spills but 4 bytes at
@@ -84,19 +94,11 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
     c.num_warps = 4;
     if (open_n) c.block_n = c.head_dim <= 128 ? 64 : 32;
     if (open_s) c.num_stages = 1;
-  } else if (q8 && open_m && open_w && c.protection == Protection::none && c.arch.sm == 90 &&
-             c.arch.arch_specific &&
-             (c.head_dim == 64 || c.head_dim == 128 ||
-              (c.head_dim == 256 && c.precision == Precision::fp8_e4m3))) {
-    // Hopper's wgmma skeleton (kernel/fwd_q8_sm90.cuh): one warpgroup per CTA, several CTAs per
-    // SM, 128-key blocks, two stages (H100: for fp8 64 x 128 beat 128 x 128 and 128 x 64 with two
-    // warpgroups by 10-33%, bench/results/nvidia-h100/fp8_wgmma_tiles.csv; for int8 64 x 64 by
-    // 13-22%, int8_wgmma_tiles.csv).
-    // Head dim 256 (fp8 only): 64-key blocks, O's 128 registers leave no room for more.
-    c.block_m = 64;
-    c.num_warps = 4;
-    if (open_n) c.block_n = c.head_dim == 256 ? 64 : 128;
-    if (open_s) c.num_stages = 2;
+  } else if (q8 && open_m && open_w && uses_wgmma(wgmma_tile)) {
+    c.block_m = wgmma_tile.block_m;
+    c.num_warps = wgmma_tile.num_warps;
+    if (open_n) c.block_n = wgmma_tile.block_n;
+    if (open_s) c.num_stages = wgmma_tile.num_stages;
   } else if (c.precision == Precision::int8 && open_m && open_w) {
     const int d = c.head_dim;
     const bool two_tiles = d == 128 && !is_causal(c.mask);

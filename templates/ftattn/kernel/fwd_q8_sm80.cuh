@@ -159,6 +159,70 @@ __device__ __forceinline__ void f16_row_operands(u32 row, int stride, int col, u
   for (int t = 0; t < N; ++t) sm80::ld_shared_u64(row + 8 * t * stride + col * 2, b[t]);
 }
 
+// This CTA's 8-bit operands (strides in bytes): its Q rows from row0, its KV head's K rows, V^T
+// rows (v_seq_stride is the padded key count of a V^T row, which is also the per-head length of
+// the key scales) and key scales. Shared by the sm80 and sm90 8-bit skeletons.
+struct Operands {
+  const char* q;
+  const char* k;
+  const char* vt;
+  int keys_padded;
+  const float* k_scale;
+};
+template <class T>
+__device__ __forceinline__ Operands operands(const AttentionParams& p, int batch, int head,
+                                             int head_kv, int row0) {
+  Operands o;
+  o.q = static_cast<const char*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride +
+        row0 * p.q_seq_stride;
+  o.k = static_cast<const char*>(p.k) + batch * p.k_batch_stride + head_kv * p.k_head_stride;
+  o.vt = static_cast<const char*>(p.v) + batch * p.v_batch_stride + head_kv * p.v_head_stride;
+  o.keys_padded = static_cast<int>(p.v_seq_stride);
+  o.k_scale = p.k_scale + static_cast<i64>(batch * p.heads_kv + head_kv) * o.keys_padded;
+  return o;
+}
+
+// Row `row`'s dequantisation s_Q * softmax scale * log2(e), so that S lands in base-2 logits; it
+// is applied after the row max (a positive factor commutes with max) inside the exp's FMA.
+// Scales are max |x| / range, so never negative; zero rows (and rows past the end) get a tiny
+// positive one, which keeps masked -inf * scale from becoming NaN.
+__device__ __forceinline__ float row_scale(const AttentionParams& p, int batch, int head, int row) {
+  const float qs =
+      row < p.seqlen_q
+          ? p.q_scale[static_cast<i64>(batch * p.heads_q + head) * p.seqlen_q + row] * p.scale_log2
+          : 0.f;
+  return fmaxf(qs, 1e-30f);
+}
+
+// The online softmax of row half r of a 16-row tile (x: its dequantised-by-key scores, masked
+// -inf): the new running max, rounded up so that t = x s_Q - max <= 0; P = 2^(t + p_log2_range)
+// into the A fragments pa[kc][2 h + r], one register per 4 keys, in the key order V^T is stored
+// in; this thread's share of the block's l is added to `sum`, the rescale of the old state goes
+// to `rescale`.
+template <class P, int kST>
+__device__ __forceinline__ void softmax_row(const float (&x)[kST][4], int r, float qs,
+                                            float& row_max, u32 (&pa)[kST / 4][4],
+                                            typename P::PSum& sum, float& rescale) {
+  float mx = neg_inf();
+#pragma unroll
+  for (int nt = 0; nt < kST; ++nt) mx = fmaxf(mx, fmaxf(x[nt][2 * r], x[nt][2 * r + 1]));
+  mx = fmaxf(row_max, __fmul_ru(quad_max(mx), qs));
+  const float shift = mx == neg_inf() ? 0.f : mx;  // fully masked so far: P stays 0
+  rescale = fast_exp2(row_max - shift);
+  row_max = mx;
+  const float offset = P::p_offset(shift);
+#pragma unroll
+  for (int kc = 0; kc < kST / 4; ++kc)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // keys 0-15, then 16-31 of the chunk
+      const float(&t0)[4] = x[4 * kc + 2 * h];
+      const float(&t1)[4] = x[4 * kc + 2 * h + 1];
+      pa[kc][2 * h + r] =
+          P::p_word(fmaf(t0[2 * r], qs, offset), fmaf(t0[2 * r + 1], qs, offset),
+                    fmaf(t1[2 * r], qs, offset), fmaf(t1[2 * r + 1], qs, offset), sum);
+    }
+}
+
 // The epilogue: O * s_V[channel] / l as f16 or bf16, staged in shared memory at sQ (every warp's
 // rows, T::o_stride bytes apart), written in 16-byte rows; LSE = max + log2(l) - p_log2_range,
 // in natural-log units. Shared by the sm80 and sm90 8-bit skeletons (accumulators in the m16n8
@@ -251,16 +315,10 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
     n_blocks = last_key < 0 ? 0 : min(n_blocks, last_key / T::block_n + 1);
   }
 
-  // Strides are in bytes (one byte per element). v_seq_stride is the padded key count of a V^T
-  // row, which is also the per-head length of the key scales.
-  const char* q = static_cast<const char*>(p.q) + batch * p.q_batch_stride +
-                  head * p.q_head_stride + row0 * p.q_seq_stride;
-  const char* k =
-      static_cast<const char*>(p.k) + batch * p.k_batch_stride + head_kv * p.k_head_stride;
-  const char* vt =
-      static_cast<const char*>(p.v) + batch * p.v_batch_stride + head_kv * p.v_head_stride;
-  const int keys_padded = static_cast<int>(p.v_seq_stride);
-  const float* k_scale = p.k_scale + static_cast<i64>(batch * p.heads_kv + head_kv) * keys_padded;
+  const q8::Operands in = q8::operands<T>(p, batch, head, head_kv, row0);
+  const char *q = in.q, *k = in.k, *vt = in.vt;
+  const int keys_padded = in.keys_padded;
+  const float* k_scale = in.k_scale;
 
   // Checksum rows (protect/int8_checksums.cuh): this KV head's V^T rows (digit_rows rows of
   // keys_padded bytes), and EFTA's K rows (k_rows rows of head_dim bytes per key block).
@@ -327,23 +385,11 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
   const int warp_row = warp * kMT * 16;
   // The global query row of this thread's row half r of tile mt.
   auto global_row = [&](int mt, int r) { return row0 + warp_row + mt * 16 + lane / 4 + r * 8; };
-  // Per-row dequantisation: s_Q * softmax scale * log2(e), so that S lands in base-2 logits. It
-  // is applied after the row max (a positive factor commutes with max) inside the exp's FMA.
-  // Scales are max |x| / range, so never negative; zero rows (and rows past the end) get a tiny
-  // positive one, which keeps masked -inf * scale from becoming NaN.
-  float q_scale[kMT][2];
+  float q_scale[kMT][2];  // per row, q8::row_scale
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = global_row(mt, r);
-      const float qs =
-          row < p.seqlen_q
-              ? p.q_scale[static_cast<i64>(batch * p.heads_q + head) * p.seqlen_q + row] *
-                    p.scale_log2
-              : 0.f;
-      q_scale[mt][r] = fmaxf(qs, 1e-30f);
-    }
+    for (int r = 0; r < 2; ++r) q_scale[mt][r] = q8::row_scale(p, batch, head, global_row(mt, r));
 
   float o[kMT][kOT][4];
   float row_max[kMT][2];  // base-2 logits
@@ -647,26 +693,9 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        float mx = neg_inf();
-#pragma unroll
-        for (int nt = 0; nt < kST; ++nt)
-          mx = fmaxf(mx, fmaxf(x[mt][nt][2 * r], x[mt][nt][2 * r + 1]));
-        mx = fmaxf(row_max[mt][r], __fmul_ru(quad_max(mx), q_scale[mt][r]));
-        const float shift = mx == neg_inf() ? 0.f : mx;  // fully masked so far: P stays 0
-        rescale[mt][r] = fast_exp2(row_max[mt][r] - shift);
-        row_max[mt][r] = mx;
-        const float qs = q_scale[mt][r], offset = P::p_offset(shift);
+        const float qs = q_scale[mt][r];
         typename P::PSum sum = 0;
-#pragma unroll
-        for (int kc = 0; kc < kST / 4; ++kc)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {  // keys 0-15, then 16-31 of the chunk
-            const float(&t0)[4] = x[mt][4 * kc + 2 * h];
-            const float(&t1)[4] = x[mt][4 * kc + 2 * h + 1];
-            pa[mt][kc][2 * h + r] =
-                P::p_word(fmaf(t0[2 * r], qs, offset), fmaf(t0[2 * r + 1], qs, offset),
-                          fmaf(t1[2 * r], qs, offset), fmaf(t1[2 * r + 1], qs, offset), sum);
-          }
+        q8::softmax_row<P>(x[mt], r, qs, row_max[mt][r], pa[mt], sum, rescale[mt][r]);
         row_sum[mt][r] = row_sum[mt][r] * rescale[mt][r] + P::p_sum(sum);
         if constexpr (Protect::efta) {
           block_l[mt][r] = sum;

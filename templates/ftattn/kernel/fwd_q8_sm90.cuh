@@ -101,15 +101,10 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
     n_blocks = last_key < 0 ? 0 : min(n_blocks, last_key / T::block_n + 1);
   }
 
-  // Strides in bytes; v_seq_stride is the padded key count of a V^T row and of the key scales.
-  const char* q = static_cast<const char*>(p.q) + batch * p.q_batch_stride +
-                  head * p.q_head_stride + row0 * p.q_seq_stride;
-  const char* k =
-      static_cast<const char*>(p.k) + batch * p.k_batch_stride + head_kv * p.k_head_stride;
-  const char* vt =
-      static_cast<const char*>(p.v) + batch * p.v_batch_stride + head_kv * p.v_head_stride;
-  const int keys_padded = static_cast<int>(p.v_seq_stride);
-  const float* k_scale = p.k_scale + static_cast<i64>(batch * p.heads_kv + head_kv) * keys_padded;
+  const q8::Operands in = q8::operands<T>(p, batch, head, head_kv, row0);
+  const char *q = in.q, *k = in.k, *vt = in.vt;
+  const int keys_padded = in.keys_padded;
+  const float* k_scale = in.k_scale;
 
   // One cp.async group per key block: K rows, their scales, V^T rows.
   auto load_kv = [&](int stage, int n_block) {
@@ -136,19 +131,10 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
       sm80::cp_async_commit();  // empty groups keep the wait counts uniform
   }
 
-  // Per-row dequantisation s_Q * softmax scale * log2(e), applied after the row max (as in the
-  // sm80 skeleton); a tiny positive floor keeps masked -inf * scale from becoming NaN.
-  float q_scale[2];
+  float q_scale[2];  // per row, q8::row_scale
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = row0 + warp_row + lane / 4 + r * 8;
-    const float qs =
-        row < p.seqlen_q
-            ? p.q_scale[static_cast<i64>(batch * p.heads_q + head) * p.seqlen_q + row] *
-                  p.scale_log2
-            : 0.f;
-    q_scale[r] = fmaxf(qs, 1e-30f);
-  }
+  for (int r = 0; r < 2; ++r)
+    q_scale[r] = q8::row_scale(p, batch, head, row0 + warp_row + lane / 4 + r * 8);
 
   float o[1][kOT][4];
   float row_max[1][2];  // base-2 logits
@@ -215,31 +201,13 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
                                                  [&](int, int nt, int i) { x[nt][i] = neg_inf(); });
     }
 
-    // Online softmax: the max is rounded up, so t = x s_Q - max <= 0; P = 2^(t + p_log2_range)
-    // lands in GEMM II's A fragments, one register per 4 keys of a row.
+    // Online softmax (q8::softmax_row): P lands in GEMM II's A fragments.
     u32 pa[kST / 4][4];
     float rescale[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float mx = neg_inf();
-#pragma unroll
-      for (int nt = 0; nt < kST; ++nt) mx = fmaxf(mx, fmaxf(x[nt][2 * r], x[nt][2 * r + 1]));
-      mx = fmaxf(row_max[0][r], __fmul_ru(quad_max(mx), q_scale[r]));
-      const float shift = mx == neg_inf() ? 0.f : mx;  // fully masked so far: P stays 0
-      rescale[r] = fast_exp2(row_max[0][r] - shift);
-      row_max[0][r] = mx;
-      const float qs = q_scale[r], offset = P::p_offset(shift);
       typename P::PSum sum = 0;
-#pragma unroll
-      for (int kc = 0; kc < kST / 4; ++kc)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {  // keys 0-15, then 16-31 of the chunk
-          const float(&t0)[4] = x[4 * kc + 2 * h];
-          const float(&t1)[4] = x[4 * kc + 2 * h + 1];
-          pa[kc][2 * h + r] =
-              P::p_word(fmaf(t0[2 * r], qs, offset), fmaf(t0[2 * r + 1], qs, offset),
-                        fmaf(t1[2 * r], qs, offset), fmaf(t1[2 * r + 1], qs, offset), sum);
-        }
+      q8::softmax_row<P>(x, r, q_scale[r], row_max[0][r], pa, sum, rescale[r]);
       row_sum[0][r] = row_sum[0][r] * rescale[r] + P::p_sum(sum);
       if constexpr (!kInt) {
 #pragma unroll
