@@ -135,13 +135,16 @@ extern "C" __global__ void __launch_bounds__({launch_bounds})
             : fmt::format("ftattn::protect::int8_k_rows<{}, {}, Traits::Protect>", config.head_dim,
                           config.block_n));
   for (const char* input : {"F16", "BF16"})
-    for (const char* kernel : {"quantize_rows", "v_channel_max", "pack_v"})
+    for (const char* kernel : {"quantize_rows", "quantize_key_blocks", "v_channel_max", "pack_v"}) {
+      if (std::string_view(kernel) == "quantize_key_blocks" && k_scale_block(config.precision) == 1)
+        continue;  // int8 keeps per-token K scales (INT-FlashAttention's)
       text += fmt::format(
           "extern \"C\" __global__ void __launch_bounds__(128)\n"
           "{}(const ftattn::QuantizeParams params) {{\n"
           "  ftattn::{}<ftattn::quant::{}In, {}, {}>(params);\n}}\n",
           quantize_symbol(symbol, kernel, input[0] == 'B' ? Precision::bf16 : Precision::f16),
           kernel, input, precision.type, config.head_dim);
+    }
   return text;
 }
 
@@ -270,6 +273,8 @@ std::string quantize_symbol(const std::string& kernel_symbol, std::string_view k
   // Named after the kernel, not prefixed by its symbol: ptxas logs are read by symbol prefix.
   return fmt::format("{}_{}_{}", kernel, to_string(input), kernel_symbol);
 }
+
+int k_scale_block(Precision precision) { return precision == Precision::fp8_e4m3 ? 64 : 1; }
 
 KernelSource generate(const KernelConfig& config) {
   validate(config);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "ftattn/codegen.hpp"
 #include "ftattn/errors.hpp"
 
 namespace ftattn::quant_model {
@@ -43,10 +44,11 @@ float quantize_value(float x, Precision p) {
 
 namespace {
 
-// Per-row (per token) quantisation of head_dim values: dequantised values, as the kernel sees them.
-std::vector<double> dequantized_row(const std::vector<float>& x, Precision p) {
-  float amax = 0;
-  for (float v : x) amax = std::max(amax, std::abs(v));
+// Quantisation of head_dim values with the scale amax / range (amax: the row's own largest
+// magnitude when negative): dequantised values, as the kernel sees them.
+std::vector<double> dequantized_row(const std::vector<float>& x, Precision p, float amax = -1) {
+  if (amax < 0)
+    for (float v : x) amax = std::max(amax, std::abs(v));
   std::vector<double> out(x.size(), 0.0);
   if (amax == 0) return out;
   const float inv = range(p) / amax, scale = amax / range(p);
@@ -80,8 +82,14 @@ std::vector<double> attention_row(const Problem& pr, Precision p, Mask mask, int
   if (last < 0) return out;
   std::vector<double> logits(last + 1);
   double mx = -std::numeric_limits<double>::infinity();
+  // K: a scale per run of codegen::k_scale_block keys (per token for int8, per 64 for fp8).
+  const int run = codegen::k_scale_block(p);
+  std::vector<float> k_amax((pr.seqlen_k + run - 1) / run, 0.0f);
+  for (int s = 0; s < pr.seqlen_k; ++s)
+    for (int i = 0; i < d; ++i)
+      k_amax[s / run] = std::max(k_amax[s / run], std::abs(k.at(storage, b, hk, s, i)));
   for (int j = 0; j <= last; ++j) {
-    const std::vector<double> kd = dequantized_row(row_of(k, hk, j), p);
+    const std::vector<double> kd = dequantized_row(row_of(k, hk, j), p, k_amax[j / run]);
     double s = 0;
     for (int i = 0; i < d; ++i) s += qd[i] * kd[i];
     logits[j] = s * pr.scale() * M_LOG2E;  // base 2, as the kernel works

@@ -128,8 +128,28 @@ class QuantizedKernel final : public Kernel {
     };
     rows(q, problem.q, problem.heads_q, problem.seqlen_q, layout.q, layout.q_scale,
          problem.seqlen_q);
-    rows(k, problem.k, problem.heads_kv, problem.seqlen_k, layout.k, layout.k_scale,
-         layout.keys_padded);
+    const unsigned hk = static_cast<unsigned>(problem.heads_kv);
+    const unsigned b = static_cast<unsigned>(problem.batch);
+    const int k_scale_block = codegen::k_scale_block(compiled_->config.precision);
+    if (k_scale_block == 1) {
+      rows(k, problem.k, problem.heads_kv, problem.seqlen_k, layout.k, layout.k_scale,
+           layout.keys_padded);
+    } else {
+      QuantizeParams p{};
+      p.in = k;
+      p.in_batch_stride = problem.k.batch;
+      p.in_head_stride = problem.k.head;
+      p.in_seq_stride = problem.k.seq;
+      p.batch = problem.batch;
+      p.heads = problem.heads_kv;
+      p.seqlen = problem.seqlen_k;
+      p.out = ws + layout.k;
+      p.scale = reinterpret_cast<float*>(ws + layout.k_scale);
+      p.scale_seq = layout.keys_padded;
+      void* args[] = {&p};
+      runtime::launch(fn("quantize_key_blocks"), Dim3{blocks(layout.keys_padded, 64), hk, b},
+                      Dim3{128, 1, 1}, 0, stream, args);
+    }
 
     QuantizeParams p{};
     p.in = v;
@@ -146,13 +166,13 @@ class QuantizedKernel final : public Kernel {
     const size_t scale_bytes = sizeof(float) * problem.batch * problem.heads_kv * d;
     check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(p.scale), 0, scale_bytes, stream),
           "cuMemsetD8Async");  // v_channel_max combines CTAs with an atomic max from 0
-    const unsigned hk = static_cast<unsigned>(problem.heads_kv);
-    const unsigned b = static_cast<unsigned>(problem.batch);
     runtime::launch(fn("v_channel_max"), Dim3{blocks(problem.seqlen_k, 64), hk, b}, Dim3{128, 1, 1},
                     0, stream, args);
     runtime::launch(fn("pack_v"), Dim3{blocks(layout.keys_padded, 64), hk, b}, Dim3{128, 1, 1}, 0,
                     stream, args);
-    return QuantizedInputs::in(workspace, layout);
+    QuantizedInputs in = QuantizedInputs::in(workspace, layout);
+    in.k_scale_block = k_scale_block;
+    return in;
   }
 
   void launch_quantized(const Problem& problem, const QuantizedInputs& in, void* o,
@@ -170,6 +190,17 @@ class QuantizedKernel final : public Kernel {
     if (in.q == nullptr || in.k == nullptr || in.v == nullptr || in.q_scale == nullptr ||
         in.k_scale == nullptr || in.v_scale == nullptr)
       throw ConfigError("every pointer of the quantised inputs must be set");
+    if (in.k_scale_block < 1)
+      throw ConfigError(fmt::format(
+          "k_scale_block is {}: it must be at least 1 (1: a scale per key)", in.k_scale_block));
+    // The Hopper fp8 kernel reads one K scale per 64 keys (kernel/fwd_q8_sm90.cuh).
+    const int need = uses_wgmma(c) ? codegen::k_scale_block(c.precision) : 1;
+    if (in.k_scale_block % need != 0)
+      throw ConfigError(fmt::format(
+          "{} reads one K scale per {} keys, but these inputs share a scale over runs of {}: "
+          "quantise K with one scale per {} keys (ftattn::quantize does), or run a kernel for "
+          "--arch sm_90, which reads a scale per key",
+          c.name(), need, in.k_scale_block, need));
     const QuantizedLayout layout = QuantizedLayout::of(problem);
     // make_params checks the problem, O and alignment; the 8-bit operands are dense, so their
     // strides (bytes, 1 per element) are set here.

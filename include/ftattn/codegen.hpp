@@ -32,9 +32,6 @@ std::vector<std::string> llvm_passes(const KernelConfig& config);
 // Turns NVRTC's source into the LLVM route's: clang options (its -D defines kept) and passes.
 void use_llvm_route(const KernelConfig& config, KernelSource& source);
 
-// int8 and fp8_e4m3 units also hold the quantisation kernels (kernel/quantize_sm80.cuh) for
-// f16 and bf16 inputs: `kernel` is "quantize_rows", "v_channel_max" or "pack_v", `input` f16 or
-// bf16. E.g. "pack_v_bf16_<symbol>".
 // The protection prologue that writes a call's checksums (protected configs only).
 std::string checksum_symbol(const std::string& kernel_symbol);
 // 8-bit configs with a checksum scheme: the kernel that writes V^T's checksum rows, and (EFTA)
@@ -42,8 +39,15 @@ std::string checksum_symbol(const std::string& kernel_symbol);
 std::string q8_v_rows_symbol(const std::string& kernel_symbol);
 std::string q8_k_rows_symbol(const std::string& kernel_symbol);
 
+// int8 and fp8_e4m3 units also hold the quantisation kernels (kernel/quantize_sm80.cuh) for
+// f16 and bf16 inputs: `kernel` is "quantize_rows", "quantize_key_blocks" (fp8_e4m3 only),
+// "v_channel_max" or "pack_v", `input` f16 or bf16. E.g. "pack_v_bf16_<symbol>".
 std::string quantize_symbol(const std::string& kernel_symbol, std::string_view kernel,
                             Precision input);
+
+// Keys that share one K scale in an 8-bit precision's quantised operands: 64 for fp8_e4m3 (its
+// Hopper kernel folds a block's scale into the exponent's FMA), 1 (per token) for int8.
+int k_scale_block(Precision precision);
 
 // f16_pasa units also hold the key-shift kernel (kernel/fwd_pasa_sm80.cuh) that writes the
 // shifted keys and per-block shift vectors before each launch: "pasa_shift_<symbol>".

@@ -27,7 +27,10 @@ struct QuantizedInputs {
   const void* k = nullptr;         // batch x heads_kv x seqlen_k x head_dim, dense
   const void* v = nullptr;         // V^T: batch x heads_kv x head_dim x keys_padded, keys permuted
   const float* q_scale = nullptr;  // per token: batch x heads_q x seqlen_q
-  const float* k_scale = nullptr;  // per token: batch x heads_kv x keys_padded
+  const float* k_scale = nullptr;  // a value per key: batch x heads_kv x keys_padded
+  // Keys from 0 on, in runs of this many, share one k_scale value. fp8_e4m3 on sm_90a needs 64
+  // (what quantize() writes for it; codegen::k_scale_block); 1 means any value per token.
+  int k_scale_block = 1;
   const float* v_scale = nullptr;  // per channel: batch x heads_kv x head_dim
   // The views of a workspace laid out as `layout`.
   static QuantizedInputs in(void* workspace, const QuantizedLayout& layout);
@@ -36,7 +39,8 @@ struct QuantizedInputs {
 // Quantises q, k, v (f16 or bf16 as `input` says, laid out as `problem` says) into `workspace`
 // (QuantizedLayout::of(problem).bytes, device memory) on `stream`, with the quantisation kernels
 // generated into `kernel`'s unit (an int8 or fp8_e4m3 kernel). Symmetric scales: max |x| / 127
-// (int8) or / 448 (e4m3), per token for Q and K, per channel for V. ConfigError when `kernel`
+// (int8) or / 448 (e4m3), per token for Q, per token (int8) or per 64 keys (fp8_e4m3) for K, per
+// channel for V; the result's k_scale_block says which. ConfigError when `kernel`
 // is not 8-bit, `input` is not f16 or bf16, or the tensors are misaligned.
 QuantizedInputs quantize(const Kernel& kernel, const Problem& problem, const void* q, const void* k,
                          const void* v, Precision input, void* workspace, CUstream stream);

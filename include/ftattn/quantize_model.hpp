@@ -26,7 +26,8 @@ float quantize_value(float x, Precision p);
 float range(Precision p);
 
 // One output row of `problem` as the int8 / fp8_e4m3 kernel computes it from 16-bit inputs
-// (f16 storage), in double apart from the quantisation steps: the online softmax over blocks of
+// (f16 storage; Q scaled per token, K per codegen::k_scale_block keys, V per channel), in double
+// apart from the quantisation steps: the online softmax over blocks of
 // `block_n` keys, P quantised against the running max. Masks: none or causal.
 std::vector<double> attention_row(const Problem& problem, Precision p, Mask mask, int block_n,
                                   const reference::Tensor16& q, const reference::Tensor16& k,

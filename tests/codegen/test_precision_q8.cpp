@@ -240,7 +240,7 @@ TEST_CASE("8-bit defaults: complete, valid, block_n a multiple of 32", "[codegen
       }
 }
 
-TEST_CASE("8-bit unit: the q8 skeleton, the size check and six quantisation kernels",
+TEST_CASE("8-bit unit: the q8 skeleton, the size check and its quantisation kernels",
           "[codegen][q8]") {
   const KernelConfig c = default_config(128, Precision::int8, Mask::causal, kSm80);
   const codegen::KernelSource src = codegen::generate(c);
@@ -255,6 +255,17 @@ TEST_CASE("8-bit unit: the q8 skeleton, the size check and six quantisation kern
       CHECK(count(src.text, sym + "(") == 1);
     }
   CHECK(std::count(src.text.begin(), src.text.end(), '\n') < 50);
+  // int8 K keeps a scale per token (INT-FlashAttention's); fp8 K gets one per 64 keys from a
+  // kernel of its own, which int8 units leave out.
+  CHECK(codegen::k_scale_block(Precision::int8) == 1);
+  CHECK(codegen::k_scale_block(Precision::fp8_e4m3) == 64);
+  CHECK(src.text.find("quantize_key_blocks") == std::string::npos);
+  const KernelConfig f8 = default_config(128, Precision::fp8_e4m3, Mask::causal, kSm89);
+  const codegen::KernelSource f8_src = codegen::generate(f8);
+  for (Precision in : {Precision::f16, Precision::bf16}) {
+    const std::string sym = codegen::quantize_symbol(f8_src.symbol, "quantize_key_blocks", in);
+    CHECK(count(f8_src.text, sym + "(") == 1);
+  }
 }
 
 TEST_CASE("NVRTC compiles every 8-bit config with 8-bit MMAs and no spills",
@@ -290,7 +301,8 @@ TEST_CASE("NVRTC compiles every 8-bit config with 8-bit MMAs and no spills",
         const bool known = (t.p == Precision::fp8_e4m3 && (d == 96 || d == 192)) ||
                            (t.p == Precision::int8 && d == 256 && t.arch.sm < 90);
         CHECK(r.spill_stores <= (known ? 16 : 0));
-        for (const char* k : {"quantize_rows", "v_channel_max", "pack_v"}) {
+        for (const char* k : {"quantize_rows", "quantize_key_blocks", "v_channel_max", "pack_v"}) {
+          if (std::string_view(k) == "quantize_key_blocks" && t.p != Precision::fp8_e4m3) continue;
           const ResourceUsage q = runtime::parse_ptxas_log(
               out.log, codegen::quantize_symbol(src.symbol, k, Precision::bf16));
           CHECK(q.registers > 0);
@@ -373,6 +385,9 @@ TEST_CASE("8-bit on sm_90a: the wgmma skeleton, when it applies, and what it com
     CHECK(out.ptx.find("fence.proxy.async.shared::cta") != std::string::npos);
     const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
     CHECK(r.spill_stores == 0);
+    // ptxas serialises every wgmma of a kernel in which plain instructions write a wgmma's
+    // operand registers while a wgmma is in flight (C7513): a schedule bug, never a trade-off.
+    CHECK(out.log.find("C7513") == std::string::npos);
     // One warpgroup where three CTAs' shared memory fits an SM: capped for three CTAs (65536
     // registers / 384 threads). Head dim 256's tiles fit two.
     if (w == 4 && d <= 128) CHECK(r.registers <= 168);

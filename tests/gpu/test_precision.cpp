@@ -123,6 +123,88 @@ TEST_CASE("8-bit on Hopper: the wgmma skeleton matches the mma.sync one", "[gpu]
           }
 }
 
+TEST_CASE("fp8 K: one scale per 64 keys; the Hopper kernel refuses finer K scales", "[gpu][q8]") {
+  Runtime& rt = q8_runtime();
+  if (rt.device_arch().sm < 89) {
+    WARN("fp8_e4m3 needs sm_89 or later: not run");
+    return;
+  }
+  // 200 keys: three full blocks and a short one, keys_padded 208. Key j's row is scaled by
+  // 1 + j % 7, so per-token and per-block scales differ.
+  const Problem pr = Problem::bhsd(1, 2, 1, 70, 200, 64);
+  const auto kernel = rt.kernel(rt.resolve(q8_config(64, Precision::fp8_e4m3, Mask::none), &pr));
+  std::mt19937_64 rng(11);
+  auto q = reference::random_tensor(rng, Precision::f16, pr.q, 1, 2, 70, 64);
+  auto k = reference::random_tensor(rng, Precision::f16, pr.k, 1, 1, 200, 64);
+  auto v = reference::random_tensor(rng, Precision::f16, pr.v, 1, 1, 200, 64);
+  for (int j = 0; j < 200; ++j)
+    for (int i = 0; i < 64; ++i) {
+      auto& x = k.data[j * pr.k.seq + i];
+      x = reference::to_bits(reference::from_bits(x, Precision::f16) * (1 + j % 7), Precision::f16);
+    }
+  const QuantizedLayout layout = QuantizedLayout::of(pr);
+  runtime::DeviceBuffer dq(q.data.size() * 2), dk(k.data.size() * 2), dv(v.data.size() * 2),
+      dout(q.data.size() * 2), ws(layout.bytes);
+  dq.upload(q.data.data(), dq.bytes());
+  dk.upload(k.data.data(), dk.bytes());
+  dv.upload(v.data.data(), dv.bytes());
+  const QuantizedInputs in =
+      quantize(*kernel, pr, dq.data(), dk.data(), dv.data(), Precision::f16, ws.data(), nullptr);
+  CHECK(in.k_scale_block == 64);
+  runtime::check(runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
+  std::vector<float> scale(layout.keys_padded);
+  std::vector<uint8_t> k8(200 * 64);
+  runtime::check(runtime::driver().cuMemcpyDtoH(
+                     scale.data(), reinterpret_cast<CUdeviceptr>(in.k_scale), scale.size() * 4),
+                 "cuMemcpyDtoH");
+  runtime::check(
+      runtime::driver().cuMemcpyDtoH(k8.data(), reinterpret_cast<CUdeviceptr>(in.k), k8.size()),
+      "cuMemcpyDtoH");
+  auto e4m3 = [](uint8_t b) {  // an E4M3 byte as a float
+    const int e = (b >> 3) & 15, m = b & 7;
+    const float mag = e == 0 ? std::ldexp(float(m), -9) : std::ldexp(1.f + m / 8.f, e - 7);
+    return b & 0x80 ? -mag : mag;
+  };
+  for (int block = 0; block < 4; ++block) {
+    float amax = 0.f;
+    for (int j = block * 64; j < std::min(200, block * 64 + 64); ++j)
+      for (int i = 0; i < 64; ++i)
+        amax = std::max(amax, std::abs(k.at(Precision::f16, 0, 0, j, i)));
+    const float inv = 448.f / amax;
+    for (int j = block * 64; j < std::min(layout.keys_padded, block * 64 + 64); ++j) {
+      INFO("key " << j);
+      CHECK(scale[j] == amax / 448.f);
+      if (j >= 200) continue;
+      int wrong = 0;
+      for (int i = 0; i < 64; ++i)
+        wrong +=
+            e4m3(k8[j * 64 + i]) != quant_model::round_e4m3(k.at(Precision::f16, 0, 0, j, i) * inv);
+      CHECK(wrong == 0);
+    }
+  }
+  // Inputs that claim a scale per key: the kernel that folds a scale per 64 keys refuses them
+  // with a ConfigError that says what to change; runs of 128 are runs of 64 too.
+  QuantizedInputs per_key = in;
+  per_key.k_scale_block = 1;
+  QuantizedInputs per_128 = in;
+  per_128.k_scale_block = 128;
+  if (uses_wgmma(kernel->config())) {
+    CHECK_THROWS_WITH(
+        launch_quantized(*kernel, pr, per_key, dout.data(), Precision::f16, nullptr, nullptr),
+        Catch::Contains("one K scale per 64 keys"));
+  } else {
+    CHECK_NOTHROW(
+        launch_quantized(*kernel, pr, per_key, dout.data(), Precision::f16, nullptr, nullptr));
+  }
+  CHECK_NOTHROW(
+      launch_quantized(*kernel, pr, per_128, dout.data(), Precision::f16, nullptr, nullptr));
+  per_key.k_scale_block = 0;
+  CHECK_THROWS_AS(
+      launch_quantized(*kernel, pr, per_key, dout.data(), Precision::f16, nullptr, nullptr),
+      ConfigError);
+  runtime::check(runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
+}
+
 TEST_CASE("8-bit kernels follow the host model of their numerics closely, bf16 in and out",
           "[gpu][q8]") {
   Runtime& rt = q8_runtime();

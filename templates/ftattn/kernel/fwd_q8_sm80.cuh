@@ -3,12 +3,12 @@
 // quantised in registers.
 //
 // Operands come from the quantisation kernels (kernel/quantize_sm80.cuh) in the layout params.cuh
-// documents: Q and K row-major with a scale per token, V transposed (head_dim rows of keys) with a
-// scale per channel and its keys permuted within groups of 16. The permutation is what lets P
-// go from the S accumulators to the A operand of P·V without shuffles: in the m16n8k32 A fragment
-// a thread holds 4 consecutive k of a row, but the S accumulators give it keys 2t, 2t+1 of each
-// n8 tile; reading byte 4t + i of a 16-key group as key {2t, 2t+1, 2t+8, 2t+9}[i] makes the two
-// agree.
+// documents: Q and K row-major with a scale per token (fp8 K: the same for each 64 keys), V
+// transposed (head_dim rows of keys) with a scale per channel and its keys permuted within groups
+// of 16. The permutation is what lets P go from the S accumulators to the A operand of P·V without
+// shuffles: in the m16n8k32 A fragment a thread holds 4 consecutive k of a row, but the S
+// accumulators give it keys 2t, 2t+1 of each n8 tile; reading byte 4t + i of a 16-key group as key
+// {2t, 2t+1, 2t+8, 2t+9}[i] makes the two agree.
 //
 // ldmatrix (b16) on 8-bit rows hands each lane the 4-byte word (lane % 4) of row (lane / 4) of
 // each 8x16-byte matrix: exactly the m16n8k32 A and B fragments. Byte offsets then equal those of
@@ -220,6 +220,46 @@ __device__ __forceinline__ void softmax_row(const float (&x)[kST][4], int r, flo
       pa[kc][2 * h + r] =
           P::p_word(fmaf(t0[2 * r], qs, offset), fmaf(t0[2 * r + 1], qs, offset),
                     fmaf(t1[2 * r], qs, offset), fmaf(t1[2 * r + 1], qs, offset), sum);
+    }
+}
+
+// softmax_row for scores not yet dequantised by key, whose key scales are constant over kGroups
+// groups of columns (ks[g], > 0): the max takes one multiply per group, and each P's exponent one
+// FMA with its group's qs * ks[g], where softmax_row needs a multiply per score first.
+template <class P, int kST, int kGroups>
+__device__ __forceinline__ void softmax_row_grouped(const float (&s)[kST][4], int r, float qs,
+                                                    const float (&ks)[kGroups], float& row_max,
+                                                    u32 (&pa)[kST / 4][4], typename P::PSum& sum,
+                                                    float& rescale) {
+  constexpr int kPer = kST / kGroups;
+  float mx = neg_inf();
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    float mg = neg_inf();
+#pragma unroll
+    for (int nt = g * kPer; nt < (g + 1) * kPer; ++nt)
+      mg = fmaxf(mg, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+    mx = fmaxf(mx, mg * ks[g]);
+  }
+  mx = fmaxf(row_max, __fmul_ru(quad_max(mx), qs));
+  const float shift = mx == neg_inf() ? 0.f : mx;  // fully masked so far: P stays 0
+  rescale = fast_exp2(row_max - shift);
+  row_max = mx;
+  const float offset = P::p_offset(shift);
+  float c[kGroups];
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) c[g] = qs * ks[g];
+#pragma unroll
+  for (int kc = 0; kc < kST / 4; ++kc)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int nt0 = 4 * kc + 2 * h, nt1 = nt0 + 1;
+      const float(&t0)[4] = s[nt0];
+      const float(&t1)[4] = s[nt1];
+      const float c0 = c[nt0 / kPer], c1 = c[nt1 / kPer];
+      pa[kc][2 * h + r] =
+          P::p_word(fmaf(t0[2 * r], c0, offset), fmaf(t0[2 * r + 1], c0, offset),
+                    fmaf(t1[2 * r], c1, offset), fmaf(t1[2 * r + 1], c1, offset), sum);
     }
 }
 

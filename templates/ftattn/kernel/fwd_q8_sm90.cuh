@@ -181,19 +181,33 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
     sm90::wgmma_wait<0>();  // GEMM I, and the previous GEMM II (O is rescaled below)
     if constexpr (kOneGroup) prefetch();
 
-    // Dequantise by key (the row's factor follows in the exp's FMA), then mask.
+    // Dequantise by key (the row's factor follows in the exp's FMA), then mask. fp8: K scales
+    // are constant over each 64 keys, so the scores stay raw and the scale rides in the FMA.
     const u32 sKscale = sKs + T::k_scale_offset;
+    constexpr int kGroups = T::block_n / 64;
     float x[kST][4];
+    [[maybe_unused]] float kg[kGroups];
+    if constexpr (kInt) {
 #pragma unroll
-    for (int nt = 0; nt < kST; ++nt) {
-      float ks2[2];
-      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
-                   : "=f"(ks2[0]), "=f"(ks2[1])
-                   : "r"(sKscale + (nt * 8 + quad_t * 2) * 4));
+      for (int nt = 0; nt < kST; ++nt) {
+        float ks2[2];
+        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
+                     : "=f"(ks2[0]), "=f"(ks2[1])
+                     : "r"(sKscale + (nt * 8 + quad_t * 2) * 4));
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        x[nt][i] = kInt ? fmaf(P::acc_as_float(s[nt][i]), ks2[i % 2], P::dequant_bias(ks2[i % 2]))
-                        : P::acc_as_float(s[nt][i]) * ks2[i % 2];
+        for (int i = 0; i < 4; ++i)
+          x[nt][i] = fmaf(P::acc_as_float(s[nt][i]), ks2[i % 2], P::dequant_bias(ks2[i % 2]));
+      }
+    } else {
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) {
+        asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(kg[g]) : "r"(sKscale + g * 64 * 4));
+        kg[g] = fmaxf(kg[g], 1e-30f);  // a zero block: its raw scores are 0, the masked -inf
+      }
+#pragma unroll
+      for (int nt = 0; nt < kST; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) x[nt][i] = P::acc_as_float(s[nt][i]);
     }
     if (kMasked) {
       detail::for_each_masked<1, kST, T::causal>(row0 + warp_row, n_block * T::block_n, lane,
@@ -207,7 +221,10 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       typename P::PSum sum = 0;
-      q8::softmax_row<P>(x, r, q_scale[r], row_max[0][r], pa, sum, rescale[r]);
+      if constexpr (kInt)
+        q8::softmax_row<P>(x, r, q_scale[r], row_max[0][r], pa, sum, rescale[r]);
+      else
+        q8::softmax_row_grouped<P>(x, r, q_scale[r], kg, row_max[0][r], pa, sum, rescale[r]);
       row_sum[0][r] = row_sum[0][r] * rescale[r] + P::p_sum(sum);
       if constexpr (!kInt) {
 #pragma unroll

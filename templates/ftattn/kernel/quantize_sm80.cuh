@@ -2,6 +2,8 @@
 // fp8_e4m3 kernels (layout: params.cuh). Symmetric, scale = max |x| / range (a zero row or
 // channel gets scale 0 and zeros), round to nearest even.
 //   quantize_rows:  Q and K, a scale per token. One row per group of head_dim / 8 lanes.
+//   quantize_key_blocks: K of fp8_e4m3, one scale per 64 keys (written for each of its keys), so
+//                   that the Hopper skeleton dequantises a score in the exponent's FMA.
 //   v_channel_max:  V, max |x| / range per channel, combined across CTAs with an atomic max.
 //   pack_v:         V quantised with those scales, written transposed with the key permutation
 //                   of fwd_q8_sm80.cuh, keys past the end as 0.
@@ -93,6 +95,51 @@ __device__ __forceinline__ void quantize_rows(const QuantizeParams& p) {
     dst[1] = w[1];
   }
   if (c == 0) p.scale[row] = amax / Q8::range;
+}
+
+// Grid: (ceil(scale_seq / 64), heads, batch); 128 threads. One scale per 64 keys: max |x| over
+// the block (E4M3 keeps 3 mantissa bits from 2^-6 of its range down, so a token far below the
+// block's largest loses nothing that per-token scales would keep, unlike int8).
+template <class In, class Q8, int HeadDim>
+__device__ __forceinline__ void quantize_key_blocks(const QuantizeParams& p) {
+  constexpr int chunks = HeadDim / 8;
+  __shared__ u32 block_max;
+  if (threadIdx.x == 0) block_max = 0u;
+  __syncthreads();
+  const int b = blockIdx.z, h = blockIdx.y, key0 = blockIdx.x * 64;
+  float amax = 0.f;
+  for (int idx = threadIdx.x; idx < 64 * chunks; idx += 128) {
+    const int key = key0 + idx / chunks;
+    if (key < p.seqlen) {
+      float x[8];
+      quant::unpack8<In>(quant::row_of(p, b, h, key)[idx % chunks], x);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[i]));
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+  if (threadIdx.x % 32 == 0)
+    quant::atomic_max_shared(static_cast<u32>(__cvta_generic_to_shared(&block_max)), amax);
+  __syncthreads();
+  amax = __uint_as_float(block_max);
+  const float inv = amax > 0.f ? Q8::range / amax : 0.f;
+  const i64 bh = static_cast<i64>(b) * p.heads + h;
+  for (int idx = threadIdx.x; idx < 64 * chunks; idx += 128) {
+    const int key = key0 + idx / chunks, c = idx % chunks;
+    if (key < p.seqlen) {
+      float x[8];
+      quant::unpack8<In>(quant::row_of(p, b, h, key)[c], x);
+      u32* dst = reinterpret_cast<u32*>(static_cast<char*>(p.out) +
+                                        (bh * p.seqlen + key) * HeadDim + c * 8);
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+        dst[i] =
+            Q8::pack4(x[4 * i] * inv, x[4 * i + 1] * inv, x[4 * i + 2] * inv, x[4 * i + 3] * inv);
+    }
+  }
+  for (int key = key0 + threadIdx.x; key < min(key0 + 64, p.scale_seq); key += 128)
+    p.scale[bh * p.scale_seq + key] = amax / Q8::range;
 }
 
 // Grid: (ceil(seqlen / 64), heads, batch); 128 threads. p.scale must be zeroed first.

@@ -1,6 +1,7 @@
 // Precision policy fp8_e4m3 (sm_89+): E4M3 Q, K, V with FP32 dequantisation scales (per token for
-// Q and K, per channel for V), m16n8k32 e4m3 tensor-core MMAs with FP32 accumulation, P stored
-// as E4M3. Used by the 8-bit skeleton (kernel/fwd_q8_sm80.cuh) and the quantisation kernels.
+// Q, per 64 keys for K, per channel for V), m16n8k32 e4m3 tensor-core MMAs with FP32 accumulation,
+// P stored as E4M3. Used by the 8-bit skeleton (kernel/fwd_q8_sm80.cuh) and the quantisation
+// kernels.
 #pragma once
 
 #include "ftattn/common/math.cuh"
