@@ -108,7 +108,9 @@ int run_bench(const BenchOptions& o, const GlobalOptions& global) {
                             {"rel_l2_error", r.check.rel_l2_error},
                             {"passed", r.check.passed},
                             {"protection", std::string(to_string(prot))},
-                            {"overhead_vs_none", overhead}});
+                            {"overhead_vs_none", overhead},
+                            {"attention_ms", r.attention_ms},
+                            {"quantize_ms", r.quantize_ms}});
           }
         }
     }
@@ -118,14 +120,15 @@ int run_bench(const BenchOptions& o, const GlobalOptions& global) {
     if (o.csv != "-") file.open(o.csv);
     std::ostream& out = o.csv == "-" ? std::cout : file;
     out << "head_dim,seqlen,batch,heads,causal,dtype,config,ms,min_ms,tflops,rel_l2_error,passed,"
-           "protection,overhead_vs_none\n";
+           "protection,overhead_vs_none,attention_ms,quantize_ms\n";
     for (const auto& r : rows)
-      out << fmt::format("{},{},{},{},{},{},{},{:.5f},{:.5f},{:.2f},{:.3e},{},{},{:.4f}\n",
-                         int(r["head_dim"]), int(r["seqlen"]), int(r["batch"]), int(r["heads"]),
-                         int(r["causal"]), std::string(r["dtype"]), std::string(r["config"]),
-                         double(r["ms"]), double(r["min_ms"]), double(r["tflops"]),
-                         double(r["rel_l2_error"]), bool(r["passed"]) ? 1 : 0,
-                         std::string(r["protection"]), double(r["overhead_vs_none"]));
+      out << fmt::format(
+          "{},{},{},{},{},{},{},{:.5f},{:.5f},{:.2f},{:.3e},{},{},{:.4f},{:.5f},{:.5f}\n",
+          int(r["head_dim"]), int(r["seqlen"]), int(r["batch"]), int(r["heads"]), int(r["causal"]),
+          std::string(r["dtype"]), std::string(r["config"]), double(r["ms"]), double(r["min_ms"]),
+          double(r["tflops"]), double(r["rel_l2_error"]), bool(r["passed"]) ? 1 : 0,
+          std::string(r["protection"]), double(r["overhead_vs_none"]), double(r["attention_ms"]),
+          double(r["quantize_ms"]));
   }
   if (!o.json.empty())
     std::ofstream(o.json) << nlohmann::json{{"device", device}, {"runs", rows}}.dump(2);

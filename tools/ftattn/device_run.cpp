@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "ftattn/quantize.hpp"
 #include "runtime/driver.hpp"
 
 namespace ftattn::cli {
@@ -108,17 +109,34 @@ DeviceRunResult run_on_device(Runtime& rt, const KernelConfig& wanted, const Pro
 
   for (int i = 0; i < opt.warmup; ++i) launch();
   runtime::EventTimer timer;
-  std::vector<double> ms;
-  for (int i = 0; i < opt.iters; ++i) {
-    timer.start(nullptr);
-    launch();
-    timer.stop(nullptr);
-    ms.push_back(timer.elapsed_ms());
-  }
+  auto time = [&](auto&& work) {
+    std::vector<double> ms;
+    for (int i = 0; i < opt.iters; ++i) {
+      timer.start(nullptr);
+      work();
+      timer.stop(nullptr);
+      ms.push_back(timer.elapsed_ms());
+    }
+    return ms;
+  };
+  const std::vector<double> ms = time(launch);
   result.timed = true;
   result.median_ms = median(ms);
   result.min_ms = *std::min_element(ms.begin(), ms.end());
   result.tflops = problem.flops(c.mask) / (result.median_ms * 1e-3) / 1e12;
+  if (c.precision == Precision::int8 || c.precision == Precision::fp8_e4m3) {
+    runtime::DeviceBuffer workspace(QuantizedLayout::of(problem).bytes);
+    QuantizedInputs quantized;
+    auto quantize_inputs = [&] {
+      quantized = quantize(*kernel, problem, in.dq.data(), in.dk.data(), in.dv.data(),
+                           Precision::f16, workspace.data(), nullptr);
+    };
+    result.quantize_ms = median(time(quantize_inputs));
+    result.attention_ms = median(time([&] {
+      launch_quantized(*kernel, problem, quantized, in.d_o.data(), Precision::f16, lse_ptr,
+                       nullptr);
+    }));
+  }
   return result;
 }
 
@@ -144,6 +162,9 @@ void print_result(const DeviceRunResult& r, const DeviceRunOptions& opt) {
         "time      median {:.4f} ms, min {:.4f} ms over {} launches ({} warm-up): "
         "{:.1f} TFLOP/s\n",
         r.median_ms, r.min_ms, opt.iters, opt.warmup, r.tflops);
+    if (r.attention_ms > 0)
+      fmt::print("          of which: attention {:.4f} ms, quantisation {:.4f} ms (medians)\n",
+                 r.attention_ms, r.quantize_ms);
   } else if (!r.check.passed) {
     fmt::print("time      not timed: the check failed\n");
   }
