@@ -103,19 +103,23 @@ __device__ __forceinline__ void quantize_rows(const QuantizeParams& p) {
 template <class In, class Q8, int HeadDim>
 __device__ __forceinline__ void quantize_key_blocks(const QuantizeParams& p) {
   constexpr int chunks = HeadDim / 8;
+  constexpr int per_thread = (64 * chunks + 127) / 128;  // 16-byte chunks, kept in registers
   __shared__ u32 block_max;
   if (threadIdx.x == 0) block_max = 0u;
   __syncthreads();
   const int b = blockIdx.z, h = blockIdx.y, key0 = blockIdx.x * 64;
+  uint4_ raw[per_thread];
   float amax = 0.f;
-  for (int idx = threadIdx.x; idx < 64 * chunks; idx += 128) {
-    const int key = key0 + idx / chunks;
-    if (key < p.seqlen) {
-      float x[8];
-      quant::unpack8<In>(quant::row_of(p, b, h, key)[idx % chunks], x);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[i]));
-    }
+  for (int j = 0; j < per_thread; ++j) {
+    const int idx = threadIdx.x + 128 * j;
+    const int key = key0 + idx / chunks;
+    raw[j] = uint4_{0u, 0u, 0u, 0u};
+    if (idx < 64 * chunks && key < p.seqlen) raw[j] = quant::row_of(p, b, h, key)[idx % chunks];
+    float x[8];
+    quant::unpack8<In>(raw[j], x);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[i]));
   }
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
@@ -125,40 +129,61 @@ __device__ __forceinline__ void quantize_key_blocks(const QuantizeParams& p) {
   amax = __uint_as_float(block_max);
   const float inv = amax > 0.f ? Q8::range / amax : 0.f;
   const i64 bh = static_cast<i64>(b) * p.heads + h;
-  for (int idx = threadIdx.x; idx < 64 * chunks; idx += 128) {
+#pragma unroll
+  for (int j = 0; j < per_thread; ++j) {
+    const int idx = threadIdx.x + 128 * j;
     const int key = key0 + idx / chunks, c = idx % chunks;
-    if (key < p.seqlen) {
+    if (idx < 64 * chunks && key < p.seqlen) {
       float x[8];
-      quant::unpack8<In>(quant::row_of(p, b, h, key)[c], x);
+      quant::unpack8<In>(raw[j], x);
       u32* dst = reinterpret_cast<u32*>(static_cast<char*>(p.out) +
                                         (bh * p.seqlen + key) * HeadDim + c * 8);
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-        dst[i] =
-            Q8::pack4(x[4 * i] * inv, x[4 * i + 1] * inv, x[4 * i + 2] * inv, x[4 * i + 3] * inv);
+      dst[0] = Q8::pack4(x[0] * inv, x[1] * inv, x[2] * inv, x[3] * inv);
+      dst[1] = Q8::pack4(x[4] * inv, x[5] * inv, x[6] * inv, x[7] * inv);
     }
   }
   for (int key = key0 + threadIdx.x; key < min(key0 + 64, p.scale_seq); key += 128)
     p.scale[bh * p.scale_seq + key] = amax / Q8::range;
 }
 
-// Grid: (ceil(seqlen / 64), heads, batch); 128 threads. p.scale must be zeroed first.
+// Grid: (ceil(seqlen / 64), heads, batch); 128 threads. p.scale must be zeroed first. Where
+// 128 is a multiple of head_dim / 8, a thread keeps one chunk of 8 channels for all its keys: a
+// running max in registers, then lanes with the same chunk combine by shuffles and one of them
+// takes the shared atomic (an atomic per element made this kernel bank-conflict bound).
 template <class In, class Q8, int HeadDim>
 __device__ __forceinline__ void v_channel_max(const QuantizeParams& p) {
   constexpr int chunks = HeadDim / 8;
+  constexpr bool fixed_chunk = 128 % chunks == 0;
   __shared__ u32 amax[HeadDim];
   for (int i = threadIdx.x; i < HeadDim; i += 128) amax[i] = 0u;
   __syncthreads();
   const int b = blockIdx.z, h = blockIdx.y, key0 = blockIdx.x * 64;
+  auto shared_max = [&](int channel, float v) {
+    quant::atomic_max_shared(static_cast<u32>(__cvta_generic_to_shared(&amax[channel])), v);
+  };
+  float run[8] = {};
   for (int idx = threadIdx.x; idx < 64 * chunks; idx += 128) {
     const int key = key0 + idx / chunks, c = idx % chunks;
     if (key < p.seqlen) {
       float x[8];
       quant::unpack8<In>(quant::row_of(p, b, h, key)[c], x);
 #pragma unroll
-      for (int i = 0; i < 8; ++i)
-        quant::atomic_max_shared(static_cast<u32>(__cvta_generic_to_shared(&amax[c * 8 + i])),
-                                 fabsf(x[i]));
+      for (int i = 0; i < 8; ++i) {
+        if constexpr (fixed_chunk)
+          run[i] = fmaxf(run[i], fabsf(x[i]));
+        else
+          shared_max(c * 8 + i, fabsf(x[i]));
+      }
+    }
+  }
+  if constexpr (fixed_chunk) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+#pragma unroll
+      for (int off = chunks; off < 32; off *= 2)
+        run[i] = fmaxf(run[i], __shfl_xor_sync(0xffffffffu, run[i], off));
+      if (lane < chunks) shared_max((threadIdx.x % chunks) * 8 + i, run[i]);
     }
   }
   __syncthreads();
@@ -167,35 +192,35 @@ __device__ __forceinline__ void v_channel_max(const QuantizeParams& p) {
     quant::atomic_max_global(&scale[i], __uint_as_float(amax[i]) / Q8::range);
 }
 
-// Grid: (keys_padded / 64 rounded up, heads, batch); 128 threads.
+// Grid: (keys_padded / 64 rounded up, heads, batch); 128 threads. A work item is one chunk of 8
+// channels for the four keys whose bytes are adjacent in V^T (keys 2t, 2t + 1, 2t + 8, 2t + 9 of
+// a group of 16 sit at bytes 4t..4t + 3): it reads four 16-byte chunks and writes a 32-bit word
+// per channel. Items run quads fastest, so a warp writes 64 contiguous bytes of a V^T row and
+// reads whole 32-byte sectors; no shared memory.
 template <class In, class Q8, int HeadDim>
 __device__ __forceinline__ void pack_v(const QuantizeParams& p) {
   constexpr int chunks = HeadDim / 8;
-  constexpr int stride = 64 + 16;  // a V^T row of 64 keys in shared memory, padded
-  __shared__ __align__(16) unsigned char tile[HeadDim * stride];
   const int b = blockIdx.z, h = blockIdx.y, key0 = blockIdx.x * 64;
   const float* scale = p.scale + (static_cast<i64>(b) * p.heads + h) * HeadDim;
-  for (int idx = threadIdx.x; idx < 64 * chunks; idx += 128) {
-    const int key = idx / chunks, c = idx % chunks;
-    float x[8] = {};
-    if (key0 + key < p.seqlen) quant::unpack8<In>(quant::row_of(p, b, h, key0 + key)[c], x);
-    const int col = (key & ~15) + quant::permuted_key(key % 16);
+  char* out =
+      static_cast<char*>(p.out) + (static_cast<i64>(b) * p.heads + h) * HeadDim * p.keys_padded;
+  for (int item = threadIdx.x; item < 16 * chunks; item += 128) {
+    const int quad = item % 16, c = item / 16;
+    const int group0 = key0 + (quad / 4) * 16, t = quad % 4;
+    if (group0 >= p.keys_padded) continue;
+    const int keys[4] = {group0 + 2 * t, group0 + 2 * t + 1, group0 + 2 * t + 8,
+                         group0 + 2 * t + 9};
+    float x[4][8] = {};
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      if (keys[k] < p.seqlen) quant::unpack8<In>(quant::row_of(p, b, h, keys[k])[c], x[k]);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const float s = scale[c * 8 + i];
       const float inv = s > 0.f ? 1.f / s : 0.f;
-      tile[(c * 8 + i) * stride + col] =
-          static_cast<unsigned char>(Q8::pack4(x[i] * inv, 0.f, 0.f, 0.f));
+      *reinterpret_cast<u32*>(out + static_cast<i64>(c * 8 + i) * p.keys_padded + group0 + 4 * t) =
+          Q8::pack4(x[0][i] * inv, x[1][i] * inv, x[2][i] * inv, x[3][i] * inv);
     }
-  }
-  __syncthreads();
-  char* out =
-      static_cast<char*>(p.out) + (static_cast<i64>(b) * p.heads + h) * HeadDim * p.keys_padded;
-  for (int idx = threadIdx.x; idx < HeadDim * 4; idx += 128) {
-    const int ch = idx / 4, part = idx % 4;  // 16 keys per part
-    if (key0 + part * 16 < p.keys_padded)
-      *reinterpret_cast<uint4_*>(out + static_cast<i64>(ch) * p.keys_padded + key0 + part * 16) =
-          *reinterpret_cast<const uint4_*>(&tile[ch * stride + part * 16]);
   }
 }
 
