@@ -58,6 +58,9 @@ def speed_vs_f16(folder, name, goals=()):
     if not data:
         return
     ms = {(r["head_dim"], r["seqlen"], r["causal"], r["dtype"]): float(r["ms"]) for r in data}
+    # 8-bit rows may also carry the attention alone (operands quantised beforehand).
+    attention = {(r["head_dim"], r["seqlen"], r["causal"], r["dtype"]): float(r["attention_ms"])
+                 for r in data if float(r.get("attention_ms") or 0) > 0}
     precisions = sorted({k[3] for k in ms if k[3] != "f16"})
     keys = sorted({k[:3] for k in ms if k[:3] + ("f16",) in ms},
                   key=lambda k: (int(k[0]), int(k[1]), k[2]))
@@ -65,14 +68,21 @@ def speed_vs_f16(folder, name, goals=()):
     width = 0.8 / max(1, len(precisions))
     for i, prec in enumerate(precisions):
         ys = [ms[k + ("f16",)] / ms[k + (prec,)] if k + (prec,) in ms else 0 for k in keys]
-        ax.bar([x + i * width for x in range(len(keys))], ys, width, label=prec)
+        bars = ax.bar([x + i * width for x in range(len(keys))], ys, width, label=prec)
+        marks = [(x + i * width, ms[k + ("f16",)] / attention[k + (prec,)])
+                 for x, k in enumerate(keys) if k + (prec,) in attention]
+        if marks:
+            ax.scatter(*zip(*marks), marker="_", s=120, color=bars.patches[0].get_facecolor(),
+                       edgecolors="black", linewidths=1.5,
+                       label=f"{prec}, attention alone", zorder=3)
     for goal in (1.0,) + tuple(goals):
         ax.axhline(goal, ls=":", lw=1, color="gray")
     ax.set_xticks([x + width * (len(precisions) - 1) / 2 for x in range(len(keys))])
     ax.set_xticklabels([f"d{d} s{s}\n{'causal' if c == '1' else 'none'}" for d, s, c in keys],
                        fontsize=8)
     ax.set_ylabel("speed vs our f16")
-    ax.set_title(f"{name}: against our f16 kernel, same run (dotted: 1.0 and the goals)")
+    ax.set_title(f"{name}: against our f16 kernel, same run (dotted: 1.0 and the goals; "
+                 "bars: end to end, dashes: attention alone)")
     ax.legend(fontsize=8)
     save(fig, folder, name + ".png")
 
