@@ -108,8 +108,9 @@ class QuantizedKernel final : public Kernel {
     auto fn = [&](const char* kernel) {
       return module_.function(codegen::quantize_symbol(compiled_->symbol, kernel, input));
     };
-    auto rows = [&](const void* src, const Strides& s, int heads, int seqlen, size_t out,
-                    size_t scale, int scale_seq) {
+    // The parameters of one tensor's quantisation: 16-bit rows in, 8-bit operand and scales out.
+    auto params = [&](const void* src, const Strides& s, int heads, int seqlen, size_t out,
+                      size_t scale) {
       QuantizeParams p{};
       p.in = src;
       p.in_batch_stride = s.batch;
@@ -120,56 +121,46 @@ class QuantizedKernel final : public Kernel {
       p.seqlen = seqlen;
       p.out = ws + out;
       p.scale = reinterpret_cast<float*>(ws + scale);
-      p.scale_seq = scale_seq;
-      void* args[] = {&p};
-      const long long n = 1LL * problem.batch * heads * scale_seq;
-      runtime::launch(fn("quantize_rows"), Dim3{blocks(n, rows_per_cta(d)), 1, 1}, Dim3{128, 1, 1},
-                      0, stream, args);
+      p.keys_padded = layout.keys_padded;
+      return p;
     };
-    rows(q, problem.q, problem.heads_q, problem.seqlen_q, layout.q, layout.q_scale,
-         problem.seqlen_q);
     const unsigned hk = static_cast<unsigned>(problem.heads_kv);
     const unsigned b = static_cast<unsigned>(problem.batch);
-    const int k_scale_block = codegen::k_scale_block(compiled_->config.precision);
-    if (k_scale_block == 1) {
-      rows(k, problem.k, problem.heads_kv, problem.seqlen_k, layout.k, layout.k_scale,
-           layout.keys_padded);
-    } else {
-      QuantizeParams p{};
-      p.in = k;
-      p.in_batch_stride = problem.k.batch;
-      p.in_head_stride = problem.k.head;
-      p.in_seq_stride = problem.k.seq;
-      p.batch = problem.batch;
-      p.heads = problem.heads_kv;
-      p.seqlen = problem.seqlen_k;
-      p.out = ws + layout.k;
-      p.scale = reinterpret_cast<float*>(ws + layout.k_scale);
-      p.scale_seq = layout.keys_padded;
-      void* args[] = {&p};
-      runtime::launch(fn("quantize_key_blocks"), Dim3{blocks(layout.keys_padded, 64), hk, b},
-                      Dim3{128, 1, 1}, 0, stream, args);
-    }
+    const Dim3 key_blocks{blocks(layout.keys_padded, 64), hk, b};  // 64 keys per CTA
 
-    QuantizeParams p{};
-    p.in = v;
-    p.in_batch_stride = problem.v.batch;
-    p.in_head_stride = problem.v.head;
-    p.in_seq_stride = problem.v.seq;
-    p.batch = problem.batch;
-    p.heads = problem.heads_kv;
-    p.seqlen = problem.seqlen_k;
-    p.out = ws + layout.v;
-    p.scale = reinterpret_cast<float*>(ws + layout.v_scale);
-    p.keys_padded = layout.keys_padded;
-    void* args[] = {&p};
+    QuantizeParams pq =
+        params(q, problem.q, problem.heads_q, problem.seqlen_q, layout.q, layout.q_scale);
+    pq.scale_seq = problem.seqlen_q;
+    void* q_args[] = {&pq};
+    runtime::launch(
+        fn("quantize_rows"),
+        Dim3{blocks(1LL * problem.batch * problem.heads_q * problem.seqlen_q, rows_per_cta(d)), 1,
+             1},
+        Dim3{128, 1, 1}, 0, stream, q_args);
+
+    QuantizeParams pk =
+        params(k, problem.k, problem.heads_kv, problem.seqlen_k, layout.k, layout.k_scale);
+    pk.scale_seq = layout.keys_padded;
+    void* k_args[] = {&pk};
+    const int k_scale_block = codegen::k_scale_block(compiled_->config.precision);
+    if (k_scale_block == 1)
+      runtime::launch(
+          fn("quantize_rows"),
+          Dim3{blocks(1LL * problem.batch * problem.heads_kv * layout.keys_padded, rows_per_cta(d)),
+               1, 1},
+          Dim3{128, 1, 1}, 0, stream, k_args);
+    else
+      runtime::launch(fn("quantize_key_blocks"), key_blocks, Dim3{128, 1, 1}, 0, stream, k_args);
+
+    QuantizeParams pv =
+        params(v, problem.v, problem.heads_kv, problem.seqlen_k, layout.v, layout.v_scale);
+    void* v_args[] = {&pv};
     const size_t scale_bytes = sizeof(float) * problem.batch * problem.heads_kv * d;
-    check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(p.scale), 0, scale_bytes, stream),
+    check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(pv.scale), 0, scale_bytes, stream),
           "cuMemsetD8Async");  // v_channel_max combines CTAs with an atomic max from 0
     runtime::launch(fn("v_channel_max"), Dim3{blocks(problem.seqlen_k, 64), hk, b}, Dim3{128, 1, 1},
-                    0, stream, args);
-    runtime::launch(fn("pack_v"), Dim3{blocks(layout.keys_padded, 64), hk, b}, Dim3{128, 1, 1}, 0,
-                    stream, args);
+                    0, stream, v_args);
+    runtime::launch(fn("pack_v"), key_blocks, Dim3{128, 1, 1}, 0, stream, v_args);
     QuantizedInputs in = QuantizedInputs::in(workspace, layout);
     in.k_scale_block = k_scale_block;
     return in;
