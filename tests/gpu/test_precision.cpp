@@ -123,7 +123,8 @@ TEST_CASE("8-bit on Hopper: the wgmma skeleton matches the mma.sync one", "[gpu]
           }
 }
 
-TEST_CASE("fp8 K: one scale per 64 keys; the Hopper kernel refuses finer K scales", "[gpu][q8]") {
+TEST_CASE("fp8 K: one scale per 64 keys, and the Hopper kernel refuses finer K scales",
+          "[gpu][q8]") {
   Runtime& rt = q8_runtime();
   if (rt.device_arch().sm < 89) {
     WARN("fp8_e4m3 needs sm_89 or later: not run");
