@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <regex>
+#include <sstream>
+#include <string_view>
 #include <vector>
 
 #include "codegen/embedded_templates.hpp"
@@ -96,6 +98,20 @@ std::string nvrtc_version() {
 
 ResourceUsage parse_ptxas_log(const std::string& log, const std::string& symbol) {
   ResourceUsage usage;
+  // Notes such as "ptxas info : (C7512) Potential Performance Loss: ... in the function 'k'",
+  // kept from the code to before " in/for the function".
+  const std::string quoted = "'" + symbol + "'";
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    const auto code = line.find("(C");
+    if (code == std::string::npos || !line.ends_with(quoted) ||
+        line.find("Potential Performance Loss") == std::string::npos)
+      continue;
+    std::string note = line.substr(code, line.size() - quoted.size() - code);
+    for (std::string_view tail : {" in the function ", " for the function "})
+      if (note.ends_with(tail)) note.resize(note.size() - tail.size());
+    usage.performance_notes.push_back(note);
+  }
   // ptxas prints a block per function; read only the block of our entry point.
   const auto start = log.find("Function properties for " + symbol);
   if (start == std::string::npos) return usage;

@@ -17,6 +17,9 @@ struct ResourceUsage {
   int static_shared_bytes = 0;   // declared __shared__ arrays
   int dynamic_shared_bytes = 0;  // asked for at launch (KernelConfig::shared_memory_bytes)
   int threads_per_block = 0;     // 32 * num_warps
+  // ptxas's "Potential Performance Loss" notes on this kernel, e.g. "(C7512) ... wgmma.mma_async
+  // instructions are serialized due to insufficient register resources".
+  std::vector<std::string> performance_notes;
 };
 
 struct CompiledKernel {

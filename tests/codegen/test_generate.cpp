@@ -100,6 +100,24 @@ TEST_CASE("ptxas resource report is parsed for the named function only", "[codeg
   const ResourceUsage o = runtime::parse_ptxas_log(log, "other");
   CHECK(o.registers == 40);
   CHECK(o.static_shared_bytes == 128);
+  // Performance notes name their function at the end of the line; each kernel gets its own.
+  const std::string notes =
+      log +
+      "ptxas info    : (C7512) Potential Performance Loss: wgmma.mma_async instructions are "
+      "serialized due to insufficient register resources for the function 'k'\n"
+      "ptxas info    : (C7513) Potential Performance Loss: wgmma.mma_async instructions are "
+      "serialized due to non wgmma instructions defining input registers of a wgmma between "
+      "start and end of the pipeline stage in the function 'kk'\n";
+  const ResourceUsage rk = runtime::parse_ptxas_log(notes, "k");
+  REQUIRE(rk.performance_notes.size() == 1);
+  CHECK(rk.performance_notes[0] ==
+        "(C7512) Potential Performance Loss: wgmma.mma_async instructions are serialized due to "
+        "insufficient register resources");
+  const ResourceUsage rkk = runtime::parse_ptxas_log(notes, "kk");
+  REQUIRE(rkk.performance_notes.size() == 1);
+  CHECK(rkk.performance_notes[0].rfind("(C7513)", 0) == 0);
+  CHECK(rkk.performance_notes[0].find("pipeline stage") != std::string::npos);
+  CHECK(runtime::parse_ptxas_log(notes, "other").performance_notes.empty());
 }
 
 TEST_CASE("a compile failure carries NVRTC's log verbatim", "[codegen][nvrtc]") {

@@ -25,6 +25,8 @@ void print_resources(const ResourceUsage& r) {
   fmt::print("  static shared       {} bytes\n", r.static_shared_bytes);
   fmt::print("  dynamic shared      {} bytes\n", r.dynamic_shared_bytes);
   fmt::print("  threads per block   {}\n", r.threads_per_block);
+  for (const std::string& note : r.performance_notes)
+    fmt::print("  ptxas note          {}\n", note);
 }
 
 std::size_t count_occurrences(std::string_view text, std::string_view needle) {
