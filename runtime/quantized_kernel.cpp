@@ -128,15 +128,18 @@ class QuantizedKernel final : public Kernel {
     const unsigned b = static_cast<unsigned>(problem.batch);
     const Dim3 key_blocks{blocks(layout.keys_padded, 64), hk, b};  // 64 keys per CTA
 
+    // quantize_rows: one row per head_dim / 8 lanes, a scale per row of scale_seq per head.
+    auto quantize_rows = [&](QuantizeParams& p) {
+      void* args[] = {&p};
+      const long long rows = 1LL * p.batch * p.heads * p.scale_seq;
+      runtime::launch(fn("quantize_rows"), Dim3{blocks(rows, rows_per_cta(d)), 1, 1},
+                      Dim3{128, 1, 1}, 0, stream, args);
+    };
+
     QuantizeParams pq =
         params(q, problem.q, problem.heads_q, problem.seqlen_q, layout.q, layout.q_scale);
     pq.scale_seq = problem.seqlen_q;
-    void* q_args[] = {&pq};
-    runtime::launch(
-        fn("quantize_rows"),
-        Dim3{blocks(1LL * problem.batch * problem.heads_q * problem.seqlen_q, rows_per_cta(d)), 1,
-             1},
-        Dim3{128, 1, 1}, 0, stream, q_args);
+    quantize_rows(pq);
 
     QuantizeParams pk =
         params(k, problem.k, problem.heads_kv, problem.seqlen_k, layout.k, layout.k_scale);
@@ -144,11 +147,7 @@ class QuantizedKernel final : public Kernel {
     void* k_args[] = {&pk};
     const int k_scale_block = codegen::k_scale_block(compiled_->config.precision);
     if (k_scale_block == 1)
-      runtime::launch(
-          fn("quantize_rows"),
-          Dim3{blocks(1LL * problem.batch * problem.heads_kv * layout.keys_padded, rows_per_cta(d)),
-               1, 1},
-          Dim3{128, 1, 1}, 0, stream, k_args);
+      quantize_rows(pk);
     else
       runtime::launch(fn("quantize_key_blocks"), key_blocks, Dim3{128, 1, 1}, 0, stream, k_args);
 

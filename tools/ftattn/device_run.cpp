@@ -8,6 +8,7 @@
 
 #include "ftattn/quantize.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/quantized_kernel.hpp"
 
 namespace ftattn::cli {
 namespace {
@@ -124,7 +125,7 @@ DeviceRunResult run_on_device(Runtime& rt, const KernelConfig& wanted, const Pro
   result.median_ms = median(ms);
   result.min_ms = *std::min_element(ms.begin(), ms.end());
   result.tflops = problem.flops(c.mask) / (result.median_ms * 1e-3) / 1e12;
-  if (c.precision == Precision::int8 || c.precision == Precision::fp8_e4m3) {
+  if (runtime::is_quantized(c.precision)) {
     runtime::DeviceBuffer workspace(QuantizedLayout::of(problem).bytes);
     QuantizedInputs quantized;
     auto quantize_inputs = [&] {
