@@ -48,9 +48,12 @@ KEY = ("head_dim", "seqlen", "batch", "heads", "causal", "dtype", "config", "pro
 
 
 def summarize(rows, names):
-    """{key: {build: median ms}} over rounds."""
+    """{key: {build: median ms}} over rounds. Runs that failed their reference check (ms 0)
+    are left out: their build shows '-' and the failure is reported at the end."""
     times = {}
     for r in rows:
+        if r.get("passed") != "1":
+            continue
         key = tuple(r[k] for k in KEY)
         times.setdefault(key, {}).setdefault(r["build"], []).append(float(r["ms"]))
     return {k: {b: statistics.median(v) for b, v in per.items()} for k, per in times.items()}
@@ -69,7 +72,8 @@ def plot(summary, names, path):
     fig, ax = plt.subplots(figsize=(max(8, 0.6 * len(keys)), 4))
     width = 0.8 / (len(names) - 1)
     for i, name in enumerate(names[1:]):
-        ys = [summary[k][names[0]] / summary[k][name] if name in summary[k] else 0 for k in keys]
+        ys = [summary[k][names[0]] / summary[k][name]
+              if names[0] in summary[k] and name in summary[k] else 0 for k in keys]
         ax.bar([x + i * width for x in range(len(keys))], ys, width, label=name)
     ax.axhline(1.0, ls=":", lw=1, color="gray")
     ax.set_xticks([x + width * (len(names) - 2) / 2 for x in range(len(keys))])

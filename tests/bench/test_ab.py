@@ -71,6 +71,20 @@ def main():
             rc = ab.main(["--bin", f"base={a}", "--bin", f"bad={bad}", "--rounds", "1", "--out",
                           out])
         check(rc == 1, f"a failed check gave exit code {rc}")
+        # As ftattn bench reports it: a failed check times nothing (ms 0). That kernel's cell is
+        # '-', not a division by zero, and the other kernel keeps its ratio.
+        open(log, "w").close()
+        zero = fake(d, "zero", 0.0, 2.0, 0, log)
+        text = io.StringIO()
+        with redirect_stdout(text):
+            rc = ab.main(["--bin", f"base={a}", "--bin", f"zero={zero}", "--rounds", "1", "--out",
+                          out])
+        check(rc == 1, f"a failed check gave exit code {rc}")
+        lines = text.getvalue().splitlines()
+        none_line = next(line for line in lines if line.startswith("k_none"))
+        causal_line = next(line for line in lines if line.startswith("k_causal"))
+        check(none_line.split()[-1] == "-", none_line)
+        check(causal_line.split()[-1] == "0.500x", causal_line)
 
         # Bad arguments are refused with a reason.
         for argv, reason in ((["--bin", f"base={a}", "--out", out], "at least two"),
