@@ -65,9 +65,26 @@ class QuantizedKernel final : public Kernel {
     const QuantizedLayout layout = QuantizedLayout::of(problem);
     std::lock_guard lock(workspace_mu_);
     if (workspace_.bytes() < layout.bytes) workspace_ = DeviceBuffer(layout.bytes);
-    const QuantizedInputs in =
-        quantize(problem, q, k, v, Precision::f16, workspace_.data(), stream);
-    launch_quantized(problem, in, o, Precision::f16, lse, stream);
+    if (!quantises_q_in_kernel(compiled_->config)) {
+      const QuantizedInputs in =
+          quantize(problem, q, k, v, Precision::f16, workspace_.data(), stream);
+      launch_quantized(problem, in, o, Precision::f16, lse, stream);
+      return;
+    }
+    // The wgmma kernel quantises Q itself as it loads it (kernel/fwd_q8_sm90.cuh): only K and V
+    // go through the workspace, and Q's pass over memory is saved.
+    QuantizedInputs in = quantize(problem, q, k, v, Precision::f16, workspace_.data(), stream,
+                                  /*with_q=*/false);
+    in.q = q;
+    in.q_scale = in.k_scale;  // unused with a 16-bit Q; attention_params wants it set
+    AttentionParams p = attention_params(problem, in, o, Precision::f16, lse);
+    p.q_batch_stride = problem.q.batch;
+    p.q_head_stride = problem.q.head;
+    p.q_seq_stride = problem.q.seq;
+    p.q_16bit = 1;
+    p.q_scale = nullptr;
+    std::lock_guard protect_lock(protect_mu_);
+    enqueue(problem, p, stream, ProtectOptions{});
   }
 
   // Protected (int8 checksum schemes): quantise, build the checksum rows, run (with the fault
@@ -91,8 +108,11 @@ class QuantizedKernel final : public Kernel {
         [&](AttentionParams& again) { enqueue(problem, again, stream, ProtectOptions{}); });
   }
 
+  // with_q false: K and V only (the wgmma kernel quantises Q itself); the result's q and q_scale
+  // are then null.
   QuantizedInputs quantize(const Problem& problem, const void* q, const void* k, const void* v,
-                           Precision input, void* workspace, CUstream stream) const {
+                           Precision input, void* workspace, CUstream stream,
+                           bool with_q = true) const {
     const KernelConfig& c = compiled_->config;
     validate(problem, c);
     require_16bit(input, "the quantisation input type");
@@ -136,10 +156,12 @@ class QuantizedKernel final : public Kernel {
                       Dim3{128, 1, 1}, 0, stream, args);
     };
 
-    QuantizeParams pq =
-        params(q, problem.q, problem.heads_q, problem.seqlen_q, layout.q, layout.q_scale);
-    pq.scale_seq = problem.seqlen_q;
-    quantize_rows(pq);
+    if (with_q) {
+      QuantizeParams pq =
+          params(q, problem.q, problem.heads_q, problem.seqlen_q, layout.q, layout.q_scale);
+      pq.scale_seq = problem.seqlen_q;
+      quantize_rows(pq);
+    }
 
     QuantizeParams pk =
         params(k, problem.k, problem.heads_kv, problem.seqlen_k, layout.k, layout.k_scale);
@@ -162,6 +184,7 @@ class QuantizedKernel final : public Kernel {
     runtime::launch(fn("pack_v"), key_blocks, Dim3{128, 1, 1}, 0, stream, v_args);
     QuantizedInputs in = QuantizedInputs::in(workspace, layout);
     in.k_scale_block = k_scale_block;
+    if (!with_q) in.q = nullptr, in.q_scale = nullptr;
     return in;
   }
 

@@ -106,6 +106,12 @@ void validate(const KernelConfig& config);
 // the mma.sync skeleton (on sm_90 ptxas emulates its e4m3 MMAs with f16 ones).
 bool uses_wgmma(const KernelConfig& config);
 
+// True when Kernel::launch lets the wgmma kernel quantise the caller's 16-bit Q as it loads it,
+// instead of a separate pass: uses_wgmma and head_dim up to 128. At 256 each lane would hold 16
+// chunks of its row, and the H100 ran fp8 7% slower fused (bench/results/nvidia-h100/
+// fused_q_ab.csv).
+bool quantises_q_in_kernel(const KernelConfig& config);
+
 struct Problem;
 
 // Fills the open knobs of `config` with the heuristic defaults for `device_arch` (used when the

@@ -110,6 +110,10 @@ struct AttentionParams {
   const float* k_scale;
   const float* v_scale;
   int o_is_bf16;  // quantised precisions: O is written as bf16 (else f16)
+  // Quantised precisions on the Hopper wgmma skeleton: 0 when q holds 8-bit operands with
+  // q_scale; 1 (f16) or 2 (bf16) when q is the caller's 16-bit Q (strides in elements), which
+  // the kernel quantises per token itself (q_scale unused). The mma.sync skeleton needs 0.
+  int q_16bit;
 
   // f16_pasa (kernel/fwd_pasa_sm80.cuh): k then points at the shifted keys
   // K' = fl16(scale_log2 * (K - r_j)) and k_shift at the shift vectors r_j = fl16(beta *

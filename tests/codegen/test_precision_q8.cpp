@@ -350,6 +350,13 @@ TEST_CASE("8-bit on sm_90a: the wgmma skeleton, when it applies, and what it com
   CHECK(uses_wgmma(wide));
   CHECK((wide.block_m == 64 && wide.block_n == 64 && wide.num_stages == 2));
   CHECK_FALSE(uses_wgmma(default_config(256, Precision::int8, Mask::none, kSm90a)));
+  // Kernel::launch fuses Q's quantisation into the wgmma kernel up to head dim 128 only.
+  CHECK(quantises_q_in_kernel(wg));
+  CHECK(quantises_q_in_kernel(default_config(64, Precision::int8, Mask::none, kSm90a)));
+  CHECK_FALSE(quantises_q_in_kernel(wide));
+  KernelConfig abft = wg;
+  abft.protection = Protection::flash_abft;
+  CHECK_FALSE(quantises_q_in_kernel(abft));
 
   for (auto [d, m, n, w] :
        {std::array{128, 64, 128, 4}, std::array{64, 128, 64, 8}, std::array{256, 64, 64, 4}}) {

@@ -206,6 +206,48 @@ TEST_CASE("fp8 K: one scale per 64 keys, and the Hopper kernel refuses finer K s
   runtime::check(runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
 }
 
+TEST_CASE("the wgmma kernel quantises Q itself to the separate pass's bytes", "[gpu][q8][wgmma]") {
+  Runtime& rt = q8_runtime();
+  const Arch device = rt.device_arch();
+  if (!(device.sm == 90 && device.arch_specific)) {
+    WARN("the wgmma skeleton needs sm_90a, not " << device.to_string() << ": not run");
+    return;
+  }
+  // Kernel::launch hands the wgmma kernel the caller's f16 Q; quantize() + launch_quantized the
+  // separate pass's 8-bit Q. Same bytes and scales, so the same O bit for bit (odd lengths, GQA,
+  // a tile with rows past the end, both masks, every head dim that fuses it).
+  for (Precision prec : {Precision::fp8_e4m3, Precision::int8})
+    for (int d : {64, 128})
+      for (Mask m : {Mask::none, Mask::causal}) {
+        const Problem pr = Problem::bhsd(2, 4, 2, 203, 517, d);
+        const auto kernel = rt.kernel(rt.resolve(q8_config(d, prec, m), &pr));
+        INFO(kernel->compiled().name);
+        REQUIRE(quantises_q_in_kernel(kernel->config()));
+        std::mt19937_64 rng(40 + d);
+        const auto q = reference::random_tensor(rng, Precision::f16, pr.q, 2, 4, 203, d);
+        const auto k = reference::random_tensor(rng, Precision::f16, pr.k, 2, 2, 517, d);
+        const auto v = reference::random_tensor(rng, Precision::f16, pr.v, 2, 2, 517, d);
+        runtime::DeviceBuffer dq(q.data.size() * 2), dk(k.data.size() * 2), dv(v.data.size() * 2),
+            o1(q.data.size() * 2), o2(q.data.size() * 2), ws(QuantizedLayout::of(pr).bytes);
+        dq.upload(q.data.data(), dq.bytes());
+        dk.upload(k.data.data(), dk.bytes());
+        dv.upload(v.data.data(), dv.bytes());
+        o1.fill_bytes(0xFF);
+        o2.fill_bytes(0x00);
+        kernel->launch(pr, dq.data(), dk.data(), dv.data(), o1.data(), nullptr, nullptr, nullptr);
+        const QuantizedInputs in = quantize(*kernel, pr, dq.data(), dk.data(), dv.data(),
+                                            Precision::f16, ws.data(), nullptr);
+        launch_quantized(*kernel, pr, in, o2.data(), Precision::f16, nullptr, nullptr);
+        runtime::check(runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
+        std::vector<uint16_t> a(q.data.size()), b(q.data.size());
+        o1.download(a.data(), o1.bytes());
+        o2.download(b.data(), o2.bytes());
+        int differ = 0;
+        for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];
+        CHECK(differ == 0);
+      }
+}
+
 TEST_CASE("8-bit kernels follow the host model of their numerics closely, bf16 in and out",
           "[gpu][q8]") {
   Runtime& rt = q8_runtime();

@@ -20,6 +20,7 @@
 #include "ftattn/common/types.cuh"
 #include "ftattn/kernel/fwd_common.cuh"
 #include "ftattn/kernel/fwd_q8_sm80.cuh"
+#include "ftattn/kernel/quantize_sm80.cuh"
 #include "ftattn/params.cuh"
 #include "ftattn/protect/none.cuh"
 
@@ -68,6 +69,55 @@ struct Q8WgmmaTraits {
   static_assert(NumWarps % 4 == 0 && BlockM == 16 * NumWarps, "64 rows per warpgroup");
   static_assert(NumStages >= 2, "the wgmma skeleton prefetches at least one block");
 };
+
+// This warp's 16 rows of Q quantised from the caller's 16-bit Q into the swizzled tile at sQ,
+// two lanes per row (each half of its 16-byte chunks), and the rows' softmax factors into
+// q_scale (the rows this lane's accumulators hold). The scale is max |x| / range and the bytes
+// round x * (range / max |x|), as quantize_rows computes them, so the operands equal the
+// separate pass's and only its read and write of Q are saved.
+template <class T, class In>
+__device__ __forceinline__ void quantise_q_rows(const AttentionParams& p, u32 sQ, int batch,
+                                                int head, int row0, int warp_row, int lane,
+                                                float (&q_scale)[2]) {
+  using Q8 = typename T::Precision;
+  constexpr int chunks = T::head_dim / 8;  // 16-byte chunks of 8 elements
+  constexpr int per_lane = chunks / 2;
+  const int r = lane / 2, c0 = (lane % 2) * per_lane;
+  const int row = row0 + warp_row + r;
+  const uint4_* src = reinterpret_cast<const uint4_*>(
+      static_cast<const u16*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride +
+      static_cast<i64>(row < p.seqlen_q ? row : 0) * p.q_seq_stride);
+  uint4_ raw[per_lane];
+  float amax = 0.f;
+#pragma unroll
+  for (int j = 0; j < per_lane; ++j) {
+    raw[j] = row < p.seqlen_q ? src[c0 + j] : uint4_{0u, 0u, 0u, 0u};
+    float x[8];
+    quant::unpack8<In>(raw[j], x);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[i]));
+  }
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+  const float inv = amax > 0.f ? Q8::range / amax : 0.f;
+#pragma unroll
+  for (int j = 0; j < per_lane; ++j) {
+    float x[8];
+    quant::unpack8<In>(raw[j], x);
+    const u32 w0 = Q8::pack4(x[0] * inv, x[1] * inv, x[2] * inv, x[3] * inv);
+    const u32 w1 = Q8::pack4(x[4] * inv, x[5] * inv, x[6] * inv, x[7] * inv);
+    const int c = c0 + j;  // 8 bytes: half of the 8-bit row's 16-byte chunk c / 2
+    const u32 dst =
+        sQ + sm90::tile_offset<T::head_dim>(T::block_m, warp_row + r, c / 2) + (c % 2) * 8;
+    asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(dst), "r"(w0), "r"(w1));
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int rr = lane / 4 + 8 * h;  // a row of this lane's accumulators, within the warp's 16
+    const float a = __shfl_sync(0xffffffffu, amax, 2 * rr);
+    const bool real = row0 + warp_row + rr < p.seqlen_q;
+    q_scale[h] = fmaxf(real ? a / Q8::range * p.scale_log2 : 0.f, 1e-30f);
+  }
+}
 
 template <class T>
 __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) {
@@ -119,10 +169,20 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
     sm80::cp_async_commit();
   };
 
-  sm90::load_rows_swizzled<T::threads, T::block_m, T::head_dim>(sQ, q, p.q_seq_stride,
-                                                                p.seqlen_q - row0, T::head_dim);
-  sm80::cp_async_commit();
-  int ahead = 0;  // next block to prefetch
+  float q_scale[2];  // per row of this lane's accumulators: s_Q * softmax scale * log2(e)
+  if (p.q_16bit == 0) {
+    sm90::load_rows_swizzled<T::threads, T::block_m, T::head_dim>(sQ, q, p.q_seq_stride,
+                                                                  p.seqlen_q - row0, T::head_dim);
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      q_scale[r] = q8::row_scale(p, batch, head, row0 + warp_row + lane / 4 + r * 8);
+  } else if (p.q_16bit == 1) {
+    quantise_q_rows<T, quant::F16In>(p, sQ, batch, head, row0, warp_row, lane, q_scale);
+  } else {
+    quantise_q_rows<T, quant::BF16In>(p, sQ, batch, head, row0, warp_row, lane, q_scale);
+  }
+  sm80::cp_async_commit();  // Q's group (empty when quantised here: st.shared, fenced below)
+  int ahead = 0;            // next block to prefetch
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (ahead < n_blocks)
@@ -130,11 +190,6 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
     else
       sm80::cp_async_commit();  // empty groups keep the wait counts uniform
   }
-
-  float q_scale[2];  // per row, q8::row_scale
-#pragma unroll
-  for (int r = 0; r < 2; ++r)
-    q_scale[r] = q8::row_scale(p, batch, head, row0 + warp_row + lane / 4 + r * 8);
 
   float o[1][kOT][4];
   float row_max[1][2];  // base-2 logits
