@@ -331,9 +331,7 @@ bool uses_wgmma(const KernelConfig& c) {
          c.block_m == 16 * c.num_warps && c.num_stages >= 2;
 }
 
-bool quantises_q_in_kernel(const KernelConfig& c) {
-  return uses_wgmma(c) && c.head_dim <= 128;
-}
+bool quantises_q_in_kernel(const KernelConfig& c) { return uses_wgmma(c) && c.head_dim <= 128; }
 
 bool KernelConfig::is_complete() const {
   return head_dim > 0 && block_m > 0 && block_n > 0 && num_warps > 0 && num_stages > 0 &&
