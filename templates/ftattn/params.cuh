@@ -111,7 +111,7 @@ struct AttentionParams {
   const float* v_scale;
   int o_is_bf16;  // quantised precisions: O is written as bf16 (else f16)
   // Quantised precisions on the Hopper wgmma skeleton: 0 when q holds 8-bit operands with
-  // q_scale; 1 (f16) or 2 (bf16) when q is the caller's 16-bit Q (strides in elements), which
+  // q_scale; 1 when q is the caller's f16 Q (strides in elements, Kernel::launch's input), which
   // the kernel quantises per token itself (q_scale unused). The mma.sync skeleton needs 0.
   int q_16bit;
 

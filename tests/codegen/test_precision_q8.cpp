@@ -284,7 +284,14 @@ TEST_CASE("NVRTC compiles every 8-bit config with 8-bit MMAs and no spills",
         INFO(c.name());
         const codegen::KernelSource src = codegen::generate(c);
         const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
-        if (uses_wgmma(c)) continue;  // the wgmma skeleton's own case below
+        if (uses_wgmma(c)) {  // the wgmma skeleton's own case below has the rest
+          // Documented (README, precisions): int8 causal at head_dim 128 keeps its two row sums
+          // in local memory across each key block since Q is quantised in the kernel (24 bytes;
+          // the H100 ran it as fast as with Q's separate pass, fused_q_ab.csv).
+          const bool known = t.p == Precision::int8 && d == 128 && m == Mask::causal;
+          CHECK(runtime::parse_ptxas_log(out.log, src.symbol).spill_stores <= (known ? 24 : 0));
+          continue;
+        }
         const std::string mma = t.p == Precision::int8
                                     ? "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"
                                     : "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32";

@@ -176,10 +176,8 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
 #pragma unroll
     for (int r = 0; r < 2; ++r)
       q_scale[r] = q8::row_scale(p, batch, head, row0 + warp_row + lane / 4 + r * 8);
-  } else if (p.q_16bit == 1) {
-    quantise_q_rows<T, quant::F16In>(p, sQ, batch, head, row0, warp_row, lane, q_scale);
   } else {
-    quantise_q_rows<T, quant::BF16In>(p, sQ, batch, head, row0, warp_row, lane, q_scale);
+    quantise_q_rows<T, quant::F16In>(p, sQ, batch, head, row0, warp_row, lane, q_scale);
   }
   sm80::cp_async_commit();  // Q's group (empty when quantised here: st.shared, fenced below)
   int ahead = 0;            // next block to prefetch
