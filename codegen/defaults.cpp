@@ -133,20 +133,23 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   // dims 32 and 96-192 spill a few bytes. Head dim 128 takes 64-key blocks: on an H100 they ran
   // 9% faster than 32-key ones (bench/results/nvidia-h100/pasa_tiles.csv); head dims 96 and 192
   // keep 32.
-  // On Hopper without protection, head dims 64 and 256 take f16's 128 x 128 tile (H100, same run as
-  // f16, bench/results/nvidia-h100/pasa_tiles_vs_f16.csv): at 64 with two stages without a mask
-  // (0.99-1.02x f16, against 0.80x at 128 x 64) and one causal (0.90-0.94x against 0.80-0.82x;
-  // sm_90a: no spills), at 256 with one (0.94-0.95x against 0.86x). Short causal runs, and sm_80
-  // (not measured; there the causal one spills), keep 128 x 64. Head dim 128 keeps 128 x 64, one
-  // stage (two: 5-12% slower, 64 x 128: 22-32%).
+  // On Hopper without protection or with Flash-ABFT, head dims 64 and 256 take f16's 128 x 128 tile
+  // (H100, same run as f16, bench/results/nvidia-h100/pasa_tiles_vs_f16.csv): at 64 with two stages
+  // without a mask (0.99-1.02x f16, against 0.80x at 128 x 64) and one causal (0.90-0.94x against
+  // 0.80-0.82x; sm_90a: no spills), at 256 with one (0.94-0.95x against 0.86x). Flash-ABFT's
+  // kernels take the same tiles (pasa_abft_tiles.csv: 10-20% faster, +3-9% over the unprotected
+  // ones where the old tiles were +14-26%); EFTA's keep theirs. Short causal runs, and sm_80 (not
+  // measured; there the causal one spills), keep 128 x 64. Head dim 128 keeps 128 x 64, one stage
+  // (two: 5-12% slower, 64 x 128: 22-32%).
   if (c.precision == Precision::f16_pasa && open_m && open_n && open_w && open_s) {
     const int d = c.head_dim;
     c.block_m = 128;
     c.block_n = d == 96 || d == 192 ? 32 : 64;
     c.num_warps = d > 128 ? 8 : 4;
     c.num_stages = d == 32 ? 2 : 1;
-    if ((d == 64 || d == 256) && c.protection == Protection::none && !short_causal &&
-        c.arch.sm >= 90) {
+    const bool abft_or_none =
+        c.protection == Protection::none || c.protection == Protection::flash_abft;
+    if ((d == 64 || d == 256) && abft_or_none && !short_causal && c.arch.sm >= 90) {
       c.block_n = 128;
       if (d == 64 && !is_causal(c.mask)) c.num_stages = 2;
     }

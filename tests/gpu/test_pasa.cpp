@@ -153,7 +153,7 @@ TEST_CASE("f16_pasa on PASA's overflow cases: no NaN or Inf, error within the f1
 TEST_CASE("f16_pasa with flash_abft: right answers, no false alarm, a live check, recompute",
           "[gpu][pasa]") {
   Runtime& rt = pasa_runtime();
-  for (int d : {64, 128})
+  for (int d : {64, 128, 256})  // 64 and 256 on Hopper: 128-key blocks (defaults.cpp)
     for (Mask m : {Mask::none, Mask::causal}) {
       KernelConfig c = pasa_config(d, m);
       c.protection = Protection::flash_abft;
