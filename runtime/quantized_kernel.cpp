@@ -76,13 +76,7 @@ class QuantizedKernel final : public Kernel {
     QuantizedInputs in = quantize(problem, q, k, v, Precision::f16, workspace_.data(), stream,
                                   /*with_q=*/false);
     in.q = q;
-    in.q_scale = in.k_scale;  // unused with a 16-bit Q; attention_params wants it set
-    AttentionParams p = attention_params(problem, in, o, Precision::f16, lse);
-    p.q_batch_stride = problem.q.batch;
-    p.q_head_stride = problem.q.head;
-    p.q_seq_stride = problem.q.seq;
-    p.q_16bit = 1;
-    p.q_scale = nullptr;
+    AttentionParams p = attention_params(problem, in, o, Precision::f16, lse, /*q_16bit=*/true);
     std::lock_guard protect_lock(protect_mu_);
     enqueue(problem, p, stream, ProtectOptions{});
   }
@@ -196,12 +190,14 @@ class QuantizedKernel final : public Kernel {
   }
 
  private:
+  // q_16bit: in.q is the caller's f16 Q with the problem's strides, which the wgmma kernel
+  // quantises itself (quantises_q_in_kernel); in.q_scale is then unused.
   AttentionParams attention_params(const Problem& problem, const QuantizedInputs& in, void* o,
-                                   Precision output, float* lse) const {
+                                   Precision output, float* lse, bool q_16bit = false) const {
     const KernelConfig& c = compiled_->config;
     require_16bit(output, "the output type");
-    if (in.q == nullptr || in.k == nullptr || in.v == nullptr || in.q_scale == nullptr ||
-        in.k_scale == nullptr || in.v_scale == nullptr)
+    if (in.q == nullptr || in.k == nullptr || in.v == nullptr ||
+        (!q_16bit && in.q_scale == nullptr) || in.k_scale == nullptr || in.v_scale == nullptr)
       throw ConfigError("every pointer of the quantised inputs must be set");
     if (in.k_scale_block < 1)
       throw ConfigError(fmt::format(
@@ -219,14 +215,17 @@ class QuantizedKernel final : public Kernel {
     // strides (bytes, 1 per element) are set here.
     Problem dense = problem;
     const int d = problem.head_dim;
-    dense.q = {1LL * problem.heads_q * problem.seqlen_q * d, 1LL * problem.seqlen_q * d, d};
+    dense.q = q_16bit ? problem.q
+                      : Strides{1LL * problem.heads_q * problem.seqlen_q * d,
+                                1LL * problem.seqlen_q * d, d};
     dense.k = {1LL * problem.heads_kv * problem.seqlen_k * d, 1LL * problem.seqlen_k * d, d};
     dense.v = dense.k;
     AttentionParams p = make_params(dense, c, in.q, in.k, in.v, o, lse);
     p.v_seq_stride = layout.keys_padded;
     p.v_head_stride = 1LL * d * layout.keys_padded;
     p.v_batch_stride = p.v_head_stride * problem.heads_kv;
-    p.q_scale = in.q_scale;
+    p.q_scale = q_16bit ? nullptr : in.q_scale;
+    p.q_16bit = q_16bit ? 1 : 0;
     p.k_scale = in.k_scale;
     p.v_scale = in.v_scale;
     p.o_is_bf16 = output == Precision::bf16 ? 1 : 0;

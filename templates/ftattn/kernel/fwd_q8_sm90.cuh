@@ -103,12 +103,12 @@ __device__ __forceinline__ void quantise_q_rows(const AttentionParams& p, u32 sQ
   for (int j = 0; j < per_lane; ++j) {
     float x[8];
     quant::unpack8<In>(raw[j], x);
-    const u32 w0 = Q8::pack4(x[0] * inv, x[1] * inv, x[2] * inv, x[3] * inv);
-    const u32 w1 = Q8::pack4(x[4] * inv, x[5] * inv, x[6] * inv, x[7] * inv);
+    u32 w[2];
+    quant::pack8<Q8>(x, inv, w);
     const int c = c0 + j;  // 8 bytes: half of the 8-bit row's 16-byte chunk c / 2
     const u32 dst =
         sQ + sm90::tile_offset<T::head_dim>(T::block_m, warp_row + r, c / 2) + (c % 2) * 8;
-    asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(dst), "r"(w0), "r"(w1));
+    asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(dst), "r"(w[0]), "r"(w[1]));
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {

@@ -40,6 +40,14 @@ __device__ __forceinline__ void unpack8(const uint4_& v, float (&x)[8]) {
   }
 }
 
+// Eight values times `inv` (range / max |x|) as 8-bit operands, two registers, x[0] lowest.
+template <class Q8>
+__device__ __forceinline__ void pack8(const float (&x)[8], float inv, u32 (&w)[2]) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+    w[i] = Q8::pack4(x[4 * i] * inv, x[4 * i + 1] * inv, x[4 * i + 2] * inv, x[4 * i + 3] * inv);
+}
+
 // Non-negative floats order like their bit patterns, so max can run on unsigned ints.
 __device__ __forceinline__ void atomic_max_shared(u32 addr, float v) {
   asm volatile("atom.shared.max.u32 _, [%0], %1;" ::"r"(addr), "r"(__float_as_uint(v)));
@@ -86,9 +94,7 @@ __device__ __forceinline__ void quantize_rows(const QuantizeParams& p) {
   const float inv = amax > 0.f ? Q8::range / amax : 0.f;
   if (active) {
     u32 w[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-      w[i] = Q8::pack4(x[4 * i] * inv, x[4 * i + 1] * inv, x[4 * i + 2] * inv, x[4 * i + 3] * inv);
+    quant::pack8<Q8>(x, inv, w);
     u32* dst = reinterpret_cast<u32*>(static_cast<char*>(p.out) +
                                       (static_cast<i64>(bh) * p.seqlen + s) * HeadDim + c * 8);
     dst[0] = w[0];
@@ -138,8 +144,10 @@ __device__ __forceinline__ void quantize_key_blocks(const QuantizeParams& p) {
       quant::unpack8<In>(raw[j], x);
       u32* dst = reinterpret_cast<u32*>(static_cast<char*>(p.out) +
                                         (bh * p.seqlen + key) * HeadDim + c * 8);
-      dst[0] = Q8::pack4(x[0] * inv, x[1] * inv, x[2] * inv, x[3] * inv);
-      dst[1] = Q8::pack4(x[4] * inv, x[5] * inv, x[6] * inv, x[7] * inv);
+      u32 w[2];
+      quant::pack8<Q8>(x, inv, w);
+      dst[0] = w[0];
+      dst[1] = w[1];
     }
   }
   for (int key = key0 + threadIdx.x; key < min(key0 + 64, p.scale_seq); key += 128)
