@@ -322,12 +322,13 @@ int max_shared_memory_bytes(Arch arch) {
 }
 
 bool uses_wgmma(const KernelConfig& c) {
-  return (c.precision == Precision::fp8_e4m3 || c.precision == Precision::int8) &&
-         c.arch.sm == 90 && c.arch.arch_specific && c.protection == Protection::none &&
-         c.backend == Backend::nvrtc && !c.fault_injection &&
-         (c.head_dim == 64 || c.head_dim == 128 ||
-          (c.head_dim == 256 && c.precision == Precision::fp8_e4m3)) &&
-         (c.block_n == 64 || c.block_n == 128) && c.num_warps % 4 == 0 &&
+  const bool q8 = c.precision == Precision::fp8_e4m3 || c.precision == Precision::int8;
+  const bool b16 = c.precision == Precision::f16 || c.precision == Precision::bf16;
+  const bool head_dim_ok = c.head_dim == 64 || c.head_dim == 128 ||
+                           (c.head_dim == 256 && c.precision == Precision::fp8_e4m3);
+  return (q8 || (b16 && !is_block_sparse(c.mask))) && head_dim_ok && c.arch.sm == 90 &&
+         c.arch.arch_specific && c.protection == Protection::none && c.backend == Backend::nvrtc &&
+         !c.fault_injection && (c.block_n == 64 || c.block_n == 128) && c.num_warps % 4 == 0 &&
          c.block_m == 16 * c.num_warps && c.num_stages >= 2;
 }
 
@@ -513,6 +514,15 @@ int KernelConfig::shared_memory_bytes() const {
         "shared_memory_bytes needs head_dim, block_m, block_n and num_stages set (got d{} m{} "
         "n{} s{}): resolve the config first",
         head_dim, block_m, block_n, num_stages));
+  }
+  if (uses_wgmma(*this) && element_bytes(precision) == 2) {
+    // FwdWgmmaTraits (kernel/fwd_sm90.cuh): swizzled Q, K and V tiles of 16-bit rows at
+    // 1024-byte boundaries, the epilogue's padded O rows, 1024 bytes to align the dynamic base.
+    auto align = [](int64_t b) { return (b + 1023) / 1024 * 1024; };
+    const int64_t row = 2 * int64_t{head_dim};
+    const int64_t loop = align(block_m * row) + num_stages * 2 * align(block_n * row);
+    const int64_t out = int64_t{block_m} * (2 * head_dim + 16);
+    return static_cast<int>(std::min<int64_t>(std::max(loop, out) + 1024, INT_MAX));
   }
   if (uses_wgmma(*this)) {
     // Q8WgmmaTraits (kernel/fwd_q8_sm90.cuh): swizzled Q, K (+ a float per key) and V^T tiles

@@ -32,6 +32,7 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
 
   const bool open_m = c.block_m == 0, open_n = c.block_n == 0;
   const bool open_w = c.num_warps == 0, open_s = c.num_stages == 0;
+  const bool sixteen_bit = c.precision == Precision::f16 || c.precision == Precision::bf16;
   // Fitted to `ftattn tune` on an H200 over the standard grid (bench/results/nvidia-h200/
   // tune_f16.csv): 4 warps with two 16-row MMA tiles each (every K/V fragment feeds two MMAs)
   // and one K/V buffer in FlashAttention-2's schedule. Head dims up to 64 take 128-key blocks,
@@ -61,7 +62,6 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
     // O with running pointers, takes two stages for unprotected 16-bit kernels at head dims up to
     // 128 at every shape of the standard grid, both masks (one stage won by 0.5% or less at 2 of
     // 48).
-    const bool sixteen_bit = c.precision == Precision::f16 || c.precision == Precision::bf16;
     const bool two_stages = sixteen_bit && c.protection == Protection::none && !wide;
     if (open_s && two_stages) c.num_stages = 2;
   }
@@ -126,6 +126,31 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
         (c.protection == Protection::efta_detect || c.protection == Protection::efta_correct))
       c.block_n = c.head_dim <= 128 ? 64 : 32;
   }
+
+  // f16 and bf16 on Hopper's wgmma skeleton (kernel/fwd_sm90.cuh), wherever its tile qualifies
+  // (unprotected, masks none and causal, head dims 64 and 128). Fitted to the H100's `ftattn tune`
+  // over the standard grid (bench/results/nvidia-h100/tune_f16.csv, tune_bf16.csv), where the
+  // wgmma tiles won every head-dim-64 and -128 shape from the mma.sync ones: one warpgroup per CTA
+  // and two stages; 128-key blocks at head dim 64 but for causal problems up to 1024 keys, 64 at
+  // 128, with three stages there up to 512 keys (causal: 1024); at 16k keys and more, two
+  // warpgroups and three stages (causal with 128-key blocks).
+  KernelConfig wgmma16 = c;
+  const int keys = problem != nullptr ? problem->seqlen_k : 4096;
+  const bool long_d128 = c.head_dim == 128 && keys >= 16384;
+  wgmma16.block_m = long_d128 ? 128 : 64;
+  wgmma16.num_warps = long_d128 ? 8 : 4;
+  if (open_n) {
+    if (c.head_dim == 64)
+      wgmma16.block_n = is_causal(c.mask) && keys <= 1024 ? 64 : 128;
+    else
+      wgmma16.block_n = long_d128 && is_causal(c.mask) ? 128 : 64;
+  }
+  if (open_s) {
+    const bool short_d128 =
+        c.head_dim == 128 && (keys <= 512 || (is_causal(c.mask) && keys <= 1024));
+    wgmma16.num_stages = short_d128 || long_d128 ? 3 : 2;
+  }
+  if (sixteen_bit && open_m && open_w && uses_wgmma(wgmma16)) c = wgmma16;
 
   // f16_pasa: ptxas -v (sm_80 and sm_90a, masks none and causal) reports no spills with these
   // except at head dim 128, where the one-stage kernel (no lazy rescale, fwd_sm80.cuh) spills

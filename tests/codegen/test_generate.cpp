@@ -1,5 +1,7 @@
 // Codegen: determinism, readable output, and that NVRTC compiles every supported config for
 // sm_80 and sm_90a into PTX with the tensor-core MMAs we wrote.
+#include <fmt/format.h>
+
 #include <catch2/catch.hpp>
 #include <regex>
 
@@ -61,15 +63,30 @@ TEST_CASE("NVRTC compiles every config of the first kernel for sm_80 and sm_90a"
           INFO(c.name());
           const codegen::KernelSource src = codegen::generate(c);
           const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
-          const std::string mma = p == Precision::bf16
-                                      ? "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-                                      : "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32";
-          // Two GEMMs of d/16 and block_n/16 k-steps per key block, fully unrolled.
-          const int per_block = (c.block_m / 16) * (c.block_n / 8) * (d / 16) / c.num_warps +
-                                (c.block_m / 16) * (d / 8) * (c.block_n / 16) / c.num_warps;
-          CHECK(count(out.ptx, mma) >= per_block);
-          CHECK(out.ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") !=
-                std::string::npos);
+          const std::string type = p == Precision::bf16 ? "bf16.bf16" : "f16.f16";
+          if (uses_wgmma(c)) {
+            // The Hopper skeleton (head dims 64 and 128): per key block, GEMM I in d/16
+            // m64n{block_n}k16 steps and GEMM II in block_n/16 m64n{d}k16 steps, unrolled; no
+            // mma.sync and no ldmatrix (wgmma reads its operands from shared memory).
+            const std::string gemm1 =
+                fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}", c.block_n, type);
+            const std::string gemm2 =
+                fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}", d, type);
+            CHECK(count(out.ptx, gemm1) >= d / 16);
+            CHECK(count(out.ptx, gemm2) >= c.block_n / 16);
+            CHECK(count(out.ptx, "mma.sync") == 0);
+            CHECK(out.ptx.find("ldmatrix") == std::string::npos);
+          } else {
+            const std::string mma = "mma.sync.aligned.m16n8k16.row.col.f32." + type + ".f32";
+            // Two GEMMs of d/16 and block_n/16 k-steps per key block, fully unrolled.
+            const int per_block = (c.block_m / 16) * (c.block_n / 8) * (d / 16) / c.num_warps +
+                                  (c.block_m / 16) * (d / 8) * (c.block_n / 16) / c.num_warps;
+            CHECK(count(out.ptx, mma) >= per_block);
+            CHECK(out.ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") !=
+                  std::string::npos);
+          }
+          // Unprotected kernels on sm_90a at head dims 64 and 128 default to the wgmma one.
+          CHECK(uses_wgmma(c) == (arch.sm == 90 && (d == 64 || d == 128)));
           CHECK(out.ptx.find("cp.async.cg.shared.global") != std::string::npos);
           CHECK(out.ptx.find(".target sm_" + std::to_string(arch.sm)) != std::string::npos);
           CHECK(out.cubin.size() > 1000);

@@ -31,7 +31,11 @@ using test::count;
 
 TEST_CASE("checksum schemes generate a prologue and compile with their extra MMA tiles",
           "[codegen][protect][nvrtc]") {
-  const KernelConfig none = protected_config(Protection::none);
+  // The unprotected kernel at Flash-ABFT's tile, on the same (mma.sync) skeleton: the
+  // unprotected default on sm_90a is the wgmma one (kernel/fwd_sm90.cuh).
+  KernelConfig none = protected_config(Protection::flash_abft);
+  none.protection = Protection::none;
+  REQUIRE_FALSE(uses_wgmma(none));
   const codegen::KernelSource base_src = codegen::generate(none);
   const runtime::NvrtcOutput base = runtime::compile_with_nvrtc(base_src);
   const ResourceUsage base_usage = runtime::parse_ptxas_log(base.log, base_src.symbol);

@@ -136,9 +136,11 @@ TEST_CASE("validate: precisions and protections not built yet", "[validate]") {
 }
 
 TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
-  KernelConfig c = with_defaults(partial(128), kSm90a);
-  CHECK(c == make(128, 128, 64, 4, 2, kSm90a));
-  CHECK(c.name() == "ftattn_fwd_sm90a_f16_d128_m128n64_w4s2_none_none");
+  // sm_90 without "a" keeps the mma.sync skeleton, so its defaults are the sm80 ones.
+  const Arch kSm90{90, false};
+  KernelConfig c = with_defaults(partial(128), kSm90);
+  CHECK(c == make(128, 128, 64, 4, 2, kSm90));
+  CHECK(c.name() == "ftattn_fwd_sm90_f16_d128_m128n64_w4s2_none_none");
 
   c = with_defaults(partial(64), kSm80);
   CHECK(c == make(64, 128, 128, 4, 2, kSm80));
@@ -147,25 +149,60 @@ TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
   // the lean epilogue), one for protected kernels (their checks add registers); head dim 64
   // causal up to 1024 keys takes 64-key blocks, and 64 x 64 tiles up to 512.
   const Problem keys_512 = Problem::bhsd(1, 1, 1, 512, 512, 128);
-  CHECK(with_defaults(partial(128), kSm90a, &keys_512).num_stages == 2);
-  CHECK(with_defaults(partial(64), kSm90a, &keys_512).num_stages == 2);
+  CHECK(with_defaults(partial(128), kSm90, &keys_512).num_stages == 2);
+  CHECK(with_defaults(partial(64), kSm90, &keys_512).num_stages == 2);
   KernelConfig masked = partial(128);
   masked.mask = Mask::causal;
-  CHECK(with_defaults(masked, kSm90a, &keys_512).num_stages == 2);
+  CHECK(with_defaults(masked, kSm90, &keys_512).num_stages == 2);
   masked.head_dim = 64;
   const Problem keys_4k = Problem::bhsd(1, 1, 1, 4096, 4096, 64);
-  CHECK(with_defaults(masked, kSm90a, &keys_4k).num_stages == 2);
-  CHECK(with_defaults(masked, kSm90a, &keys_4k).block_n == 128);
+  CHECK(with_defaults(masked, kSm90, &keys_4k).num_stages == 2);
+  CHECK(with_defaults(masked, kSm90, &keys_4k).block_n == 128);
   const Problem keys_1k = Problem::bhsd(1, 1, 1, 1024, 1024, 64);
-  CHECK(with_defaults(masked, kSm90a, &keys_1k) == [&] {
-    auto e = make(64, 128, 64, 4, 2, kSm90a);
+  CHECK(with_defaults(masked, kSm90, &keys_1k) == [&] {
+    auto e = make(64, 128, 64, 4, 2, kSm90);
     e.mask = Mask::causal;
     return e;
   }());
-  CHECK(with_defaults(masked, kSm90a, &keys_512).block_m == 64);
+  CHECK(with_defaults(masked, kSm90, &keys_512).block_m == 64);
   KernelConfig protected_128 = partial(128);
   protected_128.protection = Protection::flash_abft;
   CHECK(with_defaults(protected_128, kSm90a).num_stages == 1);
+  CHECK_FALSE(uses_wgmma(with_defaults(protected_128, kSm90a)));
+
+  // sm_90a, unprotected f16/bf16 at head dims 64 and 128: the wgmma skeleton's tiles (the H100's
+  // tune): 64 x 128 at 64 (64-key blocks causal up to 1024 keys), 64 x 64 at 128 (three stages up
+  // to 512 keys, causal 1024), two warpgroups and three stages from 16k keys.
+  c = with_defaults(partial(128), kSm90a);
+  CHECK(c == make(128, 64, 64, 4, 2, kSm90a));
+  CHECK(uses_wgmma(c));
+  CHECK(with_defaults(partial(64), kSm90a) == make(64, 64, 128, 4, 2, kSm90a));
+  CHECK(with_defaults(partial(128), kSm90a, &keys_512) == make(128, 64, 64, 4, 3, kSm90a));
+  const Problem keys_1k_128 = Problem::bhsd(1, 1, 1, 1024, 1024, 128);
+  CHECK(with_defaults(partial(128), kSm90a, &keys_1k_128).num_stages == 2);
+  masked.head_dim = 128;
+  CHECK(with_defaults(masked, kSm90a, &keys_1k_128).num_stages == 3);
+  const Problem keys_16k = Problem::bhsd(1, 1, 1, 16384, 16384, 128);
+  CHECK(with_defaults(partial(128), kSm90a, &keys_16k) == make(128, 128, 64, 8, 3, kSm90a));
+  CHECK(with_defaults(masked, kSm90a, &keys_16k) == [&] {
+    auto e = make(128, 128, 128, 8, 3, kSm90a);
+    e.mask = Mask::causal;
+    return e;
+  }());
+  masked.head_dim = 64;
+  CHECK(with_defaults(masked, kSm90a, &keys_1k) == [&] {
+    auto e = make(64, 64, 64, 4, 2, kSm90a);
+    e.mask = Mask::causal;
+    return e;
+  }());
+  CHECK(with_defaults(masked, kSm90a, &keys_4k).block_n == 128);
+  // A knob the user set that the wgmma skeleton cannot take keeps the mma.sync defaults.
+  KernelConfig one_stage = partial(128);
+  one_stage.num_stages = 1;
+  CHECK_FALSE(uses_wgmma(with_defaults(one_stage, kSm90a)));
+  KernelConfig sparse = partial(128);
+  sparse.mask = Mask::block_sparse;
+  CHECK_FALSE(uses_wgmma(with_defaults(sparse, kSm90a)));
 
   c = with_defaults(partial(192), kSm90a);
   CHECK(c == make(192, 128, 128, 8, 1, kSm90a));
@@ -182,11 +219,11 @@ TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
   CHECK(with_defaults(causal, kSm90a, &long_seq).block_m == 128);
   causal.head_dim = 64;
   const Problem shorter_seq = Problem::bhsd(1, 1, 1, 512, 512, 64);
-  CHECK(with_defaults(causal, kSm90a, &shorter_seq).num_stages == 2);
-  CHECK(with_defaults(causal, kSm90a, &shorter_seq).block_m == 64);
-  CHECK(with_defaults(causal, kSm90a, &short_seq).block_m == 128);
+  CHECK(with_defaults(causal, kSm90, &shorter_seq).num_stages == 2);
+  CHECK(with_defaults(causal, kSm90, &shorter_seq).block_m == 64);
+  CHECK(with_defaults(causal, kSm90, &short_seq).block_m == 128);
   causal.head_dim = 128;
-  CHECK(with_defaults(causal, kSm90a, &short_seq).block_n == 64);
+  CHECK(with_defaults(causal, kSm90, &short_seq).block_n == 64);
 
   // The config's own arch wins over the device's.
   c = with_defaults(partial(64, kSm86), kSm90a);

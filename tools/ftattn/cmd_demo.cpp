@@ -72,7 +72,7 @@ int run_without_gpu(Runtime& runtime, const DemoOptions& o) {
              fmt::join(archs, " and "));
   for (const std::string& arch_name : archs) {
     const Arch arch = Arch::parse(arch_name);
-    // f16 everywhere; on sm_90a also fp8, whose kernel there is the wgmma skeleton.
+    // f16 everywhere; on sm_90a also fp8. There both run a wgmma skeleton.
     std::vector<Precision> precisions = {Precision::f16};
     if (arch.sm == 90 && arch.arch_specific) precisions.push_back(Precision::fp8_e4m3);
     for (Precision precision : precisions) {

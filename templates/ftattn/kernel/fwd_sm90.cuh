@@ -1,0 +1,251 @@
+// Forward skeleton for f16 and bf16 on Hopper (sm_90a), unprotected: the FlashAttention-2 loop
+// of fwd_sm80.cuh with warpgroup MMAs, on the loads and pipeline of the 8-bit Hopper skeleton
+// (fwd_q8_sm90.cuh). mma.sync reaches about two thirds of Hopper's 16-bit tensor rate; wgmma
+// reads its B operand (and GEMM I's A) from shared memory, so no ldmatrix fragments take
+// registers, and runs asynchronously beside the softmax of the SM's other CTAs.
+//
+// Each warpgroup (4 warps) owns 64 query rows. GEMM I, S = Q K^T, reads Q and K K-major from
+// shared memory; GEMM II, O += P V, takes P from registers (the S accumulators packed in place:
+// the m16n8 accumulator layout is the m16n8k16 A fragment) and V N-major from shared memory, as
+// it is stored (keys x channels, imm-trans-b), so V needs no transposing pass. Q, K and V rows
+// are stored in 128-byte swizzle atoms at 1024-byte boundaries (sm90::tile_offset) by cp.async,
+// one group per key block, and handed to the tensor cores by a fence.proxy.async.
+#pragma once
+
+#include "ftattn/arch/sm80/cp_async.cuh"
+#include "ftattn/arch/sm90/tile_load.cuh"
+#include "ftattn/arch/sm90/wgmma.cuh"
+#include "ftattn/common/math.cuh"
+#include "ftattn/common/types.cuh"
+#include "ftattn/kernel/fwd_common.cuh"
+#include "ftattn/kernel/fwd_sm80.cuh"
+#include "ftattn/params.cuh"
+#include "ftattn/protect/none.cuh"
+
+namespace ftattn {
+
+template <int HeadDim, int BlockM, int BlockN, int NumWarps, int NumStages, class PrecisionT,
+          bool Causal>
+struct FwdWgmmaTraits {
+  static constexpr int head_dim = HeadDim;
+  static constexpr int block_m = BlockM;
+  static constexpr int block_n = BlockN;
+  static constexpr int num_warps = NumWarps;
+  static constexpr int num_stages = NumStages;
+  static constexpr bool causal = Causal;
+  static constexpr bool block_sparse = false;
+  static constexpr bool inject = false;
+  using Precision = PrecisionT;
+  using Protect = protect::None;
+
+  static constexpr int threads = NumWarps * 32;
+  static constexpr int m_tiles = 1;  // 16 rows per warp
+  static constexpr int s_tiles = BlockN / 8;
+  static constexpr int o_tiles = HeadDim / 8;
+  static constexpr int row_bytes = HeadDim * 2;
+  // The epilogue (detail::store_output of the sm80 skeleton) stages O in padded rows.
+  static constexpr int row_stride = HeadDim + 8;
+  static constexpr int chunks_per_row = HeadDim / 8;
+
+  // Shared memory in bytes: swizzled tiles start at 1024-byte boundaries (the swizzle pattern's
+  // period), and the dynamic base is aligned up at run time (1024 bytes of slack).
+  static constexpr int align(int bytes) { return (bytes + 1023) / 1024 * 1024; }
+  static constexpr int q_bytes = align(BlockM * row_bytes);
+  static constexpr int kv_tile_bytes = align(BlockN * row_bytes);
+  static constexpr int loop_bytes = q_bytes + NumStages * 2 * kv_tile_bytes;
+  static constexpr int out_bytes = BlockM * row_stride * 2;
+  static constexpr int smem_bytes = (loop_bytes > out_bytes ? loop_bytes : out_bytes) + 1024;
+  // As many CTAs per SM as their shared memory allows (1 KB of an SM's 228 KB reserved per CTA),
+  // up to 384 threads in all: ptxas then fits the registers to them, 168 or more per thread (at
+  // 128, with two CTAs of two warpgroups, it spilled and serialised the wgmmas, C7512).
+  static constexpr int ctas_by_smem = 228 * 1024 / (smem_bytes + 1024);
+  static constexpr int ctas_by_threads = 384 / threads;
+  static constexpr int min_ctas_raw =
+      ctas_by_smem < ctas_by_threads ? ctas_by_smem : ctas_by_threads;
+  static constexpr int min_ctas = min_ctas_raw < 1 ? 1 : min_ctas_raw;
+
+  static_assert(HeadDim == 64 || HeadDim == 128, "wgmma tiles: 128- or 2 x 128-byte rows");
+  static_assert(BlockN == 64 || BlockN == 128, "GEMM I's N: 64 or 128 keys");
+  static_assert(NumWarps % 4 == 0 && BlockM == 16 * NumWarps, "64 rows per warpgroup");
+  static_assert(NumStages >= 2, "the wgmma skeleton prefetches at least one block");
+};
+
+namespace detail {
+
+// The online softmax of this warp's key block (one 16-row tile: row halves r = 0, 1) in place:
+// s becomes P (FP32, masked keys 0), row_max the new running max (raw scores), rescale the factor
+// of the old O and l, and this thread's share of the block's l is added to row_sum.
+template <int kST>
+__device__ __forceinline__ void softmax_block(float (&s)[kST][4], float scale_log2,
+                                              float (&row_max)[2], float (&row_sum)[2],
+                                              float (&rescale)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float block_max = neg_inf();
+#pragma unroll
+    for (int nt = 0; nt < kST; ++nt)
+      block_max = fmaxf(block_max, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+    const float mx = fmaxf(row_max[r], quad_max(block_max));
+    const float shift = mx == neg_inf() ? 0.f : mx * scale_log2;  // nothing seen yet: P stays 0
+    rescale[r] = fast_exp2(row_max[r] * scale_log2 - shift);
+    row_max[r] = mx;
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < kST; ++nt)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        float& x = s[nt][2 * r + c];
+        x = fast_exp2(fmaf(x, scale_log2, -shift));
+        sum += x;
+      }
+    row_sum[r] = row_sum[r] * rescale[r] + sum;
+  }
+}
+
+}  // namespace detail
+
+template <class T>
+__device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
+  using P = typename T::Precision;
+  constexpr bool kBf16 = protect::IsBf16<P>::value;
+  constexpr int kST = T::s_tiles;
+  constexpr int kOT = T::o_tiles;
+  constexpr int kStages = T::num_stages;
+  constexpr int kRowBytes = T::row_bytes;
+  constexpr bool kOneGroup = T::num_warps == 4;  // one warpgroup per CTA
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const u32 sQ = (sm80::smem_addr(smem_raw) + 1023u) & ~1023u;
+  const u32 sK = sQ + T::q_bytes;
+  const u32 sV = sK + kStages * T::kv_tile_bytes;
+
+  int m_block, head, batch;
+  detail::tile_coords<T>(p, m_block, head, batch);
+  const int head_kv = head / p.group_size;
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int warp_row = warp * 16;         // this warp's 16 rows of the CTA's tile
+  const int group_row = (warp / 4) * 64;  // its warpgroup's 64 rows
+
+  const int row0 = m_block * T::block_m;
+  const int diag = p.seqlen_k - p.seqlen_q;  // bottom-right causal alignment
+  int n_blocks = (p.seqlen_k + T::block_n - 1) / T::block_n;
+  if (T::causal) {
+    const int last_key = row0 + T::block_m - 1 + diag;
+    n_blocks = last_key < 0 ? 0 : min(n_blocks, last_key / T::block_n + 1);
+  }
+
+  const u16* q = static_cast<const u16*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride +
+                 row0 * p.q_seq_stride;
+  const u16* k =
+      static_cast<const u16*>(p.k) + batch * p.k_batch_stride + head_kv * p.k_head_stride;
+  const u16* v =
+      static_cast<const u16*>(p.v) + batch * p.v_batch_stride + head_kv * p.v_head_stride;
+
+  // One cp.async group per key block: its K rows, then its V rows; rows past the sequence are
+  // zeros (their scores are masked, their P is 0).
+  auto load_kv = [&](int stage, int n_block) {
+    const int key0 = n_block * T::block_n;
+    sm90::load_rows_swizzled<T::threads, T::block_n, kRowBytes>(
+        sK + stage * T::kv_tile_bytes, k + key0 * p.k_seq_stride, p.k_seq_stride * 2,
+        p.seqlen_k - key0, kRowBytes);
+    sm90::load_rows_swizzled<T::threads, T::block_n, kRowBytes>(
+        sV + stage * T::kv_tile_bytes, v + key0 * p.v_seq_stride, p.v_seq_stride * 2,
+        p.seqlen_k - key0, kRowBytes);
+    sm80::cp_async_commit();
+  };
+
+  sm90::load_rows_swizzled<T::threads, T::block_m, kRowBytes>(sQ, q, p.q_seq_stride * 2,
+                                                              p.seqlen_q - row0, kRowBytes);
+  sm80::cp_async_commit();
+  int ahead = 0;  // next block to prefetch
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (ahead < n_blocks)
+      load_kv(s, ahead++);
+    else
+      sm80::cp_async_commit();  // empty groups keep the wait counts uniform
+  }
+
+  float o[1][kOT][4];
+  float row_max[1][2];  // raw scores
+  float row_sum[1][2];  // this thread's share; the quad is summed at the end
+  detail::clear_accumulators(o, row_max, row_sum);
+
+  auto step = [&](const int it, const int n_block, auto masked) {
+    constexpr bool kMasked = decltype(masked)::value;
+    const int stage = it % kStages;
+    // This block's group has landed (later ones may still fly); the fence hands the cp.async
+    // writes to the tensor cores' proxy.
+    sm80::cp_async_wait<kStages - 2>();
+    sm90::fence_async_shared();
+    __syncthreads();
+    // The block num_stages - 1 ahead goes into the previous block's stage once every GEMM II
+    // that reads it is done: with several warpgroups past the barrier (each waits for its GEMM
+    // II before it); with one, after GEMM I's wait, so that its GEMM II runs on through the
+    // barrier and GEMM I's issue.
+    auto prefetch = [&] {
+      if (ahead < n_blocks)
+        load_kv((it + kStages - 1) % kStages, ahead++);
+      else
+        sm80::cp_async_commit();
+    };
+    if constexpr (!kOneGroup) prefetch();
+
+    // GEMM I: this warpgroup's 64 rows of S = Q K^T.
+    const u32 sKs = sK + stage * T::kv_tile_bytes;
+    float s[kST][4];
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < T::head_dim / 16; ++ks)
+      sm90::wgmma_16bit_ss<kBf16>(reinterpret_cast<float(&)[kST * 4]>(s),
+                                  sm90::k_step_descriptor<kRowBytes>(sQ, T::block_m, group_row, ks),
+                                  sm90::k_step_descriptor<kRowBytes>(sKs, T::block_n, 0, ks),
+                                  ks > 0);
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();  // GEMM I, and the previous GEMM II (O is rescaled below)
+    if constexpr (kOneGroup) prefetch();
+
+    if (kMasked)
+      detail::for_each_masked<1, kST, T::causal>(row0 + warp_row, n_block * T::block_n, lane,
+                                                 p.seqlen_k, diag,
+                                                 [&](int, int nt, int i) { s[nt][i] = neg_inf(); });
+    float rescale[2];
+    detail::softmax_block(s, p.scale_log2, row_max[0], row_sum[0], rescale);
+#pragma unroll
+    for (int nt = 0; nt < kOT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[0][nt][i] *= rescale[i / 2];
+
+    // GEMM II: O += P V, P packed from the S accumulators (keys 16 kc .. 16 kc + 15).
+    const u32 sVs = sV + stage * T::kv_tile_bytes;
+    u32 pa[kST / 2][4];
+#pragma unroll
+    for (int kc = 0; kc < kST / 2; ++kc) {
+      pa[kc][0] = P::pack(s[2 * kc][0], s[2 * kc][1]);
+      pa[kc][1] = P::pack(s[2 * kc][2], s[2 * kc][3]);
+      pa[kc][2] = P::pack(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+      pa[kc][3] = P::pack(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+    }
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kc = 0; kc < kST / 2; ++kc)
+      sm90::wgmma_16bit_rs<kBf16>(reinterpret_cast<float(&)[kOT * 4]>(o[0]), pa[kc],
+                                  sm90::n_major_k_step_descriptor(sVs, T::block_n, kc));
+    sm90::wgmma_commit();
+    if constexpr (!kOneGroup) sm90::wgmma_wait<0>();
+  };
+
+  detail::walk_key_blocks<T>(
+      p.seqlen_k, row0, diag, n_blocks, [](int b) { return b; }, step);
+  sm90::wgmma_wait<0>();
+  sm80::cp_async_wait<0>();
+  __syncthreads();
+
+  float l[1][2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) l[0][r] = quad_sum(row_sum[0][r]);
+  detail::store_output<T>(p, o, l, row_max, p.scale_log2, batch, head, row0, warp_row, lane, sQ);
+}
+
+}  // namespace ftattn
