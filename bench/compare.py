@@ -8,6 +8,7 @@ two sweeps alternate R times and each figure is the median over rounds, so slow 
 GPU's clocks and temperature fall on both sides alike rather than on whichever ran second.
 
   python3 bench/compare.py --ftattn build/ftattn --name fwd_grid [--grid standard|issue2]
+                           [--shapes "head_dim,heads,seqlen,batch;..."]
 """
 import argparse
 import csv
@@ -83,6 +84,8 @@ def main():
     ap.add_argument("--ftattn", default="build/ftattn")
     ap.add_argument("--name", default="fwd_grid")
     ap.add_argument("--grid", choices=["standard", "issue2"], default="standard")
+    ap.add_argument("--shapes", default=None,
+                    help="head_dim,heads,seqlen,batch;... instead of --grid")
     ap.add_argument("--dtypes", default="f16,bf16")
     ap.add_argument("--masks", default="none,causal")
     ap.add_argument("--warmup", type=int, default=5)
@@ -97,6 +100,8 @@ def main():
     out_dir = args.out or os.path.join("bench", "results", gpu_tag)
     os.makedirs(out_dir, exist_ok=True)
     shapes = STANDARD if args.grid == "standard" else ISSUE2
+    if args.shapes:
+        shapes = [tuple(int(x) for x in part.split(",")) for part in args.shapes.split(";")]
     dtypes = args.dtypes.split(",")
     masks = args.masks.split(",")
     torch_dtype = {"f16": torch.float16, "bf16": torch.bfloat16}

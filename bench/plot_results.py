@@ -92,15 +92,20 @@ def tile_sweep(folder, name):
     data = rows(folder, name + ".csv")
     if not data:
         return
-    shapes = sorted({(r["dtype"], int(r["head_dim"]), r["causal"]) for r in data})
+    key = lambda r: (r["dtype"], int(r["head_dim"]), r["causal"], int(r["seqlen"]))
+    shapes = sorted({key(r) for r in data})
     fig, axes = plt.subplots(1, len(shapes), figsize=(3.2 * len(shapes), 3.8), squeeze=False)
-    for ax, (dtype, d, causal) in zip(axes[0], shapes):
-        sel = [r for r in data if (r["dtype"], int(r["head_dim"]), r["causal"]) == (dtype, d, causal)]
-        tiles = [r["config"].split("_")[-3] for r in sel]
+    for ax, (dtype, d, causal, seqlen) in zip(axes[0], shapes):
+        sel = [r for r in data if key(r) == (dtype, d, causal, seqlen)]
+        tiles = ["_".join(r["config"].split("_")[-4:-2]) for r in sel]  # m..n.._w..s..
         ax.bar(range(len(sel)), [float(r["tflops"]) for r in sel])
         ax.set_xticks(range(len(sel)))
         ax.set_xticklabels(tiles, rotation=60, fontsize=7)
-        ax.set_title(f"{dtype} d{d} {'causal' if causal == '1' else 'none'}", fontsize=9)
+        mask = "causal" if causal == "1" else "none"
+        title = f"{dtype} d{d} {mask}"
+        if len({r["seqlen"] for r in data}) > 1:
+            title += f" s{seqlen}"
+        ax.set_title(title, fontsize=9)
     axes[0][0].set_ylabel("TFLOP/s")
     save(fig, folder, name + ".png")
 
@@ -145,6 +150,8 @@ def main():
     tile_sweep(folder, "pasa_efta_correct_tiles")
     tile_sweep(folder, "efta_correct_tiles")
     tile_sweep(folder, "fp8_wgmma_tiles")
+    tile_sweep(folder, "wgmma16_tiles_d64")
+    tile_sweep(folder, "wgmma16_tiles_d128")
     llvm_campaign(folder)
 
 
