@@ -101,10 +101,11 @@ struct KernelConfig {
 void validate(const KernelConfig& config);
 
 // True when `config` runs a Hopper warpgroup-MMA skeleton (kernel/fwd_q8_sm90.cuh for fp8_e4m3 and
-// int8, kernel/fwd_sm90.cuh for f16 and bf16): sm_90a without protection, head_dim 64 or 128
-// (fp8 also 256), block_n 64 or 128, 16 rows per warp in whole warpgroups (num_warps 4 or 8), two
-// or more stages, and (16-bit) a mask of none or causal. Other configs run the mma.sync
-// skeletons (on sm_90 ptxas emulates mma.sync e4m3 with f16 MMAs); `--arch sm_90` keeps them.
+// int8, unprotected and without fault injection; kernel/fwd_sm90.cuh for f16 and bf16, protection
+// none or flash_abft, masks none or causal): sm_90a, head_dim 64 or 128 (fp8 also 256), block_n
+// 64 or 128, 16 rows per warp in whole warpgroups (num_warps 4 or 8), two or more stages. Other
+// configs run the mma.sync skeletons (on sm_90 ptxas emulates mma.sync e4m3 with f16 MMAs);
+// `--arch sm_90` keeps them.
 bool uses_wgmma(const KernelConfig& config);
 
 // True when Kernel::launch lets the wgmma kernel quantise the caller's 16-bit Q as it loads it,

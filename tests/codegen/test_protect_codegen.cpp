@@ -31,9 +31,11 @@ using test::count;
 
 TEST_CASE("checksum schemes generate a prologue and compile with their extra MMA tiles",
           "[codegen][protect][nvrtc]") {
-  // The unprotected kernel at Flash-ABFT's tile, on the same (mma.sync) skeleton: the
-  // unprotected default on sm_90a is the wgmma one (kernel/fwd_sm90.cuh).
-  KernelConfig none = protected_config(Protection::flash_abft);
+  // Each scheme on the mma.sync skeleton (sm_90 without "a"; on sm_90a Flash-ABFT runs the wgmma
+  // one, below), and the unprotected kernel at Flash-ABFT's tile on it.
+  const Arch sm90{90, false};
+  KernelConfig none =
+      test::default_config(128, Precision::f16, Mask::none, sm90, Protection::flash_abft);
   none.protection = Protection::none;
   REQUIRE_FALSE(uses_wgmma(none));
   const codegen::KernelSource base_src = codegen::generate(none);
@@ -42,8 +44,9 @@ TEST_CASE("checksum schemes generate a prologue and compile with their extra MMA
   const std::string mma = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32";
   for (Protection prot :
        {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct}) {
-    const KernelConfig c = protected_config(prot);
+    const KernelConfig c = test::default_config(128, Precision::f16, Mask::none, sm90, prot);
     INFO(c.name());
+    REQUIRE_FALSE(uses_wgmma(c));
     const codegen::KernelSource src = codegen::generate(c);
     CHECK(src.text.find("ftattn/protect/checksum.cuh") != std::string::npos);
     const std::string prologue = codegen::checksum_symbol(src.symbol);
@@ -79,6 +82,33 @@ TEST_CASE("checksum schemes generate a prologue and compile with their extra MMA
       CHECK(r.spill_stores <= 288);
   }
   CHECK(count(base.ptx, "atom.global") == 0);  // unprotected kernels carry no log
+}
+
+TEST_CASE("Flash-ABFT on the wgmma skeleton: GEMM II carries the checksum tile",
+          "[codegen][protect][nvrtc]") {
+  // sm_90a, head dims 64 and 128, both 16-bit types and masks: GEMM II is one m64n{d + 8}k16
+  // wgmma per 16 keys (the checksum tile beside O), the prologue is there, nothing spills, and
+  // the injection build compiles into the same skeleton.
+  for (Precision p : {Precision::f16, Precision::bf16})
+    for (int d : {64, 128})
+      for (Mask m : {Mask::none, Mask::causal})
+        for (bool inject : {false, true}) {
+          const KernelConfig c =
+              test::default_config(d, p, m, Arch{90, true}, Protection::flash_abft, inject);
+          INFO(c.name());
+          REQUIRE(uses_wgmma(c));
+          const codegen::KernelSource src = codegen::generate(c);
+          const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
+          CHECK(out.ptx.find(".entry " + codegen::checksum_symbol(src.symbol)) !=
+                std::string::npos);
+          const std::string type = p == Precision::bf16 ? "bf16.bf16" : "f16.f16";
+          const std::string gemm2 =
+              "wgmma.mma_async.sync.aligned.m64n" + std::to_string(d + 8) + "k16.f32." + type;
+          CHECK(count(out.ptx, gemm2) == 2 * (c.block_n / 16));
+          CHECK(count(out.ptx, "mma.sync") == 0);
+          CHECK(out.ptx.find("atom.global") != std::string::npos);  // the fault log
+          CHECK(runtime::parse_ptxas_log(out.log, src.symbol).spill_stores == 0);
+        }
 }
 
 TEST_CASE("fault injection compiles only into the builds that ask for it", "[codegen][protect]") {

@@ -167,6 +167,15 @@ TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
   CHECK(with_defaults(masked, kSm90, &keys_512).block_m == 64);
   KernelConfig protected_128 = partial(128);
   protected_128.protection = Protection::flash_abft;
+  CHECK(with_defaults(protected_128, kSm90).num_stages == 1);
+  // On sm_90a Flash-ABFT runs the wgmma skeleton at 128 x 64, two warpgroups, three stages;
+  // EFTA keeps the mma.sync one.
+  CHECK(with_defaults(protected_128, kSm90a) == [&] {
+    auto e = make(128, 128, 64, 8, 3, kSm90a);
+    e.protection = Protection::flash_abft;
+    return e;
+  }());
+  protected_128.protection = Protection::efta_detect;
   CHECK(with_defaults(protected_128, kSm90a).num_stages == 1);
   CHECK_FALSE(uses_wgmma(with_defaults(protected_128, kSm90a)));
 

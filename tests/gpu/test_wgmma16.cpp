@@ -85,3 +85,52 @@ TEST_CASE("the wgmma skeleton through Runtime::attention's defaults", "[gpu][wgm
         CHECK(r.report.passed);
       }
 }
+
+TEST_CASE("Flash-ABFT on the wgmma skeleton: clean, live, and a planted output fault recomputed",
+          "[gpu][wgmma16][protect]") {
+  Runtime& rt = wgmma_runtime();
+  if (!on_sm90a(rt)) return;
+  // Clean runs on every tile: the reference check passes and the fault log stays empty (the
+  // checksum column rides in GEMM II's wgmma as its last 8-wide tile).
+  for (Precision prec : {Precision::f16, Precision::bf16})
+    for (int d : {64, 128})
+      for (auto [m, n, w, st] : std::vector<std::array<int, 4>>{
+               {64, 64, 4, 2}, {64, 128, 4, 2}, {128, 64, 8, 3}, {128, 128, 8, 2}})
+        for (Mask mask : {Mask::none, Mask::causal}) {
+          KernelConfig c;
+          c.head_dim = d, c.precision = prec, c.mask = mask, c.protection = Protection::flash_abft;
+          c.block_m = m, c.block_n = n, c.num_warps = w, c.num_stages = st;
+          c.arch = rt.device_arch();
+          REQUIRE(uses_wgmma(c));
+          gpu_test::check_clean_protected(rt, c, Problem::bhsd(2, 4, 2, 333, 517, d), 40 + d);
+        }
+  KernelConfig c;
+  c.head_dim = 128, c.precision = Precision::f16, c.protection = Protection::flash_abft;
+  c.arch = rt.device_arch();
+  const Problem pr = Problem::bhsd(1, 2, 2, 256, 512, 128);
+  REQUIRE(uses_wgmma(rt.resolve(c, &pr)));
+  // The check is live: at a threshold far below rounding every row trips it, and recompute
+  // relaunches those tiles to the right answer.
+  gpu_test::check_live_output(rt, c, pr, 5);
+  // An exponent flip of an O accumulator (CTA 0, thread 5, block 1) is seen, not corrected, and
+  // recompute repairs the output; the injection build runs the wgmma skeleton too.
+  c.fault_injection = true;
+  REQUIRE(uses_wgmma(rt.resolve(c, &pr)));
+  ProtectOptions o;
+  o.inject = FaultPlan{FaultSite::output, 0, 5, 1, 2, 30};
+  const gpu_test::Planted seen = gpu_test::run_planted(rt, c, pr, o, 9);
+  INFO(seen.fault.summary());
+  CHECK(seen.fault.detected >= 1);
+  CHECK(seen.fault.corrected == 0);
+  CHECK_FALSE(seen.result.report.passed);
+  o.on_fault = OnFault::recompute;
+  const gpu_test::Planted fixed = gpu_test::run_planted(rt, c, pr, o, 9);
+  INFO(fixed.fault.summary() << " | " << fixed.result.report.summary());
+  CHECK(fixed.fault.detected >= 1);
+  CHECK(fixed.fault.recomputed_tiles >= 1);
+  CHECK(fixed.result.report.passed);
+  // A flipped score moves O and its checksum alike: Flash-ABFT cannot see it (its blind spot).
+  o.on_fault = OnFault::report;
+  o.inject = FaultPlan{FaultSite::scores, 0, 5, 1, 2, 27};
+  CHECK(gpu_test::run_planted(rt, c, pr, o, 9).fault.detected == 0);
+}

@@ -1,4 +1,5 @@
-// Forward skeleton for f16 and bf16 on Hopper (sm_90a), unprotected: the FlashAttention-2 loop
+// Forward skeleton for f16 and bf16 on Hopper (sm_90a), unprotected or with Flash-ABFT: the
+// FlashAttention-2 loop
 // of fwd_sm80.cuh with warpgroup MMAs, on the loads and pipeline of the 8-bit Hopper skeleton
 // (fwd_q8_sm90.cuh). mma.sync reaches about two thirds of Hopper's 16-bit tensor rate; wgmma
 // reads its B operand (and GEMM I's A) from shared memory, so no ldmatrix fragments take
@@ -10,6 +11,12 @@
 // it is stored (keys x channels, imm-trans-b), so V needs no transposing pass. Q, K and V rows
 // are stored in 128-byte swizzle atoms at 1024-byte boundaries (sm90::tile_offset) by cp.async,
 // one group per key block, and handed to the tensor cores by a fence.proxy.async.
+//
+// Flash-ABFT (protect::Checksum<flash_abft>): each key's V row gets one more 128-byte atom whose
+// first 16 bytes are the key's checksum chunk from the prologue (rowsum(V) as hi, lo in every
+// thread group's pair of columns), so GEMM II is m64n{head_dim + 8}k16 and its last 8-wide tile
+// accumulates P . rowsum(V) through the same MMAs and rescales as O; the end-of-row check, fault
+// log and recompute are the sm80 skeleton's.
 #pragma once
 
 #include "ftattn/arch/sm80/cp_async.cuh"
@@ -21,11 +28,12 @@
 #include "ftattn/kernel/fwd_sm80.cuh"
 #include "ftattn/params.cuh"
 #include "ftattn/protect/none.cuh"
+#include "ftattn/protect/workspace.cuh"
 
 namespace ftattn {
 
 template <int HeadDim, int BlockM, int BlockN, int NumWarps, int NumStages, class PrecisionT,
-          bool Causal>
+          bool Causal, class ProtectT = protect::None, bool Inject = false>
 struct FwdWgmmaTraits {
   static constexpr int head_dim = HeadDim;
   static constexpr int block_m = BlockM;
@@ -34,9 +42,9 @@ struct FwdWgmmaTraits {
   static constexpr int num_stages = NumStages;
   static constexpr bool causal = Causal;
   static constexpr bool block_sparse = false;
-  static constexpr bool inject = false;
+  static constexpr bool inject = Inject;  // fault-injection points compiled in (launch-time plan)
   using Precision = PrecisionT;
-  using Protect = protect::None;
+  using Protect = ProtectT;
 
   static constexpr int threads = NumWarps * 32;
   static constexpr int m_tiles = 1;  // 16 rows per warp
@@ -52,7 +60,11 @@ struct FwdWgmmaTraits {
   static constexpr int align(int bytes) { return (bytes + 1023) / 1024 * 1024; }
   static constexpr int q_bytes = align(BlockM * row_bytes);
   static constexpr int kv_tile_bytes = align(BlockN * row_bytes);
-  static constexpr int loop_bytes = q_bytes + NumStages * 2 * kv_tile_bytes;
+  // The V tile's checksum atom (Flash-ABFT): 16 of each key's 128 bytes are read, but the swizzle
+  // wants whole atoms.
+  static constexpr int checksum_tiles = ProtectT::v_atoms;
+  static constexpr int v_tile_bytes = kv_tile_bytes + checksum_tiles * BlockN * 128;
+  static constexpr int loop_bytes = q_bytes + NumStages * (kv_tile_bytes + v_tile_bytes);
   static constexpr int out_bytes = BlockM * row_stride * 2;
   static constexpr int smem_bytes = (loop_bytes > out_bytes ? loop_bytes : out_bytes) + 1024;
   // As many CTAs per SM as their shared memory allows (1 KB of an SM's 228 KB reserved per CTA),
@@ -68,17 +80,20 @@ struct FwdWgmmaTraits {
   static_assert(BlockN == 64 || BlockN == 128, "GEMM I's N: 64 or 128 keys");
   static_assert(NumWarps % 4 == 0 && BlockM == 16 * NumWarps, "64 rows per warpgroup");
   static_assert(NumStages >= 2, "the wgmma skeleton prefetches at least one block");
+  static_assert(ProtectT::k_atoms == 0 && ProtectT::v_atoms <= 1 &&
+                    ProtectT::row_check == ProtectT::enabled,
+                "protection none or Flash-ABFT");
 };
 
 namespace detail {
 
 // The online softmax of this warp's key block (one 16-row tile: row halves r = 0, 1) in place:
 // s becomes P (FP32, masked keys 0), row_max the new running max (raw scores), rescale the factor
-// of the old O and l, and this thread's share of the block's l is added to row_sum.
+// of the old O and l, and block_sum this thread's share of the block's l.
 template <int kST>
 __device__ __forceinline__ void softmax_block(float (&s)[kST][4], float scale_log2,
-                                              float (&row_max)[2], float (&row_sum)[2],
-                                              float (&rescale)[2]) {
+                                              float (&row_max)[2], float (&rescale)[2],
+                                              float (&block_sum)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float block_max = neg_inf();
@@ -98,7 +113,7 @@ __device__ __forceinline__ void softmax_block(float (&s)[kST][4], float scale_lo
         x = fast_exp2(fmaf(x, scale_log2, -shift));
         sum += x;
       }
-    row_sum[r] = row_sum[r] * rescale[r] + sum;
+    block_sum[r] = sum;
   }
 }
 
@@ -108,8 +123,10 @@ template <class T>
 __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
   using P = typename T::Precision;
   constexpr bool kBf16 = protect::IsBf16<P>::value;
+  using Protect = typename T::Protect;
   constexpr int kST = T::s_tiles;
   constexpr int kOT = T::o_tiles;
+  constexpr int kCT = T::checksum_tiles;
   constexpr int kStages = T::num_stages;
   constexpr int kRowBytes = T::row_bytes;
   constexpr bool kOneGroup = T::num_warps == 4;  // one warpgroup per CTA
@@ -142,16 +159,29 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
   const u16* v =
       static_cast<const u16*>(p.v) + batch * p.v_batch_stride + head_kv * p.v_head_stride;
 
-  // One cp.async group per key block: its K rows, then its V rows; rows past the sequence are
-  // zeros (their scores are masked, their P is 0).
+  // Flash-ABFT: this KV head's checksums (protect/workspace.cuh), 16 bytes per key.
+  const ChecksumWorkspace cs = checksum_workspace(p.batch, p.heads_kv, p.seqlen_k, T::head_dim,
+                                                  T::block_n, Protect::k_atoms, Protect::v_atoms);
+  const long long cs_head = static_cast<long long>(batch) * p.heads_kv + head_kv;
+  const unsigned char* cs_base = static_cast<const unsigned char*>(p.checksums);
+
+  // One cp.async group per key block: its K rows, then its V rows (and their checksum chunks,
+  // chunk 0 of each key's extra atom); rows past the sequence are zeros (their scores are
+  // masked, their P is 0), as are their checksums.
   auto load_kv = [&](int stage, int n_block) {
     const int key0 = n_block * T::block_n;
+    const u32 dv = sV + stage * T::v_tile_bytes;
     sm90::load_rows_swizzled<T::threads, T::block_n, kRowBytes>(
         sK + stage * T::kv_tile_bytes, k + key0 * p.k_seq_stride, p.k_seq_stride * 2,
         p.seqlen_k - key0, kRowBytes);
     sm90::load_rows_swizzled<T::threads, T::block_n, kRowBytes>(
-        sV + stage * T::kv_tile_bytes, v + key0 * p.v_seq_stride, p.v_seq_stride * 2,
-        p.seqlen_k - key0, kRowBytes);
+        dv, v + key0 * p.v_seq_stride, p.v_seq_stride * 2, p.seqlen_k - key0, kRowBytes);
+    if constexpr (kCT > 0) {
+      const unsigned char* src = cs_base + cs_head * cs.v_per_head + key0 * 16ll;
+      for (int kk = threadIdx.x; kk < T::block_n; kk += T::threads)
+        sm80::cp_async_16(dv + T::kv_tile_bytes + sm90::swizzled_offset<128>(kk, 0), src + kk * 16,
+                          true);
+    }
     sm80::cp_async_commit();
   };
 
@@ -167,10 +197,15 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
       sm80::cp_async_commit();  // empty groups keep the wait counts uniform
   }
 
-  float o[1][kOT][4];
+  // O, then (Flash-ABFT) its checksum tile: one accumulator array for GEMM II's wgmma.
+  float acc[1][kOT + kCT][4];
   float row_max[1][2];  // raw scores
   float row_sum[1][2];  // this thread's share; the quad is summed at the end
-  detail::clear_accumulators(o, row_max, row_sum);
+  detail::clear_accumulators(acc, row_max, row_sum);
+  auto& o = reinterpret_cast<float(&)[1][kOT][4]>(acc);
+  auto inject = [&](int site, int it, float* values, int n) {
+    if constexpr (T::inject) inject_values(p.fault, site, it, values, n);
+  };
 
   auto step = [&](const int it, const int n_block, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
@@ -205,20 +240,31 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();  // GEMM I, and the previous GEMM II (O is rescaled below)
     if constexpr (kOneGroup) prefetch();
+    inject(fault_site_scores, it, &s[0][0], kST * 4);
 
     if (kMasked)
       detail::for_each_masked<1, kST, T::causal>(row0 + warp_row, n_block * T::block_n, lane,
                                                  p.seqlen_k, diag,
                                                  [&](int, int nt, int i) { s[nt][i] = neg_inf(); });
-    float rescale[2];
-    detail::softmax_block(s, p.scale_log2, row_max[0], row_sum[0], rescale);
+    float rescale[2], block_sum[2];
+    detail::softmax_block(s, p.scale_log2, row_max[0], rescale, block_sum);
+    if constexpr (T::inject) {  // the sm80 skeleton's points: rescale before l and O take it
+      inject(fault_site_probs, it, &s[0][0], kST * 4);
+      inject(fault_site_rescale, it, rescale, 2);
+    }
 #pragma unroll
-    for (int nt = 0; nt < kOT; ++nt)
+    for (int r = 0; r < 2; ++r) row_sum[0][r] = row_sum[0][r] * rescale[r] + block_sum[r];
+    if constexpr (T::inject) {
+      inject(fault_site_row_max, it, row_max[0], 2);
+      inject(fault_site_row_sum, it, row_sum[0], 2);
+    }
 #pragma unroll
-      for (int i = 0; i < 4; ++i) o[0][nt][i] *= rescale[i / 2];
+    for (int nt = 0; nt < kOT + kCT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[0][nt][i] *= rescale[i / 2];
 
     // GEMM II: O += P V, P packed from the S accumulators (keys 16 kc .. 16 kc + 15).
-    const u32 sVs = sV + stage * T::kv_tile_bytes;
+    const u32 sVs = sV + stage * T::v_tile_bytes;
     u32 pa[kST / 2][4];
 #pragma unroll
     for (int kc = 0; kc < kST / 2; ++kc) {
@@ -230,10 +276,14 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
     sm90::wgmma_fence();
 #pragma unroll
     for (int kc = 0; kc < kST / 2; ++kc)
-      sm90::wgmma_16bit_rs<kBf16>(reinterpret_cast<float(&)[kOT * 4]>(o[0]), pa[kc],
+      sm90::wgmma_16bit_rs<kBf16>(reinterpret_cast<float(&)[(kOT + kCT) * 4]>(acc[0]), pa[kc],
                                   sm90::n_major_k_step_descriptor(sVs, T::block_n, kc));
     sm90::wgmma_commit();
-    if constexpr (!kOneGroup) sm90::wgmma_wait<0>();
+    if constexpr (!kOneGroup || T::inject) sm90::wgmma_wait<0>();
+    if constexpr (T::inject) {
+      inject(fault_site_output, it, &o[0][0][0], kOT * 4);
+      if constexpr (kCT > 0) inject(fault_site_checksum, it, acc[0][kOT], 4);
+    }
   };
 
   detail::walk_key_blocks<T>(
@@ -245,6 +295,12 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
   float l[1][2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) l[0][r] = quad_sum(row_sum[0][r]);
+  if constexpr (kCT > 0)
+    detail::check_output<T>(p, o, reinterpret_cast<const float(&)[1][1][4]>(acc[0][kOT]), l,
+                            reinterpret_cast<const float*>(cs_base + cs.vmax_offset +
+                                                           cs_head * cs.vmax_per_head)[lane % 4],
+                            n_blocks, batch, head, lane,
+                            [&](int, int r) { return row0 + warp_row + lane / 4 + r * 8; });
   detail::store_output<T>(p, o, l, row_max, p.scale_log2, batch, head, row0, warp_row, lane, sQ);
 }
 

@@ -93,6 +93,9 @@ __device__ __forceinline__ void fence_async_shared() {
   FTATTN_WG_D64(c, d), FTATTN_WG_D8(c, d, 64), FTATTN_WG_D8(c, d, 72), FTATTN_WG_D8(c, d, 80), \
       FTATTN_WG_D8(c, d, 88), FTATTN_WG_D8(c, d, 96), FTATTN_WG_D8(c, d, 104),                 \
       FTATTN_WG_D8(c, d, 112), FTATTN_WG_D8(c, d, 120)
+#define FTATTN_WG_D4(c, d, i) c(d[i]), c(d[i + 1]), c(d[i + 2]), c(d[i + 3])
+#define FTATTN_WG_D36(c, d) FTATTN_WG_D32(c, d), FTATTN_WG_D4(c, d, 32)
+#define FTATTN_WG_D68(c, d) FTATTN_WG_D64(c, d), FTATTN_WG_D4(c, d, 64)
 #define FTATTN_WG_R32                                                                           \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
   "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
@@ -110,6 +113,16 @@ __device__ __forceinline__ void fence_async_shared() {
   "%92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, " \
   "%109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, "     \
   "%124, %125, %126, %127}"
+#define FTATTN_WG_R36                                                                          \
+  "{"                                                                                          \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}"
+#define FTATTN_WG_R68                                                                          \
+  "{"                                                                                          \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, " \
+  "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, " \
+  "%56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67}"
 // One wgmma whose scale-d predicate p is set from operand `pred` (nonzero: accumulate).
 #define FTATTN_WGMMA(instr, operands, pred)                                            \
   "{\n.reg .pred p;\nsetp.ne.b32 p, " pred ", 0;\nwgmma.mma_async.sync.aligned." instr \
@@ -247,6 +260,35 @@ __device__ __forceinline__ void wgmma_16bit_rs(float (&d)[64], const u32 (&a)[4]
     asm volatile(FTATTN_WGMMA("m64n128k16.f32.f16.f16",
                               FTATTN_WG_R64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1", "%69")
                  : FTATTN_WG_D64("+f", d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
+// D += A B, m64n{72, 136}k16, A from registers, B N-major in shared memory: GEMM II of a head
+// dim of 64 or 128 and one 8-wide checksum tile beside it (Flash-ABFT's P . rowsum(V)).
+template <bool Bf16>
+__device__ __forceinline__ void wgmma_16bit_rs(float (&d)[36], const u32 (&a)[4], u64 b) {
+  if constexpr (Bf16)
+    asm volatile(FTATTN_WGMMA("m64n72k16.f32.bf16.bf16",
+                              FTATTN_WG_R36 ", {%36, %37, %38, %39}, %40, p, 1, 1, 1", "%41")
+                 : FTATTN_WG_D36("+f", d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  else
+    asm volatile(FTATTN_WGMMA("m64n72k16.f32.f16.f16",
+                              FTATTN_WG_R36 ", {%36, %37, %38, %39}, %40, p, 1, 1, 1", "%41")
+                 : FTATTN_WG_D36("+f", d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+template <bool Bf16>
+__device__ __forceinline__ void wgmma_16bit_rs(float (&d)[68], const u32 (&a)[4], u64 b) {
+  if constexpr (Bf16)
+    asm volatile(FTATTN_WGMMA("m64n136k16.f32.bf16.bf16",
+                              FTATTN_WG_R68 ", {%68, %69, %70, %71}, %72, p, 1, 1, 1", "%73")
+                 : FTATTN_WG_D68("+f", d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  else
+    asm volatile(FTATTN_WGMMA("m64n136k16.f32.f16.f16",
+                              FTATTN_WG_R68 ", {%68, %69, %70, %71}, %72, p, 1, 1, 1", "%73")
+                 : FTATTN_WG_D68("+f", d)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
 
