@@ -152,6 +152,7 @@ def main():
     tile_sweep(folder, "fp8_wgmma_tiles")
     tile_sweep(folder, "wgmma16_tiles_d64")
     tile_sweep(folder, "wgmma16_tiles_d128")
+    tile_sweep(folder, "abft_wgmma_tiles")
     llvm_campaign(folder)
 
 
