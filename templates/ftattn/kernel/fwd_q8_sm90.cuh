@@ -14,6 +14,7 @@
 
 #include "ftattn/arch/sm80/cp_async.cuh"
 #include "ftattn/arch/sm80/tile_load.cuh"
+#include "ftattn/arch/sm90/pipeline.cuh"
 #include "ftattn/arch/sm90/tile_load.cuh"
 #include "ftattn/arch/sm90/wgmma.cuh"
 #include "ftattn/common/math.cuh"
@@ -180,14 +181,8 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
     quantise_q_rows<T, quant::F16In>(p, sQ, batch, head, row0, warp_row, lane, q_scale);
   }
   sm80::cp_async_commit();  // Q's group (empty when quantised here: st.shared, fenced below)
-  int ahead = 0;            // next block to prefetch
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (ahead < n_blocks)
-      load_kv(s, ahead++);
-    else
-      sm80::cp_async_commit();  // empty groups keep the wait counts uniform
-  }
+  sm90::KeyBlockPipeline<kStages, kOneGroup> pipeline{n_blocks};
+  pipeline.start(load_kv);
 
   float o[1][kOT][4];
   float row_max[1][2];  // base-2 logits
@@ -197,22 +192,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
   auto step = [&](const int it, const int n_block, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
     const int stage = it % kStages;
-    // This block's group has landed (later ones may still fly); the fence hands the cp.async
-    // writes to the tensor cores' proxy.
-    sm80::cp_async_wait<kStages - 2>();
-    sm90::fence_async_shared();
-    __syncthreads();
-    // The block num_stages - 1 ahead goes into the previous block's stage, once every GEMM II
-    // that reads it is done: with several warpgroups, past the barrier (each waits for its GEMM
-    // II before it); with one, after GEMM I's wait, so that its GEMM II runs on through the
-    // barrier and GEMM I's issue.
-    auto prefetch = [&] {
-      if (ahead < n_blocks)
-        load_kv((it + kStages - 1) % kStages, ahead++);
-      else
-        sm80::cp_async_commit();
-    };
-    if constexpr (!kOneGroup) prefetch();
+    pipeline.begin_step(it, load_kv);
 
     // GEMM I: this warpgroup's 64 rows of S = Q K^T (fp8: FP32; int8: INT32 from its bias).
     const u32 sKs = sK + stage * T::k_stage_bytes;
@@ -232,7 +212,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
     }
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();  // GEMM I, and the previous GEMM II (O is rescaled below)
-    if constexpr (kOneGroup) prefetch();
+    pipeline.after_gemm1(it, load_kv);
 
     // Dequantise by key (the row's factor follows in the exp's FMA), then mask. fp8: K scales
     // are constant over each 64 keys, so the scores stay raw and the scale rides in the FMA.

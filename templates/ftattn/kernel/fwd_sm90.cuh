@@ -20,6 +20,7 @@
 #pragma once
 
 #include "ftattn/arch/sm80/cp_async.cuh"
+#include "ftattn/arch/sm90/pipeline.cuh"
 #include "ftattn/arch/sm90/tile_load.cuh"
 #include "ftattn/arch/sm90/wgmma.cuh"
 #include "ftattn/common/math.cuh"
@@ -32,8 +33,9 @@
 
 namespace ftattn {
 
+// The parameters of FwdTraits (fwd_sm80.cuh), so that one generator serves both skeletons.
 template <int HeadDim, int BlockM, int BlockN, int NumWarps, int NumStages, class PrecisionT,
-          bool Causal, class ProtectT = protect::None, bool Inject = false>
+          class ProtectT, bool Causal, bool BlockSparse = false, bool Inject = false>
 struct FwdWgmmaTraits {
   static constexpr int head_dim = HeadDim;
   static constexpr int block_m = BlockM;
@@ -41,7 +43,7 @@ struct FwdWgmmaTraits {
   static constexpr int num_warps = NumWarps;
   static constexpr int num_stages = NumStages;
   static constexpr bool causal = Causal;
-  static constexpr bool block_sparse = false;
+  static constexpr bool block_sparse = BlockSparse;
   static constexpr bool inject = Inject;  // fault-injection points compiled in (launch-time plan)
   using Precision = PrecisionT;
   using Protect = ProtectT;
@@ -80,6 +82,7 @@ struct FwdWgmmaTraits {
   static_assert(BlockN == 64 || BlockN == 128, "GEMM I's N: 64 or 128 keys");
   static_assert(NumWarps % 4 == 0 && BlockM == 16 * NumWarps, "64 rows per warpgroup");
   static_assert(NumStages >= 2, "the wgmma skeleton prefetches at least one block");
+  static_assert(!BlockSparse, "block-sparse masks run the sm80 skeleton");
   static_assert(ProtectT::k_atoms == 0 && ProtectT::v_atoms <= 1 &&
                     ProtectT::row_check == ProtectT::enabled,
                 "protection none or Flash-ABFT");
@@ -188,14 +191,8 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
   sm90::load_rows_swizzled<T::threads, T::block_m, kRowBytes>(sQ, q, p.q_seq_stride * 2,
                                                               p.seqlen_q - row0, kRowBytes);
   sm80::cp_async_commit();
-  int ahead = 0;  // next block to prefetch
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (ahead < n_blocks)
-      load_kv(s, ahead++);
-    else
-      sm80::cp_async_commit();  // empty groups keep the wait counts uniform
-  }
+  sm90::KeyBlockPipeline<kStages, kOneGroup> pipeline{n_blocks};
+  pipeline.start(load_kv);
 
   // O, then (Flash-ABFT) its checksum tile: one accumulator array for GEMM II's wgmma.
   float acc[1][kOT + kCT][4];
@@ -210,22 +207,7 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
   auto step = [&](const int it, const int n_block, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
     const int stage = it % kStages;
-    // This block's group has landed (later ones may still fly); the fence hands the cp.async
-    // writes to the tensor cores' proxy.
-    sm80::cp_async_wait<kStages - 2>();
-    sm90::fence_async_shared();
-    __syncthreads();
-    // The block num_stages - 1 ahead goes into the previous block's stage once every GEMM II
-    // that reads it is done: with several warpgroups past the barrier (each waits for its GEMM
-    // II before it); with one, after GEMM I's wait, so that its GEMM II runs on through the
-    // barrier and GEMM I's issue.
-    auto prefetch = [&] {
-      if (ahead < n_blocks)
-        load_kv((it + kStages - 1) % kStages, ahead++);
-      else
-        sm80::cp_async_commit();
-    };
-    if constexpr (!kOneGroup) prefetch();
+    pipeline.begin_step(it, load_kv);
 
     // GEMM I: this warpgroup's 64 rows of S = Q K^T.
     const u32 sKs = sK + stage * T::kv_tile_bytes;
@@ -239,7 +221,7 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
                                   ks > 0);
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();  // GEMM I, and the previous GEMM II (O is rescaled below)
-    if constexpr (kOneGroup) prefetch();
+    pipeline.after_gemm1(it, load_kv);
     inject(fault_site_scores, it, &s[0][0], kST * 4);
 
     if (kMasked)

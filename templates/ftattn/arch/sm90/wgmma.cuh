@@ -204,92 +204,52 @@ __device__ __forceinline__ void wgmma_s8_rs(int (&d)[64], const u32 (&a)[4], u64
 }
 
 // The 16-bit MMAs (f16 or bf16 operands, FP32 accumulators), k16 steps: 32 bytes of each
-// K-major row, as the 8-bit ones' k32.
+// K-major row, as the 8-bit ones' k32. FTATTN_WGMMA_16BIT emits the instruction of `shape` for
+// the element type Bf16 picks (the asm string must be a literal).
+#define FTATTN_WGMMA_16BIT(shape, operands, pred, outputs, ...)                                 \
+  if constexpr (Bf16)                                                                           \
+    asm volatile(FTATTN_WGMMA(shape ".f32.bf16.bf16", operands, pred) : outputs : __VA_ARGS__); \
+  else                                                                                          \
+    asm volatile(FTATTN_WGMMA(shape ".f32.f16.f16", operands, pred) : outputs : __VA_ARGS__)
 
 // D (+)= A B^T, m64n{64, 128}k16, A and B K-major in shared memory (descriptors): GEMM I.
 template <bool Bf16>
 __device__ __forceinline__ void wgmma_16bit_ss(float (&d)[32], u64 a, u64 b, int accumulate) {
-  if constexpr (Bf16)
-    asm volatile(
-        FTATTN_WGMMA("m64n64k16.f32.bf16.bf16", FTATTN_WG_R32 ", %32, %33, p, 1, 1, 0, 0", "%34")
-        : FTATTN_WG_D32("+f", d)
-        : "l"(a), "l"(b), "r"(accumulate));
-  else
-    asm volatile(
-        FTATTN_WGMMA("m64n64k16.f32.f16.f16", FTATTN_WG_R32 ", %32, %33, p, 1, 1, 0, 0", "%34")
-        : FTATTN_WG_D32("+f", d)
-        : "l"(a), "l"(b), "r"(accumulate));
+  FTATTN_WGMMA_16BIT("m64n64k16", FTATTN_WG_R32 ", %32, %33, p, 1, 1, 0, 0", "%34",
+                     FTATTN_WG_D32("+f", d), "l"(a), "l"(b), "r"(accumulate));
 }
 template <bool Bf16>
 __device__ __forceinline__ void wgmma_16bit_ss(float (&d)[64], u64 a, u64 b, int accumulate) {
-  if constexpr (Bf16)
-    asm volatile(
-        FTATTN_WGMMA("m64n128k16.f32.bf16.bf16", FTATTN_WG_R64 ", %64, %65, p, 1, 1, 0, 0", "%66")
-        : FTATTN_WG_D64("+f", d)
-        : "l"(a), "l"(b), "r"(accumulate));
-  else
-    asm volatile(
-        FTATTN_WGMMA("m64n128k16.f32.f16.f16", FTATTN_WG_R64 ", %64, %65, p, 1, 1, 0, 0", "%66")
-        : FTATTN_WG_D64("+f", d)
-        : "l"(a), "l"(b), "r"(accumulate));
+  FTATTN_WGMMA_16BIT("m64n128k16", FTATTN_WG_R64 ", %64, %65, p, 1, 1, 0, 0", "%66",
+                     FTATTN_WG_D64("+f", d), "l"(a), "l"(b), "r"(accumulate));
 }
 
 // D += A B, m64n{64, 128}k16, A from registers (the m16n8k16 A layout per warp), B N-major in
-// shared memory (imm-trans-b 1: V as stored, keys x channels): GEMM II.
+// shared memory (imm-trans-b 1: V as stored, keys x channels): GEMM II. m64n{72, 136}k16: a head
+// dim of 64 or 128 and one 8-wide checksum tile beside it (Flash-ABFT's P . rowsum(V)).
 template <bool Bf16>
 __device__ __forceinline__ void wgmma_16bit_rs(float (&d)[32], const u32 (&a)[4], u64 b) {
-  if constexpr (Bf16)
-    asm volatile(FTATTN_WGMMA("m64n64k16.f32.bf16.bf16",
-                              FTATTN_WG_R32 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1", "%37")
-                 : FTATTN_WG_D32("+f", d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-  else
-    asm volatile(FTATTN_WGMMA("m64n64k16.f32.f16.f16",
-                              FTATTN_WG_R32 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1", "%37")
-                 : FTATTN_WG_D32("+f", d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  FTATTN_WGMMA_16BIT("m64n64k16", FTATTN_WG_R32 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1", "%37",
+                     FTATTN_WG_D32("+f", d), "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
+                     "r"(1));
+}
+template <bool Bf16>
+__device__ __forceinline__ void wgmma_16bit_rs(float (&d)[36], const u32 (&a)[4], u64 b) {
+  FTATTN_WGMMA_16BIT("m64n72k16", FTATTN_WG_R36 ", {%36, %37, %38, %39}, %40, p, 1, 1, 1", "%41",
+                     FTATTN_WG_D36("+f", d), "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
+                     "r"(1));
 }
 template <bool Bf16>
 __device__ __forceinline__ void wgmma_16bit_rs(float (&d)[64], const u32 (&a)[4], u64 b) {
-  if constexpr (Bf16)
-    asm volatile(FTATTN_WGMMA("m64n128k16.f32.bf16.bf16",
-                              FTATTN_WG_R64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1", "%69")
-                 : FTATTN_WG_D64("+f", d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-  else
-    asm volatile(FTATTN_WGMMA("m64n128k16.f32.f16.f16",
-                              FTATTN_WG_R64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1", "%69")
-                 : FTATTN_WG_D64("+f", d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-}
-
-// D += A B, m64n{72, 136}k16, A from registers, B N-major in shared memory: GEMM II of a head
-// dim of 64 or 128 and one 8-wide checksum tile beside it (Flash-ABFT's P . rowsum(V)).
-template <bool Bf16>
-__device__ __forceinline__ void wgmma_16bit_rs(float (&d)[36], const u32 (&a)[4], u64 b) {
-  if constexpr (Bf16)
-    asm volatile(FTATTN_WGMMA("m64n72k16.f32.bf16.bf16",
-                              FTATTN_WG_R36 ", {%36, %37, %38, %39}, %40, p, 1, 1, 1", "%41")
-                 : FTATTN_WG_D36("+f", d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-  else
-    asm volatile(FTATTN_WGMMA("m64n72k16.f32.f16.f16",
-                              FTATTN_WG_R36 ", {%36, %37, %38, %39}, %40, p, 1, 1, 1", "%41")
-                 : FTATTN_WG_D36("+f", d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  FTATTN_WGMMA_16BIT("m64n128k16", FTATTN_WG_R64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1", "%69",
+                     FTATTN_WG_D64("+f", d), "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
+                     "r"(1));
 }
 template <bool Bf16>
 __device__ __forceinline__ void wgmma_16bit_rs(float (&d)[68], const u32 (&a)[4], u64 b) {
-  if constexpr (Bf16)
-    asm volatile(FTATTN_WGMMA("m64n136k16.f32.bf16.bf16",
-                              FTATTN_WG_R68 ", {%68, %69, %70, %71}, %72, p, 1, 1, 1", "%73")
-                 : FTATTN_WG_D68("+f", d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-  else
-    asm volatile(FTATTN_WGMMA("m64n136k16.f32.f16.f16",
-                              FTATTN_WG_R68 ", {%68, %69, %70, %71}, %72, p, 1, 1, 1", "%73")
-                 : FTATTN_WG_D68("+f", d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  FTATTN_WGMMA_16BIT("m64n136k16", FTATTN_WG_R68 ", {%68, %69, %70, %71}, %72, p, 1, 1, 1", "%73",
+                     FTATTN_WG_D68("+f", d), "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
+                     "r"(1));
 }
 
 }  // namespace ftattn::sm90

@@ -1,0 +1,57 @@
+// The key-block pipeline of the Hopper skeletons (kernel/fwd_sm90.cuh, kernel/fwd_q8_sm90.cuh):
+// one cp.async group per key block into num_stages buffers, handed to the tensor cores by a
+// fence.proxy.async, and where the next block's copies go out.
+#pragma once
+
+#include "ftattn/arch/sm80/cp_async.cuh"
+#include "ftattn/arch/sm90/wgmma.cuh"
+
+namespace ftattn::sm90 {
+
+template <int Stages, bool OneWarpgroup>
+struct KeyBlockPipeline {
+  int n_blocks;
+  int ahead = 0;  // the next block to prefetch
+
+  // Blocks 0 .. Stages - 2, each load_kv(stage, block) one group; empty groups past the last
+  // block keep the wait counts uniform.
+  template <class LoadKV>
+  __device__ __forceinline__ void start(LoadKV&& load_kv) {
+#pragma unroll
+    for (int s = 0; s < Stages - 1; ++s) {
+      if (ahead < n_blocks)
+        load_kv(s, ahead++);
+      else
+        sm80::cp_async_commit();
+    }
+  }
+
+  // The top of step `it`: its block's group has landed (later ones may still fly) and is fenced
+  // for the tensor cores; past the barrier every warpgroup has waited for its previous GEMM II
+  // (with several), so the block Stages - 1 ahead may go into that stage.
+  template <class LoadKV>
+  __device__ __forceinline__ void begin_step(int it, LoadKV&& load_kv) {
+    sm80::cp_async_wait<Stages - 2>();
+    fence_async_shared();
+    __syncthreads();
+    if constexpr (!OneWarpgroup) prefetch(it, load_kv);
+  }
+
+  // After GEMM I's wait: with one warpgroup the previous GEMM II ran on through the barrier and
+  // GEMM I's issue and is done now, so the copies go out here.
+  template <class LoadKV>
+  __device__ __forceinline__ void after_gemm1(int it, LoadKV&& load_kv) {
+    if constexpr (OneWarpgroup) prefetch(it, load_kv);
+  }
+
+ private:
+  template <class LoadKV>
+  __device__ __forceinline__ void prefetch(int it, LoadKV&& load_kv) {
+    if (ahead < n_blocks)
+      load_kv((it + Stages - 1) % Stages, ahead++);
+    else
+      sm80::cp_async_commit();
+  }
+};
+
+}  // namespace ftattn::sm90
