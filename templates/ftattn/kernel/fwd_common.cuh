@@ -24,6 +24,19 @@ __device__ __forceinline__ void tile_coords(const AttentionParams& p, int& m_blo
   }
 }
 
+// The key blocks the CTA whose first query row is row0 visits: all of them, or for causal masks
+// (bottom-right aligned by diag = seqlen_k - seqlen_q: row i sees keys j <= i + diag) those up to
+// the last key any of its rows may see (none when even its last row sees no key).
+template <class T>
+__device__ __forceinline__ int key_blocks(const AttentionParams& p, int row0, int diag) {
+  int n_blocks = (p.seqlen_k + T::block_n - 1) / T::block_n;
+  if (T::causal) {
+    const int last_key = row0 + T::block_m - 1 + diag;
+    n_blocks = last_key < 0 ? 0 : min(n_blocks, last_key / T::block_n + 1);
+  }
+  return n_blocks;
+}
+
 // O = 0, running max = -inf, row sums = 0.
 template <int kMT, int kOT>
 __device__ __forceinline__ void clear_accumulators(float (&o)[kMT][kOT][4],

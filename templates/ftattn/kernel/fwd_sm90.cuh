@@ -149,11 +149,7 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
 
   const int row0 = m_block * T::block_m;
   const int diag = p.seqlen_k - p.seqlen_q;  // bottom-right causal alignment
-  int n_blocks = (p.seqlen_k + T::block_n - 1) / T::block_n;
-  if (T::causal) {
-    const int last_key = row0 + T::block_m - 1 + diag;
-    n_blocks = last_key < 0 ? 0 : min(n_blocks, last_key / T::block_n + 1);
-  }
+  const int n_blocks = detail::key_blocks<T>(p, row0, diag);
 
   const u16* q = static_cast<const u16*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride +
                  row0 * p.q_seq_stride;
