@@ -16,6 +16,7 @@
 #include "ftattn/kernel/fwd_common.cuh"
 #include "ftattn/params.cuh"
 #include "ftattn/protect/checks.cuh"
+#include "ftattn/protect/efta_rows.cuh"
 #include "ftattn/protect/workspace.cuh"
 
 namespace ftattn {
@@ -827,92 +828,36 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
         rescale[mt][r] = fast_exp2(row_max[mt][r] * p.scale_log2 - shift);
         if constexpr (T::inject) inject(fault_site_rescale, it, &rescale[mt][r], 1);
         row_max[mt][r] = mx;
-        if constexpr (Protect::k_atoms > 0) {  // SNVR: l >= sum over blocks of e^(block max - max)
+        if constexpr (Protect::k_atoms > 0) {
           const u32 lb = lower_bound_at(mt, r);
-          sm80::st_shared_u32(
-              lb, __float_as_uint(__uint_as_float(sm80::ld_shared_u32(lb)) * rescale[mt][r] +
-                                  (block_max == neg_inf()
-                                       ? 0.f
-                                       : fast_exp2(fmaf(block_max, p.scale_log2, -shift)))));
-        }
-        // EFTA's product check, fused into the exps: prod over the thread's P of this row equals
-        // 2^(the sum of their exponents), and that sum is the GEMM I checksum scaled, less n *
-        // max. Each factor is multiplied by 2^-(mean exponent) so the product stays near 1
-        // instead of underflowing; masked elements (P == 0, not in n) count as 1.
-        float norm = 1.f, norm2 = 1.f;
-        bool check = false;
-        if constexpr (Protect::k_atoms > 0) {
-          const int n = n_valid[mt][r];
-          const float ref = sc[mt][0][2 * r] + sc[mt][0][2 * r + 1] - masked_sum[mt][r];
-          // Off the mask n is the constant 2 * kST (a power of two: the division is a multiply).
-          const float num = ref * p.scale_log2 - n * shift;
-          const float mean = n > 0 ? (kMasked ? __fdividef(num, float(n)) : num / n) : 0.f;
-          // Every factor tiny (mean below 2^-60, so that norm^2 stays finite): nothing
-          // checkable, see the README.
-          check = n > 0 && mx != neg_inf() && mean > -60.f;
-          norm = check ? fast_exp2(-mean) : 1.f;
-          norm2 = norm * norm;
-        }
-        float sum = 0.f, prod = 1.f;
-        int stray = -1;  // a masked P that is not 0: its index among the thread's row values
-        float stray_p = 0.f;
+          sm80::st_shared_u32(lb, __float_as_uint(detail::snvr_lower_bound(
+                                      __uint_as_float(sm80::ld_shared_u32(lb)), rescale[mt][r],
+                                      block_max, p.scale_log2, shift)));
+          detail::efta_probs_row<T, kMasked>(
+              p, s[mt], p_packed[mt], r, mx, shift,
+              sc[mt][0][2 * r] + sc[mt][0][2 * r + 1] - masked_sum[mt][r], n_valid[mt][r], q_norm,
+              k_norm, row_sum[mt][r], rescale[mt][r], alarms, 1u << (2 * mt + r), alarm_dev,
+              alarm_tol,
+              [&](int nt, int c, float& x) {
+                inject_at(fault_site_probs, it, (mt * kST + nt) * 4 + 2 * r + c, kMT * kST * 4, x);
+              },
+              [&](int j, float x) {
+                record_fault(p.fault_log, batch, head, global_row(mt, r),
+                             n_block * T::block_n + protect::row_group_column(j, quad_t),
+                             fault_stage_probs, Protect::correct, x, 0.f);
+              });
+        } else {
+          float sum = 0.f;
 #pragma unroll
-        for (int nt = 0; nt < kST; ++nt) {
-          bool masked[2];
+          for (int nt = 0; nt < kST; ++nt)
 #pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            float& x = s[mt][nt][2 * r + c];
-            masked[c] = kMasked && x == neg_inf();
-            x = fast_exp2(fmaf(x, p.scale_log2, -shift));
-            if constexpr (T::inject)
+            for (int c = 0; c < 2; ++c) {
+              float& x = s[mt][nt][2 * r + c];
+              x = fast_exp2(fmaf(x, p.scale_log2, -shift));
               inject_at(fault_site_probs, it, (mt * kST + nt) * 4 + 2 * r + c, kMT * kST * 4, x);
-            if constexpr (Protect::k_atoms > 0 && kMasked) {
-              // A masked probability is exactly 0 and outside the product check, and GEMM II's
-              // checksum sums whatever it becomes: a fault there would pass every later check.
-              // The mask itself is the reference. Selects, not a branch per element (whose
-              // inlined reports bloated the masked step): one report per row, below.
-              const bool bad = masked[c] && x != 0.f;
-              stray = bad ? 2 * nt + c : stray;
-              stray_p = bad ? fabsf(x) : stray_p;
-              if constexpr (Protect::correct) x = masked[c] ? 0.f : x;
+              sum += x;
             }
-            if constexpr (Protect::k_atoms == 0) sum += x;
-          }
-          if constexpr (Protect::k_atoms > 0) {
-            const float x0 = s[mt][nt][2 * r], x1 = s[mt][nt][2 * r + 1];
-            // One normalisation per pair off the mask (three multiplies for two factors).
-            if constexpr (kMasked)
-              prod *= (masked[0] ? 1.f : x0 * norm) * (masked[1] ? 1.f : x1 * norm);
-            else
-              prod *= x0 * (x1 * norm2);
-            // P packed once as GEMM II's operand. l is the ones column (the 16-bit P that O was
-            // multiplied with); this FP32 sum of the unrounded P checks it (see the epilogue).
-            p_packed[mt][nt][r] = P::pack(x0, x1);
-            sum += x0 + x1;
-          }
-        }
-        if constexpr (Protect::k_atoms > 0 && kMasked)
-          if (stray >= 0)
-            record_fault(p.fault_log, batch, head, global_row(mt, r),
-                         n_block * T::block_n + protect::row_group_column(stray, quad_t),
-                         fault_stage_probs, Protect::correct, stray_p, 0.f);
-        row_sum[mt][r] = row_sum[mt][r] * rescale[mt][r] + sum;
-        if constexpr (Protect::k_atoms > 0) {
-          // A factor flushed to zero, or a product past FP32's range (a row whose exponents
-          // spread far around their mean: outliers), makes it unverifiable, not wrong. A fault
-          // that blows a factor up still reaches the row-sum and output checks as inf.
-          // The exponents' sum, from the checksum, is off by up to tol_probs |q| sum|k|; exp2 adds
-          // its own rounding per factor. 2^y - 1 = e^z - 1 <= z + z^2 for z = y ln 2 <= 1: no
-          // exp2 on the special-function unit, which the softmax keeps busy.
-          const float z = 0.6931472f * p.scale_log2 * (p.tol_probs * q_norm * k_norm + p.tol_floor);
-          const float tol = (z < 1.f ? fmaf(z, z, z) : -neg_inf()) + n_valid[mt][r] * 4e-7f + 1e-5f;
-          const float dev = fabsf(prod - 1.f);
-          // Selects, not a branch: the report waits until after GEMM II, so that nothing splits
-          // the softmax from GEMM II's MMAs.
-          const bool alarm = check && prod != 0.f && fabsf(prod) < -neg_inf() && !(dev <= tol);
-          alarms |= alarm ? 1u << (2 * mt + r) : 0u;
-          alarm_dev = alarm ? dev : alarm_dev;
-          alarm_tol = alarm ? tol : alarm_tol;
+          row_sum[mt][r] = row_sum[mt][r] * rescale[mt][r] + sum;
         }
       }
     if constexpr (T::inject) {
@@ -981,13 +926,7 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
   sm80::cp_async_wait<0>();
   __syncthreads();
 
-  // Row sums, checked. Under EFTA l is the ones column: the 16-bit P that GEMM II multiplied into
-  // O, summed through the tensor cores. The FP32 sum of the unrounded P checks it: rounding to 16
-  // bits moves each P by at most half an ulp (2^-11 of it for f16, 2^-8 for bf16; f16
-  // subnormals, below 2^-14, by at most 2^-25 each), which tol_row_sum's default covers with FP32
-  // accumulation on top, so a fault the check misses moves l, and the row's output, by about an
-  // ulp of a 16-bit output at most. SNVR's range LB <= l <= (unmasked keys) decides which of the
-  // two is wrong when they disagree.
+  // Row sums, checked under EFTA (detail::efta_row_sum).
   float l_final[kMT][2];
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
@@ -996,39 +935,15 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
       const float sum = quad_sum(row_sum[mt][r]);
       float l = sum;
       if constexpr (Protect::k_atoms > 0) {
-        const int row = global_row(mt, r);
-        const int keys = T::causal ? max(0, min(p.seqlen_k, row + diag + 1)) : p.seqlen_k;
         // The ones column: efta_detect's odd column groups, efta_correct's second atom.
         float ones;
         if constexpr (Protect::ones_in_odd_groups)
           ones = __shfl_sync(0xffffffffu, oc[mt][0][2 * r], lane | 1);
         else
           ones = oc[mt][1][2 * r + 1];
-        l = ones;
-        const float lb = __uint_as_float(sm80::ld_shared_u32(lower_bound_at(mt, r)));
-        // LB comes from the unrounded block maxima, l from 16-bit probabilities: each can sit
-        // below its FP32 value by half an ulp (2^-9 for bf16). Above: a row's max element
-        // exp2(fma(s, scale, -shift)) exceeds 1 by the fma's rounding (large scores), and the
-        // 16-bit rounding can take it up a whole ulp of 1 (2^-7 for bf16).
-        auto in_range = [&](float x) {
-          return x >= lb * (1.f - 4e-3f) && x <= keys * (1.f + 1.6e-2f);
-        };
-        const float tol =
-            p.tol_row_sum * fmaxf(fabsf(sum), fabsf(ones)) + keys * 3e-8f + p.tol_floor;
-        if (row < p.seqlen_q && row_max[mt][r] != neg_inf()) {
-          if (!(fabsf(sum - ones) <= tol)) {
-            // Resolved when exactly one of the two is in range: l is then that one.
-            const bool ones_ok = in_range(ones), fix = ones_ok != in_range(sum);
-            if (lane % 4 == 0)
-              record_fault(p.fault_log, batch, head, row, -1, fault_stage_row_sum, fix,
-                           fabsf(sum - ones), tol);
-            if (fix && !ones_ok) l = sum;
-          } else if (!in_range(ones)) {
-            if (lane % 4 == 0)
-              record_fault(p.fault_log, batch, head, row, -1, fault_stage_row_sum, false, ones, lb);
-            l = lb;  // EFTA's SNVR restriction
-          }
-        }
+        l = detail::efta_row_sum<T>(p, sum, ones,
+                                    __uint_as_float(sm80::ld_shared_u32(lower_bound_at(mt, r))),
+                                    global_row(mt, r), row_max[mt][r], lane, batch, head);
       }
       l_final[mt][r] = l;
     }

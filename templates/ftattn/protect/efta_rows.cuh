@@ -1,0 +1,140 @@
+// EFTA's per-row work in the fused 16-bit kernels, shared by the mma.sync (fwd_sm80.cuh) and
+// warpgroup-MMA (fwd_sm90.cuh) skeletons, whose accumulators have the same m16n8 layout per warp:
+// the probabilities of one row half with the product check fused into their exps, and the
+// epilogue's check of the row sum against the ones column and SNVR's range.
+#pragma once
+
+#include "ftattn/common/faults.cuh"
+#include "ftattn/common/math.cuh"
+#include "ftattn/params.cuh"
+#include "ftattn/protect/checks.cuh"
+
+namespace ftattn::detail {
+
+// P = 2^(S * scale - shift) for row half r of this thread's kST score tiles, in place, packed once
+// as GEMM II's A operand into packed[nt][r]. EFTA's product check is fused into the exps: prod
+// over the thread's P of this row equals 2^(the sum of their exponents), and that sum is the GEMM
+// I checksum `ref` (the masked raw scores taken out) scaled, less n * max, n the unmasked
+// elements. Each factor is multiplied by 2^-(mean exponent) so the product stays near 1 instead
+// of underflowing; masked elements (P == 0, not in n) count as 1. The FP32 sum of P goes into
+// this thread's share of l, `row_sum`, rescaled by `rescale` first. A failed check sets `alarm_bit`
+// in `alarms` and its deviation and bound in `alarm_dev` and `alarm_tol`, for the caller to report
+// after GEMM II. `inject_p(nt, c, x)` is the probabilities' injection point, `on_stray(j, x)`
+// reports a masked P that is not 0 (element j).
+template <class T, bool kMasked, int kST, class InjectP, class OnStray>
+__device__ __forceinline__ void efta_probs_row(const AttentionParams& p, float (&s)[kST][4],
+                                               u32 (&packed)[kST][2], int r, float mx, float shift,
+                                               float ref, int n, float q_norm, float k_norm,
+                                               float& row_sum, float rescale, unsigned& alarms,
+                                               unsigned alarm_bit, float& alarm_dev,
+                                               float& alarm_tol, InjectP&& inject_p,
+                                               OnStray&& on_stray) {
+  using P = typename T::Precision;
+  // Off the mask n is the constant 2 * kST (a power of two: the division is a multiply).
+  const float num = ref * p.scale_log2 - n * shift;
+  const float mean = n > 0 ? (kMasked ? __fdividef(num, float(n)) : num / n) : 0.f;
+  // Every factor tiny (mean below 2^-60, so that norm^2 stays finite): nothing checkable, see
+  // the README.
+  const bool check = n > 0 && mx != neg_inf() && mean > -60.f;
+  const float norm = check ? fast_exp2(-mean) : 1.f;
+  const float norm2 = norm * norm;
+  float sum = 0.f, prod = 1.f;
+  int stray = -1;  // a masked P that is not 0: its index among the thread's row values
+  float stray_p = 0.f;
+#pragma unroll
+  for (int nt = 0; nt < kST; ++nt) {
+    bool masked[2];
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      float& x = s[nt][2 * r + c];
+      masked[c] = kMasked && x == neg_inf();
+      x = fast_exp2(fmaf(x, p.scale_log2, -shift));
+      inject_p(nt, c, x);
+      if constexpr (kMasked) {
+        // A masked probability is exactly 0 and outside the product check, and GEMM II's
+        // checksum sums whatever it becomes: a fault there would pass every later check. The
+        // mask itself is the reference. Selects, not a branch per element (whose inlined
+        // reports bloated the masked step): one report per row, below.
+        const bool bad = masked[c] && x != 0.f;
+        stray = bad ? 2 * nt + c : stray;
+        stray_p = bad ? fabsf(x) : stray_p;
+        if constexpr (T::Protect::correct) x = masked[c] ? 0.f : x;
+      }
+    }
+    const float x0 = s[nt][2 * r], x1 = s[nt][2 * r + 1];
+    // One normalisation per pair off the mask (three multiplies for two factors).
+    if constexpr (kMasked)
+      prod *= (masked[0] ? 1.f : x0 * norm) * (masked[1] ? 1.f : x1 * norm);
+    else
+      prod *= x0 * (x1 * norm2);
+    // l is the ones column (the 16-bit P that O was multiplied with); this FP32 sum of the
+    // unrounded P checks it (efta_row_sum).
+    packed[nt][r] = P::pack(x0, x1);
+    sum += x0 + x1;
+  }
+  if constexpr (kMasked)
+    if (stray >= 0) on_stray(stray, stray_p);
+  row_sum = row_sum * rescale + sum;
+  // A factor flushed to zero, or a product past FP32's range (a row whose exponents spread far
+  // around their mean: outliers), makes it unverifiable, not wrong. A fault that blows a factor
+  // up still reaches the row-sum and output checks as inf. The exponents' sum, from the
+  // checksum, is off by up to tol_probs |q| sum|k|; exp2 adds its own rounding per factor.
+  // 2^y - 1 = e^z - 1 <= z + z^2 for z = y ln 2 <= 1: no exp2 on the special-function unit,
+  // which the softmax keeps busy.
+  const float z = 0.6931472f * p.scale_log2 * (p.tol_probs * q_norm * k_norm + p.tol_floor);
+  const float tol = (z < 1.f ? fmaf(z, z, z) : -neg_inf()) + n * 4e-7f + 1e-5f;
+  const float dev = fabsf(prod - 1.f);
+  // Selects, not a branch: the caller reports after GEMM II, so that nothing splits the softmax
+  // from GEMM II's MMAs.
+  const bool alarm = check && prod != 0.f && fabsf(prod) < -neg_inf() && !(dev <= tol);
+  alarms |= alarm ? alarm_bit : 0u;
+  alarm_dev = alarm ? dev : alarm_dev;
+  alarm_tol = alarm ? tol : alarm_tol;
+}
+
+// SNVR's running lower bound of l, updated for a key block: l >= the sum over blocks of
+// e^(block max - max), rescaled like l.
+__device__ __forceinline__ float snvr_lower_bound(float lower, float rescale, float block_max,
+                                                  float scale_log2, float shift) {
+  return lower * rescale +
+         (block_max == neg_inf() ? 0.f : fast_exp2(fmaf(block_max, scale_log2, -shift)));
+}
+
+// The epilogue's l for one row under EFTA. l is the ones column `ones`: the 16-bit P that GEMM
+// II multiplied into O, summed through the tensor cores. The FP32 sum of the unrounded P, `sum`,
+// checks it: rounding to 16 bits moves each P by at most half an ulp (2^-11 of it for f16, 2^-8
+// for bf16; f16 subnormals, below 2^-14, by at most 2^-25 each), which tol_row_sum's default
+// covers with FP32 accumulation on top, so a fault the check misses moves l, and the row's
+// output, by about an ulp of a 16-bit output at most. SNVR's range LB <= l <= (unmasked keys)
+// decides which of the two is wrong when they disagree; lane 0 of the quad reports.
+template <class T>
+__device__ __forceinline__ float efta_row_sum(const AttentionParams& p, float sum, float ones,
+                                              float lb, int row, float row_max, int lane, int batch,
+                                              int head) {
+  const int diag = p.seqlen_k - p.seqlen_q;
+  const int keys = T::causal ? max(0, min(p.seqlen_k, row + diag + 1)) : p.seqlen_k;
+  float l = ones;
+  // LB comes from the unrounded block maxima, l from 16-bit probabilities: each can sit below
+  // its FP32 value by half an ulp (2^-9 for bf16). Above: a row's max element
+  // exp2(fma(s, scale, -shift)) exceeds 1 by the fma's rounding (large scores), and the 16-bit
+  // rounding can take it up a whole ulp of 1 (2^-7 for bf16).
+  auto in_range = [&](float x) { return x >= lb * (1.f - 4e-3f) && x <= keys * (1.f + 1.6e-2f); };
+  const float tol = p.tol_row_sum * fmaxf(fabsf(sum), fabsf(ones)) + keys * 3e-8f + p.tol_floor;
+  if (row < p.seqlen_q && row_max != neg_inf()) {
+    if (!(fabsf(sum - ones) <= tol)) {
+      // Resolved when exactly one of the two is in range: l is then that one.
+      const bool ones_ok = in_range(ones), fix = ones_ok != in_range(sum);
+      if (lane % 4 == 0)
+        record_fault(p.fault_log, batch, head, row, -1, fault_stage_row_sum, fix, fabsf(sum - ones),
+                     tol);
+      if (fix && !ones_ok) l = sum;
+    } else if (!in_range(ones)) {
+      if (lane % 4 == 0)
+        record_fault(p.fault_log, batch, head, row, -1, fault_stage_row_sum, false, ones, lb);
+      l = lb;  // EFTA's SNVR restriction
+    }
+  }
+  return l;
+}
+
+}  // namespace ftattn::detail
