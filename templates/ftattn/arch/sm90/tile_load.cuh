@@ -8,10 +8,10 @@
 namespace ftattn::sm90 {
 
 // Copies `Rows` rows of `RowBytes` bytes from `gmem` (rows `gmem_stride` bytes apart) into the
-// swizzled tile at `smem` (1024-byte aligned; sm90::tile_offset's layout) with `Threads` threads. A
-// chunk whose row is at or past `valid_rows`, or whose first byte is at or past `valid_bytes`, is
-// zero-filled, not read. Issues copies only; the caller commits the group.
-template <int Threads, int Rows, int RowBytes>
+// first rows of the swizzled tile of `TileRows` rows at `smem` (1024-byte aligned;
+// sm90::tile_offset's layout) with `Threads` threads. A chunk whose row is at or past
+// `valid_rows`, or whose first byte is at or past `valid_bytes`, is zero-filled, not read. Issues copies only; the caller commits the group.
+template <int Threads, int Rows, int RowBytes, int TileRows = Rows>
 __device__ __forceinline__ void load_rows_swizzled(u32 smem, const void* gmem, i64 gmem_stride,
                                                    int valid_rows, int valid_bytes) {
   constexpr int cpr = RowBytes / 16;
@@ -27,7 +27,7 @@ __device__ __forceinline__ void load_rows_swizzled(u32 smem, const void* gmem, i
   for (int i = 0; i < Rows / rows_per_pass; ++i, src += rows_per_pass * gmem_stride) {
     const int r = r0 + i * rows_per_pass;
     const bool valid = col_valid && r < valid_rows;
-    sm80::cp_async_16(smem + tile_offset<RowBytes>(Rows, r, chunk), valid ? src : base, valid);
+    sm80::cp_async_16(smem + tile_offset<RowBytes>(TileRows, r, chunk), valid ? src : base, valid);
   }
 }
 

@@ -123,6 +123,20 @@ __device__ __forceinline__ void fence_async_shared() {
   "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, " \
   "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, " \
   "%56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67}"
+#define FTATTN_WG_D40(c, d) FTATTN_WG_D32(c, d), FTATTN_WG_D8(c, d, 32)
+#define FTATTN_WG_D72(c, d) FTATTN_WG_D64(c, d), FTATTN_WG_D8(c, d, 64)
+#define FTATTN_WG_R40                                                                     \
+  "{"                                                                                     \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+  "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, " \
+  "%36, %37, %38, %39}"
+#define FTATTN_WG_R72                                                                     \
+  "{"                                                                                     \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+  "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, " \
+  "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, " \
+  "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, " \
+  "%70, %71}"
 // One wgmma whose scale-d predicate p is set from operand `pred` (nonzero: accumulate).
 #define FTATTN_WGMMA(instr, operands, pred)                                            \
   "{\n.reg .pred p;\nsetp.ne.b32 p, " pred ", 0;\nwgmma.mma_async.sync.aligned." instr \
@@ -224,9 +238,24 @@ __device__ __forceinline__ void wgmma_16bit_ss(float (&d)[64], u64 a, u64 b, int
                      FTATTN_WG_D64("+f", d), "l"(a), "l"(b), "r"(accumulate));
 }
 
+// m64n{72, 136}k16: a block of 64 or 128 keys and 8 checksum rows below it (EFTA's S checksum
+// tile).
+template <bool Bf16>
+__device__ __forceinline__ void wgmma_16bit_ss(float (&d)[36], u64 a, u64 b, int accumulate) {
+  FTATTN_WGMMA_16BIT("m64n72k16", FTATTN_WG_R36 ", %36, %37, p, 1, 1, 0, 0", "%38",
+                     FTATTN_WG_D36("+f", d), "l"(a), "l"(b), "r"(accumulate));
+}
+template <bool Bf16>
+__device__ __forceinline__ void wgmma_16bit_ss(float (&d)[68], u64 a, u64 b, int accumulate) {
+  FTATTN_WGMMA_16BIT("m64n136k16", FTATTN_WG_R68 ", %68, %69, p, 1, 1, 0, 0", "%70",
+                     FTATTN_WG_D68("+f", d), "l"(a), "l"(b), "r"(accumulate));
+}
+
 // D += A B, m64n{64, 128}k16, A from registers (the m16n8k16 A layout per warp), B N-major in
 // shared memory (imm-trans-b 1: V as stored, keys x channels): GEMM II. m64n{72, 136}k16: a head
-// dim of 64 or 128 and one 8-wide checksum tile beside it (Flash-ABFT's P . rowsum(V)).
+// dim of 64 or 128 and one 8-wide checksum tile beside it (Flash-ABFT's P . rowsum(V),
+// efta_detect's strided sums and ones); m64n{80, 144}k16: two (efta_correct's plain and weighted
+// sums).
 template <bool Bf16>
 __device__ __forceinline__ void wgmma_16bit_rs(float (&d)[32], const u32 (&a)[4], u64 b) {
   FTATTN_WGMMA_16BIT("m64n64k16", FTATTN_WG_R32 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1", "%37",
@@ -249,6 +278,18 @@ template <bool Bf16>
 __device__ __forceinline__ void wgmma_16bit_rs(float (&d)[68], const u32 (&a)[4], u64 b) {
   FTATTN_WGMMA_16BIT("m64n136k16", FTATTN_WG_R68 ", {%68, %69, %70, %71}, %72, p, 1, 1, 1", "%73",
                      FTATTN_WG_D68("+f", d), "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
+                     "r"(1));
+}
+template <bool Bf16>
+__device__ __forceinline__ void wgmma_16bit_rs(float (&d)[40], const u32 (&a)[4], u64 b) {
+  FTATTN_WGMMA_16BIT("m64n80k16", FTATTN_WG_R40 ", {%40, %41, %42, %43}, %44, p, 1, 1, 1", "%45",
+                     FTATTN_WG_D40("+f", d), "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
+                     "r"(1));
+}
+template <bool Bf16>
+__device__ __forceinline__ void wgmma_16bit_rs(float (&d)[72], const u32 (&a)[4], u64 b) {
+  FTATTN_WGMMA_16BIT("m64n144k16", FTATTN_WG_R72 ", {%72, %73, %74, %75}, %76, p, 1, 1, 1", "%77",
+                     FTATTN_WG_D72("+f", d), "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
                      "r"(1));
 }
 
