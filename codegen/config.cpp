@@ -326,10 +326,9 @@ bool uses_wgmma(const KernelConfig& c) {
   const bool b16 = c.precision == Precision::f16 || c.precision == Precision::bf16;
   const bool head_dim_ok = c.head_dim == 64 || c.head_dim == 128 ||
                            (c.head_dim == 256 && c.precision == Precision::fp8_e4m3);
-  // The 16-bit skeleton also carries Flash-ABFT and the fault-injection sites.
+  // The 16-bit skeleton also carries every checksum scheme and the fault-injection sites.
   const bool q8_ok = q8 && c.protection == Protection::none && !c.fault_injection;
-  const bool b16_ok = b16 && !is_block_sparse(c.mask) &&
-                      (c.protection == Protection::none || c.protection == Protection::flash_abft);
+  const bool b16_ok = b16 && !is_block_sparse(c.mask) && c.protection != Protection::decoupled;
   return (q8_ok || b16_ok) && head_dim_ok && c.arch.sm == 90 && c.arch.arch_specific &&
          c.backend == Backend::nvrtc && (c.block_n == 64 || c.block_n == 128) &&
          c.num_warps % 4 == 0 && c.block_m == 16 * c.num_warps && c.num_stages >= 2;
@@ -523,10 +522,13 @@ int KernelConfig::shared_memory_bytes() const {
     // 1024-byte boundaries, the epilogue's padded O rows, 1024 bytes to align the dynamic base.
     auto align = [](int64_t b) { return (b + 1023) / 1024 * 1024; };
     const int64_t row = 2 * int64_t{head_dim};
-    // Flash-ABFT: V's checksum chunks in one more 128-byte atom per key.
-    const int64_t checksum_atom = protection == Protection::flash_abft ? 128 * block_n : 0;
-    const int64_t loop =
-        align(block_m * row) + num_stages * (2 * align(block_n * row) + checksum_atom);
+    // Checksums: EFTA's 8 rows per K atom below the keys, V's chunks in one more 128-byte atom
+    // per key.
+    const auto [k_atoms, v_atoms] = codegen::checksum_atoms(protection);
+    const int64_t checksum_atom = v_atoms > 0 ? 128 * block_n : 0;
+    const int64_t loop = align(block_m * row) +
+                         num_stages * (align((block_n + 8 * k_atoms) * row) +
+                                       align(block_n * row) + checksum_atom);
     const int64_t out = int64_t{block_m} * (2 * head_dim + 16);
     return static_cast<int>(std::min<int64_t>(std::max(loop, out) + 1024, INT_MAX));
   }

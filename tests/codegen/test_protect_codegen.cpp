@@ -111,6 +111,42 @@ TEST_CASE("Flash-ABFT on the wgmma skeleton: GEMM II carries the checksum tile",
         }
 }
 
+TEST_CASE("EFTA on the wgmma skeleton: GEMM I and II carry the checksum tiles",
+          "[codegen][protect][nvrtc]") {
+  // sm_90a, head dims 64 and 128, both masks: GEMM I is one m64n{block_n + 8}k16 wgmma per k16
+  // step (the S checksum tile below the keys), GEMM II one m64n{d + 8 * v_atoms}k16 per 16 keys;
+  // no mma.sync, nothing spills, and no wgmma is serialised (C7511: a shuffle of an accumulator
+  // register in the epilogue did that to efta_detect).
+  for (Protection prot : {Protection::efta_detect, Protection::efta_correct})
+    for (int d : {64, 128})
+      for (Mask m : {Mask::none, Mask::causal})
+        for (bool inject : {false, true}) {
+          if (inject && m == Mask::none) continue;  // one injection build per scheme and dim
+          const KernelConfig c =
+              test::default_config(d, Precision::bf16, m, Arch{90, true}, prot, inject);
+          INFO(c.name());
+          REQUIRE(uses_wgmma(c));
+          const codegen::KernelSource src = codegen::generate(c);
+          const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
+          const runtime::ChecksumAtoms atoms = runtime::checksum_atoms(prot);
+          const std::string wgmma = "wgmma.mma_async.sync.aligned.m64n";
+          const std::string type = "k16.f32.bf16.bf16";
+          const std::string gemm1 = wgmma + std::to_string(c.block_n + 8) + type;
+          const std::string gemm2 = wgmma + std::to_string(d + 8 * atoms.v) + type;
+          const int gemm1_steps = 2 * (d / 16), gemm2_steps = 2 * (c.block_n / 16);
+          if (gemm1 == gemm2) {  // 128-key blocks at head dim 128 under efta_detect: both n136
+            CHECK(count(out.ptx, gemm1) == gemm1_steps + gemm2_steps);
+          } else {
+            CHECK(count(out.ptx, gemm1) == gemm1_steps);
+            CHECK(count(out.ptx, gemm2) == gemm2_steps);
+          }
+          CHECK(count(out.ptx, "mma.sync") == 0);
+          const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
+          CHECK(r.spill_stores == 0);
+          if (!inject) CHECK(out.log.find("C7511") == std::string::npos);
+        }
+}
+
 TEST_CASE("fault injection compiles only into the builds that ask for it", "[codegen][protect]") {
   const KernelConfig plain = protected_config(Protection::efta_correct);
   const KernelConfig inject = protected_config(Protection::efta_correct, true);

@@ -23,6 +23,24 @@ bool on_sm90a(Runtime& rt) {
   return false;
 }
 
+// Clean runs of a checksum scheme on every tile (one and two warpgroups, 64- and 128-key blocks,
+// two and three stages), both 16-bit types, head dims 64 and 128, both masks: the reference check
+// passes and the fault log stays empty.
+void check_clean_on_every_tile(Runtime& rt, Protection prot, uint64_t seed) {
+  for (Precision prec : {Precision::f16, Precision::bf16})
+    for (int d : {64, 128})
+      for (auto [m, n, w, st] : std::vector<std::array<int, 4>>{
+               {64, 64, 4, 2}, {64, 128, 4, 2}, {128, 64, 8, 3}, {128, 128, 8, 2}})
+        for (Mask mask : {Mask::none, Mask::causal}) {
+          KernelConfig c;
+          c.head_dim = d, c.precision = prec, c.mask = mask, c.protection = prot;
+          c.block_m = m, c.block_n = n, c.num_warps = w, c.num_stages = st;
+          c.arch = rt.device_arch();
+          REQUIRE(uses_wgmma(c));
+          gpu_test::check_clean_protected(rt, c, Problem::bhsd(2, 4, 2, 333, 517, d), seed + d);
+        }
+}
+
 }  // namespace
 
 TEST_CASE("f16 and bf16 on Hopper: the wgmma skeleton matches the reference and mma.sync",
@@ -90,20 +108,8 @@ TEST_CASE("Flash-ABFT on the wgmma skeleton: clean, live, and a planted output f
           "[gpu][wgmma16][protect]") {
   Runtime& rt = wgmma_runtime();
   if (!on_sm90a(rt)) return;
-  // Clean runs on every tile: the reference check passes and the fault log stays empty (the
-  // checksum column rides in GEMM II's wgmma as its last 8-wide tile).
-  for (Precision prec : {Precision::f16, Precision::bf16})
-    for (int d : {64, 128})
-      for (auto [m, n, w, st] : std::vector<std::array<int, 4>>{
-               {64, 64, 4, 2}, {64, 128, 4, 2}, {128, 64, 8, 3}, {128, 128, 8, 2}})
-        for (Mask mask : {Mask::none, Mask::causal}) {
-          KernelConfig c;
-          c.head_dim = d, c.precision = prec, c.mask = mask, c.protection = Protection::flash_abft;
-          c.block_m = m, c.block_n = n, c.num_warps = w, c.num_stages = st;
-          c.arch = rt.device_arch();
-          REQUIRE(uses_wgmma(c));
-          gpu_test::check_clean_protected(rt, c, Problem::bhsd(2, 4, 2, 333, 517, d), 40 + d);
-        }
+  // Clean on every tile (the checksum column rides in GEMM II's wgmma as its last 8-wide tile).
+  check_clean_on_every_tile(rt, Protection::flash_abft, 40);
   KernelConfig c;
   c.head_dim = 128, c.precision = Precision::f16, c.protection = Protection::flash_abft;
   c.arch = rt.device_arch();
@@ -133,4 +139,54 @@ TEST_CASE("Flash-ABFT on the wgmma skeleton: clean, live, and a planted output f
   o.on_fault = OnFault::report;
   o.inject = FaultPlan{FaultSite::scores, 0, 5, 1, 2, 27};
   CHECK(gpu_test::run_planted(rt, c, pr, o, 9).fault.detected == 0);
+}
+
+TEST_CASE(
+    "EFTA on the wgmma skeleton: clean on every tile, faults seen and corrected as on mma.sync",
+    "[gpu][wgmma16][protect]") {
+  Runtime& rt = wgmma_runtime();
+  if (!on_sm90a(rt)) return;
+  // Clean on every tile (GEMM I carries the S checksum tile, GEMM II the O checksums and the ones
+  // column, the product and row-sum checks run on the wgmma accumulators).
+  for (Protection prot : {Protection::efta_detect, Protection::efta_correct})
+    check_clean_on_every_tile(rt, prot, 50);
+  // Planted faults, each on both skeletons (sm_90 keeps mma.sync; the two share the EFTA row
+  // checks, protect/efta_rows.cuh): exponent flips in CTA 0, thread 5, key block 1.
+  const Problem pr = Problem::bhsd(1, 2, 2, 256, 512, 128);
+  for (bool wgmma : {true, false})
+    for (Mask mask : {Mask::none, Mask::causal}) {
+      const Arch arch = wgmma ? rt.device_arch() : Arch{90, false};
+      for (Protection prot : {Protection::efta_detect, Protection::efta_correct}) {
+        KernelConfig c;
+        c.head_dim = 128, c.precision = Precision::f16, c.mask = mask, c.protection = prot;
+        c.fault_injection = true;
+        c.arch = arch;
+        REQUIRE(uses_wgmma(rt.resolve(c, &pr)) == wgmma);
+        // Every value class: seen by both schemes, and recompute repairs the output. A flipped
+        // checksum (element 1: the lo half of the S checksum) must leave the output right,
+        // seen or not: efta_detect's product check cannot verify a product pushed past FP32's
+        // range, so it stays silent, and the output is untouched.
+        for (FaultSite site : {FaultSite::probs, FaultSite::row_sum, FaultSite::scores,
+                               FaultSite::output, FaultSite::checksum}) {
+          ProtectOptions o = gpu_test::plant(site, 30, 1);
+          const gpu_test::Planted seen = gpu_test::run_planted(rt, c, pr, o, 9);
+          INFO(rt.resolve(c, &pr).name() << " " << to_string(site) << ": " << seen.fault.summary()
+                                         << " | " << seen.result.report.summary());
+          if (site == FaultSite::checksum)
+            CHECK(seen.result.report.passed);
+          else
+            CHECK(seen.fault.detected >= 1);
+          // efta_correct rebuilds a flipped score or output element in place.
+          if (prot == Protection::efta_correct &&
+              (site == FaultSite::scores || site == FaultSite::output)) {
+            CHECK(seen.fault.corrected == seen.fault.detected);
+            CHECK(seen.result.report.passed);
+          }
+          o.on_fault = OnFault::recompute;
+          const gpu_test::Planted fixed = gpu_test::run_planted(rt, c, pr, o, 9);
+          INFO("recompute: " << fixed.fault.summary() << " | " << fixed.result.report.summary());
+          CHECK(fixed.result.report.passed);
+        }
+      }
+    }
 }

@@ -17,6 +17,14 @@
 // thread group's pair of columns), so GEMM II is m64n{head_dim + 8}k16 and its last 8-wide tile
 // accumulates P . rowsum(V) through the same MMAs and rescales as O; the end-of-row check, fault
 // log and recompute are the sm80 skeleton's.
+//
+// EFTA (efta_detect, efta_correct): the K tile gets its block's 8 (efta_correct: 16) checksum
+// rows below the keys, so GEMM I is m64n{block_n + 8}k16 and its last 8-wide tile holds, per
+// thread, the checksum of exactly the scores the thread holds (the strided sums of
+// protect/checksum.cuh); V's atom carries the GEMM II checksum chunks (efta_correct: two, GEMM II
+// m64n{head_dim + 16}k16). The product check, SNVR and the row-sum check are the sm80 skeleton's
+// (protect/efta_rows.cuh). efta_correct's weighted S checksum is a dot product of the thread's
+// two Q rows with the weighted checksum rows in shared memory, computed only when a check failed.
 #pragma once
 
 #include "ftattn/arch/sm80/cp_async.cuh"
@@ -28,6 +36,7 @@
 #include "ftattn/kernel/fwd_common.cuh"
 #include "ftattn/kernel/fwd_sm80.cuh"
 #include "ftattn/params.cuh"
+#include "ftattn/protect/efta_rows.cuh"
 #include "ftattn/protect/none.cuh"
 #include "ftattn/protect/workspace.cuh"
 
@@ -61,12 +70,17 @@ struct FwdWgmmaTraits {
   // period), and the dynamic base is aligned up at run time (1024 bytes of slack).
   static constexpr int align(int bytes) { return (bytes + 1023) / 1024 * 1024; }
   static constexpr int q_bytes = align(BlockM * row_bytes);
+  // EFTA: 8 checksum rows per K atom below the keys; GEMM I's N takes the plain ones (one more
+  // 8-wide score tile), efta_correct's weighted ones are read only after a failed check.
+  static constexpr int k_rows = BlockN + 8 * ProtectT::k_atoms;
+  static constexpr int score_checksum_tiles = ProtectT::k_atoms > 0 ? 1 : 0;
+  static constexpr int k_tile_bytes = align(k_rows * row_bytes);
   static constexpr int kv_tile_bytes = align(BlockN * row_bytes);
-  // The V tile's checksum atom (Flash-ABFT): 16 of each key's 128 bytes are read, but the swizzle
-  // wants whole atoms.
+  // The V tile's checksum atom: 16 (efta_correct: 32) of each key's 128 bytes are read, but the
+  // swizzle wants whole atoms. GEMM II's N takes 8 columns per V checksum atom.
   static constexpr int checksum_tiles = ProtectT::v_atoms;
-  static constexpr int v_tile_bytes = kv_tile_bytes + checksum_tiles * BlockN * 128;
-  static constexpr int loop_bytes = q_bytes + NumStages * (kv_tile_bytes + v_tile_bytes);
+  static constexpr int v_tile_bytes = kv_tile_bytes + (checksum_tiles > 0 ? BlockN * 128 : 0);
+  static constexpr int loop_bytes = q_bytes + NumStages * (k_tile_bytes + v_tile_bytes);
   static constexpr int out_bytes = BlockM * row_stride * 2;
   static constexpr int smem_bytes = (loop_bytes > out_bytes ? loop_bytes : out_bytes) + 1024;
   // As many CTAs per SM as their shared memory allows (1 KB of an SM's 228 KB reserved per CTA),
@@ -83,9 +97,8 @@ struct FwdWgmmaTraits {
   static_assert(NumWarps % 4 == 0 && BlockM == 16 * NumWarps, "64 rows per warpgroup");
   static_assert(NumStages >= 2, "the wgmma skeleton prefetches at least one block");
   static_assert(!BlockSparse, "block-sparse masks run the sm80 skeleton");
-  static_assert(ProtectT::k_atoms == 0 && ProtectT::v_atoms <= 1 &&
-                    ProtectT::row_check == ProtectT::enabled,
-                "protection none or Flash-ABFT");
+  static_assert(ProtectT::k_atoms <= 2 && ProtectT::v_atoms <= 2,
+                "protection none, Flash-ABFT or EFTA");
 };
 
 namespace detail {
@@ -120,6 +133,35 @@ __device__ __forceinline__ void softmax_block(float (&s)[kST][4], float scale_lo
   }
 }
 
+// efta_correct's weighted S checksum of this thread's scores in row `q_row` of the Q tile: q
+// times the thread's pair of weighted checksum rows (hi + lo, rows block_n + 8 + 2 quad_t and up
+// of the K tile at sKs), in FP32 from shared memory. Not unrolled: the rare path after a failed
+// check stays out of the hot loop's registers.
+template <class T, bool Bf16>
+__device__ __forceinline__ float weighted_score_checksum(u32 sQ, u32 sKs, int q_row, int quad_t) {
+  const int hi = T::block_n + 8 + 2 * quad_t;
+  float sum = 0.f;
+#pragma unroll 1
+  for (int c = 0; c < T::chunks_per_row; ++c) {
+    const uint4_ q =
+        sm80::ld_shared_u128(sQ + sm90::tile_offset<T::row_bytes>(T::block_m, q_row, c));
+    const uint4_ h = sm80::ld_shared_u128(sKs + sm90::tile_offset<T::row_bytes>(T::k_rows, hi, c));
+    const uint4_ l =
+        sm80::ld_shared_u128(sKs + sm90::tile_offset<T::row_bytes>(T::k_rows, hi + 1, c));
+    const u32 qw[4] = {q.x, q.y, q.z, q.w}, hw[4] = {h.x, h.y, h.z, h.w},
+              lw[4] = {l.x, l.y, l.z, l.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float q0, q1, h0, h1, l0, l1;
+      unpack2<Bf16>(qw[i], q0, q1);
+      unpack2<Bf16>(hw[i], h0, h1);
+      unpack2<Bf16>(lw[i], l0, l1);
+      sum = fmaf(q0, h0 + l0, fmaf(q1, h1 + l1, sum));
+    }
+  }
+  return sum;
+}
+
 }  // namespace detail
 
 template <class T>
@@ -130,6 +172,8 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
   constexpr int kST = T::s_tiles;
   constexpr int kOT = T::o_tiles;
   constexpr int kCT = T::checksum_tiles;
+  constexpr int kSC = T::score_checksum_tiles;
+  constexpr bool kEfta = Protect::k_atoms > 0;
   constexpr int kStages = T::num_stages;
   constexpr int kRowBytes = T::row_bytes;
   constexpr bool kOneGroup = T::num_warps == 4;  // one warpgroup per CTA
@@ -137,7 +181,7 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const u32 sQ = (sm80::smem_addr(smem_raw) + 1023u) & ~1023u;
   const u32 sK = sQ + T::q_bytes;
-  const u32 sV = sK + kStages * T::kv_tile_bytes;
+  const u32 sV = sK + kStages * T::k_tile_bytes;
 
   int m_block, head, batch;
   detail::tile_coords<T>(p, m_block, head, batch);
@@ -145,6 +189,7 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
   const int warp_row = warp * 16;         // this warp's 16 rows of the CTA's tile
+  const int quad_t = lane % 4;            // this thread's column group in every 8-wide tile
   const int group_row = (warp / 4) * 64;  // its warpgroup's 64 rows
 
   const int row0 = m_block * T::block_m;
@@ -158,28 +203,38 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
   const u16* v =
       static_cast<const u16*>(p.v) + batch * p.v_batch_stride + head_kv * p.v_head_stride;
 
-  // Flash-ABFT: this KV head's checksums (protect/workspace.cuh), 16 bytes per key.
+  // Protection: this KV head's checksums (protect/workspace.cuh).
   const ChecksumWorkspace cs = checksum_workspace(p.batch, p.heads_kv, p.seqlen_k, T::head_dim,
                                                   T::block_n, Protect::k_atoms, Protect::v_atoms);
   const long long cs_head = static_cast<long long>(batch) * p.heads_kv + head_kv;
   const unsigned char* cs_base = static_cast<const unsigned char*>(p.checksums);
 
-  // One cp.async group per key block: its K rows, then its V rows (and their checksum chunks,
-  // chunk 0 of each key's extra atom); rows past the sequence are zeros (their scores are
-  // masked, their P is 0), as are their checksums.
+  // One cp.async group per key block: its K rows (and EFTA's checksum rows below them), then its
+  // V rows (and their checksum chunks, chunks 0.. of each key's extra atom); rows past the
+  // sequence are zeros (their scores are masked, their P is 0), as are their checksums.
   auto load_kv = [&](int stage, int n_block) {
     const int key0 = n_block * T::block_n;
+    const u32 dk = sK + stage * T::k_tile_bytes;
     const u32 dv = sV + stage * T::v_tile_bytes;
-    sm90::load_rows_swizzled<T::threads, T::block_n, kRowBytes>(
-        sK + stage * T::kv_tile_bytes, k + key0 * p.k_seq_stride, p.k_seq_stride * 2,
-        p.seqlen_k - key0, kRowBytes);
+    sm90::load_rows_swizzled<T::threads, T::block_n, kRowBytes, T::k_rows>(
+        dk, k + key0 * p.k_seq_stride, p.k_seq_stride * 2, p.seqlen_k - key0, kRowBytes);
+    if constexpr (kEfta) {
+      constexpr int chunks = 8 * Protect::k_atoms * T::chunks_per_row;
+      const unsigned char* src = cs_base + cs.k_offset + cs_head * cs.k_per_head +
+                                 static_cast<long long>(n_block) * chunks * 16;
+      for (int c = threadIdx.x; c < chunks; c += T::threads)
+        sm80::cp_async_16(
+            dk + sm90::tile_offset<kRowBytes>(T::k_rows, T::block_n + c / T::chunks_per_row,
+                                              c % T::chunks_per_row),
+            src + c * 16, true);
+    }
     sm90::load_rows_swizzled<T::threads, T::block_n, kRowBytes>(
         dv, v + key0 * p.v_seq_stride, p.v_seq_stride * 2, p.seqlen_k - key0, kRowBytes);
     if constexpr (kCT > 0) {
-      const unsigned char* src = cs_base + cs_head * cs.v_per_head + key0 * 16ll;
-      for (int kk = threadIdx.x; kk < T::block_n; kk += T::threads)
-        sm80::cp_async_16(dv + T::kv_tile_bytes + sm90::swizzled_offset<128>(kk, 0), src + kk * 16,
-                          true);
+      const unsigned char* src = cs_base + cs_head * cs.v_per_head + key0 * 16ll * kCT;
+      for (int c = threadIdx.x; c < T::block_n * kCT; c += T::threads)
+        sm80::cp_async_16(dv + T::kv_tile_bytes + sm90::swizzled_offset<128>(c / kCT, c % kCT),
+                          src + c * 16, true);
     }
     sm80::cp_async_commit();
   };
@@ -199,39 +254,146 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
   auto inject = [&](int site, int it, float* values, int n) {
     if constexpr (T::inject) inject_values(p.fault, site, it, values, n);
   };
+  auto global_row = [&](int r) { return row0 + warp_row + lane / 4 + r * 8; };
+
+  // EFTA: |q| of this thread's rows, the larger of the two (the S thresholds are relative to it),
+  // from global memory: each lane of a quad sums a quarter of a row. SNVR's lower bound of l per
+  // row; the sum of |k| over this thread's keys of each block (checksum workspace).
+  float q_norm = 0.f;
+  float lower_bound[2] = {0.f, 0.f};
+  const float* k_norms =
+      reinterpret_cast<const float*>(cs_base + cs.knorm_offset + cs_head * cs.knorm_per_head);
+  if constexpr (kEfta) {
+    constexpr int span = T::head_dim / 4;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float sq = 0.f;
+      if (global_row(r) < p.seqlen_q) {
+        const uint4_* src = reinterpret_cast<const uint4_*>(
+            q + (warp_row + lane / 4 + r * 8) * p.q_seq_stride + quad_t * span);
+#pragma unroll
+        for (int i = 0; i < span / 8; ++i) {
+          const uint4_ c = src[i];
+          const u32 words[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            float x0, x1;
+            unpack2<kBf16>(words[j], x0, x1);
+            sq += x0 * x0 + x1 * x1;
+          }
+        }
+      }
+      q_norm = fmaxf(q_norm, sqrtf(quad_sum(sq)));
+    }
+  }
 
   auto step = [&](const int it, const int n_block, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
     const int stage = it % kStages;
+    const float k_norm = kEfta ? k_norms[n_block * 4 + quad_t] : 0.f;
     pipeline.begin_step(it, load_kv);
 
-    // GEMM I: this warpgroup's 64 rows of S = Q K^T.
-    const u32 sKs = sK + stage * T::kv_tile_bytes;
-    float s[kST][4];
+    // GEMM I: this warpgroup's 64 rows of S = Q K^T (EFTA: and its checksum tile, sc).
+    const u32 sKs = sK + stage * T::k_tile_bytes;
+    float s_all[kST + kSC][4];
+    auto& s = reinterpret_cast<float(&)[kST][4]>(s_all);
+    float(&sc)[4] = s_all[kST + kSC - 1];
     sm90::wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < T::head_dim / 16; ++ks)
-      sm90::wgmma_16bit_ss<kBf16>(reinterpret_cast<float(&)[kST * 4]>(s),
+      sm90::wgmma_16bit_ss<kBf16>(reinterpret_cast<float(&)[(kST + kSC) * 4]>(s_all),
                                   sm90::k_step_descriptor<kRowBytes>(sQ, T::block_m, group_row, ks),
-                                  sm90::k_step_descriptor<kRowBytes>(sKs, T::block_n, 0, ks),
+                                  sm90::k_step_descriptor<kRowBytes>(sKs, T::k_rows, 0, ks),
                                   ks > 0);
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();  // GEMM I, and the previous GEMM II (O is rescaled below)
     pipeline.after_gemm1(it, load_kv);
     inject(fault_site_scores, it, &s[0][0], kST * 4);
+    // The checksum site is the concatenation [S checksums, O checksums]: S's are hit here.
+    constexpr int n_sc = kSC * 4, n_oc = kCT * 4;
+    if constexpr (T::inject && n_sc > 0)
+      if (p.fault.element % (n_sc + n_oc) < n_sc) inject(fault_site_checksum, it, sc, n_sc);
 
+    // efta_correct: check GEMM I on the raw scores and rebuild a single faulty element from the
+    // checksums before the softmax consumes it.
+    if constexpr (Protect::correct) {
+      const float tol = p.tol_scores * q_norm * k_norm + p.tol_floor;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float ref = sc[2 * r] + sc[2 * r + 1];
+        const float e1 = ref - detail::thread_row_sum(s, r);
+        if (!(fabsf(e1) <= tol)) {
+          const float sw = detail::weighted_score_checksum<T, kBf16>(
+              sQ, sKs, warp_row + lane / 4 + r * 8, quad_t);
+          const int bad = protect::correct_row(s, r, e1, ref, sw);
+          record_fault(
+              p.fault_log, batch, head, global_row(r),
+              bad >= 0 ? n_block * T::block_n + protect::row_group_column(bad, quad_t) : -1,
+              fault_stage_scores, bad >= 0, fabsf(e1), tol);
+        }
+      }
+    }
+
+    // Masking; the product check needs, per row, the masked raw scores (they are in the checksum
+    // but not in P) and how many elements stay.
+    float masked_sum[2] = {0.f, 0.f};
+    int n_valid[2] = {2 * kST, 2 * kST};
     if (kMasked)
       detail::for_each_masked<1, kST, T::causal>(row0 + warp_row, n_block * T::block_n, lane,
-                                                 p.seqlen_k, diag,
-                                                 [&](int, int nt, int i) { s[nt][i] = neg_inf(); });
-    float rescale[2], block_sum[2];
-    detail::softmax_block(s, p.scale_log2, row_max[0], rescale, block_sum);
-    if constexpr (T::inject) {  // the sm80 skeleton's points: rescale before l and O take it
-      inject(fault_site_probs, it, &s[0][0], kST * 4);
-      inject(fault_site_rescale, it, rescale, 2);
-    }
+                                                 p.seqlen_k, diag, [&](int, int nt, int i) {
+                                                   if constexpr (kEfta) {
+                                                     masked_sum[i / 2] += s[nt][i];
+                                                     --n_valid[i / 2];
+                                                   }
+                                                   s[nt][i] = neg_inf();
+                                                 });
+    float rescale[2];
+    u32 p_packed[kEfta ? kST : 1][2];  // EFTA: P as GEMM II's A operand, packed in the softmax
+    // EFTA: rows whose product check failed (bit r), the last one's deviation and bound.
+    unsigned alarms = 0;
+    float alarm_dev = 0.f, alarm_tol = 0.f;
+    if constexpr (kEfta) {
+      float block_max[2], shift[2];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) row_sum[0][r] = row_sum[0][r] * rescale[r] + block_sum[r];
+      for (int r = 0; r < 2; ++r) {
+        float bm = neg_inf();
+#pragma unroll
+        for (int nt = 0; nt < kST; ++nt) bm = fmaxf(bm, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+        block_max[r] = quad_max(bm);
+        const float mx = fmaxf(row_max[0][r], block_max[r]);
+        shift[r] = mx == neg_inf() ? 0.f : mx * p.scale_log2;  // nothing seen yet: P stays 0
+        rescale[r] = fast_exp2(row_max[0][r] * p.scale_log2 - shift[r]);
+        row_max[0][r] = mx;
+      }
+      inject(fault_site_rescale, it, rescale, 2);  // before l, O and SNVR's bound take it
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        lower_bound[r] = detail::snvr_lower_bound(lower_bound[r], rescale[r], block_max[r],
+                                                  p.scale_log2, shift[r]);
+        detail::efta_probs_row<T, kMasked>(
+            p, s, p_packed, r, row_max[0][r], shift[r], sc[2 * r] + sc[2 * r + 1] - masked_sum[r],
+            n_valid[r], q_norm, k_norm, row_sum[0][r], rescale[r], alarms, 1u << r, alarm_dev,
+            alarm_tol,
+            [&](int nt, int c, float& x) {
+              if constexpr (T::inject)
+                inject_value_at(p.fault, fault_site_probs, it, nt * 4 + 2 * r + c, kST * 4, x);
+            },
+            [&](int j, float x) {
+              record_fault(p.fault_log, batch, head, global_row(r),
+                           n_block * T::block_n + protect::row_group_column(j, quad_t),
+                           fault_stage_probs, Protect::correct, x, 0.f);
+            });
+      }
+    } else {
+      float block_sum[2];
+      detail::softmax_block(s, p.scale_log2, row_max[0], rescale, block_sum);
+      if constexpr (T::inject) {  // the sm80 skeleton's points: rescale before l and O take it
+        inject(fault_site_probs, it, &s[0][0], kST * 4);
+        inject(fault_site_rescale, it, rescale, 2);
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) row_sum[0][r] = row_sum[0][r] * rescale[r] + block_sum[r];
+    }
     if constexpr (T::inject) {
       inject(fault_site_row_max, it, row_max[0], 2);
       inject(fault_site_row_sum, it, row_sum[0], 2);
@@ -246,10 +408,17 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
     u32 pa[kST / 2][4];
 #pragma unroll
     for (int kc = 0; kc < kST / 2; ++kc) {
-      pa[kc][0] = P::pack(s[2 * kc][0], s[2 * kc][1]);
-      pa[kc][1] = P::pack(s[2 * kc][2], s[2 * kc][3]);
-      pa[kc][2] = P::pack(s[2 * kc + 1][0], s[2 * kc + 1][1]);
-      pa[kc][3] = P::pack(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+      if constexpr (kEfta) {
+        pa[kc][0] = p_packed[2 * kc][0];
+        pa[kc][1] = p_packed[2 * kc][1];
+        pa[kc][2] = p_packed[2 * kc + 1][0];
+        pa[kc][3] = p_packed[2 * kc + 1][1];
+      } else {
+        pa[kc][0] = P::pack(s[2 * kc][0], s[2 * kc][1]);
+        pa[kc][1] = P::pack(s[2 * kc][2], s[2 * kc][3]);
+        pa[kc][2] = P::pack(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+        pa[kc][3] = P::pack(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+      }
     }
     sm90::wgmma_fence();
 #pragma unroll
@@ -257,10 +426,18 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
       sm90::wgmma_16bit_rs<kBf16>(reinterpret_cast<float(&)[(kOT + kCT) * 4]>(acc[0]), pa[kc],
                                   sm90::n_major_k_step_descriptor(sVs, T::block_n, kc));
     sm90::wgmma_commit();
+    // The product check's reports, while GEMM II runs.
+    if constexpr (kEfta)
+      if (alarms != 0)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          if ((alarms >> r) & 1u)
+            record_fault(p.fault_log, batch, head, global_row(r), -1, fault_stage_probs, false,
+                         alarm_dev, alarm_tol);
     if constexpr (!kOneGroup || T::inject) sm90::wgmma_wait<0>();
     if constexpr (T::inject) {
       inject(fault_site_output, it, &o[0][0][0], kOT * 4);
-      if constexpr (kCT > 0) inject(fault_site_checksum, it, acc[0][kOT], 4);
+      if constexpr (kCT > 0) detail::inject_output_checksums<n_sc, n_oc>(p.fault, it, acc[0][kOT]);
     }
   };
 
@@ -270,15 +447,32 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
   sm80::cp_async_wait<0>();
   __syncthreads();
 
+  // Row sums, checked under EFTA (detail::efta_row_sum against the ones column: efta_detect's
+  // odd column groups, efta_correct's second atom).
   float l[1][2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) l[0][r] = quad_sum(row_sum[0][r]);
+  for (int r = 0; r < 2; ++r) {
+    l[0][r] = quad_sum(row_sum[0][r]);
+    if constexpr (kEfta) {
+      float ones;
+      if constexpr (Protect::ones_in_odd_groups) {
+        // Shuffled from a copy: a shuffle of the accumulator register itself made ptxas
+        // serialise every wgmma of the kernel (C7511).
+        float even = acc[0][kOT][2 * r];
+        asm volatile("" : "+f"(even));
+        ones = __shfl_sync(0xffffffffu, even, lane | 1);
+      } else {
+        ones = acc[0][kOT + 1][2 * r + 1];
+      }
+      l[0][r] = detail::efta_row_sum<T>(p, l[0][r], ones, lower_bound[r], global_row(r),
+                                        row_max[0][r], lane, batch, head);
+    }
+  }
   if constexpr (kCT > 0)
-    detail::check_output<T>(p, o, reinterpret_cast<const float(&)[1][1][4]>(acc[0][kOT]), l,
+    detail::check_output<T>(p, o, reinterpret_cast<const float(&)[1][kCT][4]>(acc[0][kOT]), l,
                             reinterpret_cast<const float*>(cs_base + cs.vmax_offset +
-                                                           cs_head * cs.vmax_per_head)[lane % 4],
-                            n_blocks, batch, head, lane,
-                            [&](int, int r) { return row0 + warp_row + lane / 4 + r * 8; });
+                                                           cs_head * cs.vmax_per_head)[quad_t],
+                            n_blocks, batch, head, lane, [&](int, int r) { return global_row(r); });
   detail::store_output<T>(p, o, l, row_max, p.scale_log2, batch, head, row0, warp_row, lane, sQ);
 }
 
