@@ -137,22 +137,29 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   // Flash-ABFT on it (its V checksum atom in shared memory, 30-40 more registers) takes two
   // warpgroups and three stages at head dim 128 at every length: on the H100 128 x 64 w8s3 ran
   // 2-5% faster than 64 x 64 w4s2 at 4k and 7-8% at 16k, both masks (abft_sm90_tiles.csv).
+  // EFTA on it (the S checksum tile in GEMM I, one or two in GEMM II) takes 128 x 128, two
+  // warpgroups, two stages (three do not fit) at head dim 128: the wider key block halves GEMM
+  // I's checksum share, and on the H100 it ran 6-17% faster than 128 x 64 w8s3 and 9-32% faster
+  // than 64 x 64 w4s2 (4k and 16k keys, both masks, both schemes; efta_wgmma_tiles.csv). At head
+  // dim 64 it keeps the unprotected tile, 64 x 128 w4s2: 2-5% faster there than 128 x 128 w8s2,
+  // 3-12% than 64 x 64 w4s2, 18-29% than 128 x 64 w8s2 (4k keys; efta_wgmma_tiles_d64.csv).
   KernelConfig wgmma16 = c;
   const int keys = problem != nullptr ? problem->seqlen_k : 4096;
-  const bool long_d128 =
-      c.head_dim == 128 && (keys >= 16384 || c.protection == Protection::flash_abft);
+  const bool efta =
+      c.protection == Protection::efta_detect || c.protection == Protection::efta_correct;
+  const bool long_d128 = c.head_dim == 128 && (keys >= 16384 || c.protection != Protection::none);
   wgmma16.block_m = long_d128 ? 128 : 64;
   wgmma16.num_warps = long_d128 ? 8 : 4;
   if (open_n) {
     if (c.head_dim == 64)
       wgmma16.block_n = is_causal(c.mask) && keys <= 1024 ? 64 : 128;
     else
-      wgmma16.block_n = keys >= 16384 && is_causal(c.mask) ? 128 : 64;
+      wgmma16.block_n = (keys >= 16384 && is_causal(c.mask)) || efta ? 128 : 64;
   }
   if (open_s) {
     const bool short_d128 =
         c.head_dim == 128 && (keys <= 512 || (is_causal(c.mask) && keys <= 1024));
-    wgmma16.num_stages = short_d128 || long_d128 ? 3 : 2;
+    wgmma16.num_stages = (short_d128 || long_d128) && !efta ? 3 : 2;
   }
   if (sixteen_bit && open_m && open_w && uses_wgmma(wgmma16)) c = wgmma16;
 
@@ -196,10 +203,8 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   // 64 x 128 without a mask (even causal) at d64-d128 on an H100, and its scores let 61 of 1,000
   // flips through silently against 109 (64-key blocks halve the FP16 noise the score check must
   // allow; bench/results/nvidia-h100/pasa_efta_correct_tiles.csv, pasa_efta_campaign.csv).
-  const bool efta =
-      c.protection == Protection::efta_detect || c.protection == Protection::efta_correct;
   const bool pasa_tile = c.precision == Precision::f16_pasa && c.head_dim <= 128;
-  if (efta && !short_causal && !q8 && !pasa_tile) {
+  if (efta && !short_causal && !q8 && !pasa_tile && !uses_wgmma(c)) {
     const bool two_tiles = c.head_dim == 64 || c.head_dim == 128;
     if (open_m) c.block_m = two_tiles ? 128 : 64;
     if (open_n) c.block_n = !two_tiles && c.head_dim <= 128 ? 128 : 64;

@@ -168,16 +168,30 @@ TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
   KernelConfig protected_128 = partial(128);
   protected_128.protection = Protection::flash_abft;
   CHECK(with_defaults(protected_128, kSm90).num_stages == 1);
-  // On sm_90a Flash-ABFT runs the wgmma skeleton at 128 x 64, two warpgroups, three stages;
-  // EFTA keeps the mma.sync one.
-  CHECK(with_defaults(protected_128, kSm90a) == [&] {
-    auto e = make(128, 128, 64, 8, 3, kSm90a);
-    e.protection = Protection::flash_abft;
-    return e;
-  }());
+  // On sm_90a every checksum scheme runs the wgmma skeleton with two warpgroups at head dim 128:
+  // Flash-ABFT at 128 x 64 with three stages, EFTA at 128 x 128 with two; at head dim 64 EFTA
+  // takes the unprotected tile, 64 x 128 w4s2. On sm_90 EFTA keeps the mma.sync defaults.
+  for (Protection prot :
+       {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct}) {
+    protected_128.protection = prot;
+    const bool efta = prot != Protection::flash_abft;
+    CHECK(with_defaults(protected_128, kSm90a) == [&] {
+      auto e = make(128, 128, efta ? 128 : 64, 8, efta ? 2 : 3, kSm90a);
+      e.protection = prot;
+      return e;
+    }());
+    KernelConfig protected_64 = partial(64);
+    protected_64.protection = prot;
+    if (efta)
+      CHECK(with_defaults(protected_64, kSm90a) == [&] {
+        auto e = make(64, 64, 128, 4, 2, kSm90a);
+        e.protection = prot;
+        return e;
+      }());
+  }
   protected_128.protection = Protection::efta_detect;
-  CHECK(with_defaults(protected_128, kSm90a).num_stages == 1);
-  CHECK_FALSE(uses_wgmma(with_defaults(protected_128, kSm90a)));
+  CHECK(with_defaults(protected_128, kSm90).num_stages == 1);
+  CHECK_FALSE(uses_wgmma(with_defaults(protected_128, kSm90)));
 
   // sm_90a, unprotected f16/bf16 at head dims 64 and 128: the wgmma skeleton's tiles (the H100's
   // tune): 64 x 128 at 64 (64-key blocks causal up to 1024 keys), 64 x 64 at 128 (three stages up
