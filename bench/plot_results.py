@@ -33,6 +33,7 @@ def protect_overhead(folder, name="protect_overhead", schemes=("flash_abft", "ef
     data = rows(folder, name + ".csv")
     if not data:
         return
+    data = [r for r in data if r["dtype"] == data[0]["dtype"]]  # one precision per plot
     ms = {(r["head_dim"], r["seqlen"], r["causal"], r["protection"]): float(r["ms"]) for r in data}
     shapes = sorted({k[:3] for k in ms}, key=lambda x: (int(x[0]), x[2], int(x[1])))
     fig, ax = plt.subplots(figsize=(max(9, len(shapes)), 4))
@@ -97,7 +98,10 @@ def tile_sweep(folder, name):
     fig, axes = plt.subplots(1, len(shapes), figsize=(3.2 * len(shapes), 3.8), squeeze=False)
     for ax, (dtype, d, causal, seqlen) in zip(axes[0], shapes):
         sel = [r for r in data if key(r) == (dtype, d, causal, seqlen)]
-        tiles = ["_".join(r["config"].split("_")[-4:-2]) for r in sel]  # m..n.._w..s..
+        # m..n.._w..s.., and the scheme where the sweep has several
+        tiles = ["_".join(r["config"].split("_")[-4:-2]) for r in sel]
+        if len({r.get("protection", "") for r in data}) > 1:
+            tiles = [f"{t} {r['protection']}" for t, r in zip(tiles, sel)]
         ax.bar(range(len(sel)), [float(r["tflops"]) for r in sel])
         ax.set_xticks(range(len(sel)))
         ax.set_xticklabels(tiles, rotation=60, fontsize=7)
@@ -153,6 +157,8 @@ def main():
     tile_sweep(folder, "wgmma16_tiles_d64")
     tile_sweep(folder, "wgmma16_tiles_d128")
     tile_sweep(folder, "abft_wgmma_tiles")
+    tile_sweep(folder, "efta_wgmma_tiles")
+    tile_sweep(folder, "efta_wgmma_tiles_d64")
     llvm_campaign(folder)
 
 
