@@ -4,6 +4,33 @@
 #include "ftattn/common/math.cuh"
 #include "ftattn/params.cuh"
 
+namespace ftattn {
+
+// The knobs every forward skeleton's traits start from: the config's tile, stages, mask, element
+// type and protection policy, and whether fault-injection points are compiled in (the plan comes
+// at launch); with the per-warp tile counts they imply (n8 tiles of S and O per 16-row tile).
+template <int HeadDim, int BlockM, int BlockN, int NumWarps, int NumStages, class PrecisionT,
+          class ProtectT, bool Causal, bool BlockSparse, bool Inject>
+struct TileKnobs {
+  static constexpr int head_dim = HeadDim;
+  static constexpr int block_m = BlockM;
+  static constexpr int block_n = BlockN;
+  static constexpr int num_warps = NumWarps;
+  static constexpr int num_stages = NumStages;
+  static constexpr bool causal = Causal;
+  static constexpr bool block_sparse = BlockSparse;  // skip key blocks the launch's mask drops
+  static constexpr bool inject = Inject;
+  using Precision = PrecisionT;
+  using Protect = ProtectT;
+
+  static constexpr int threads = NumWarps * 32;
+  static constexpr int m_tiles = BlockM / (16 * NumWarps);  // 16-row MMA tiles per warp
+  static constexpr int s_tiles = BlockN / 8;
+  static constexpr int o_tiles = HeadDim / 8;
+};
+
+}  // namespace ftattn
+
 namespace ftattn::detail {
 
 // This CTA's (query block, head, batch): from the grid (causal grids run longest-first: the last

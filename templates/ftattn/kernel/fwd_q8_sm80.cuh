@@ -34,22 +34,8 @@ namespace ftattn {
 
 template <int HeadDim, int BlockM, int BlockN, int NumWarps, int NumStages, class PrecisionT,
           class ProtectT, bool Causal, bool Inject = false>
-struct Q8Traits {
-  static constexpr int head_dim = HeadDim;
-  static constexpr int block_m = BlockM;
-  static constexpr int block_n = BlockN;
-  static constexpr int num_warps = NumWarps;
-  static constexpr int num_stages = NumStages;
-  static constexpr bool causal = Causal;
-  static constexpr bool inject = Inject;  // fault-injection points compiled in (launch-time plan)
-  using Precision = PrecisionT;
-  using Protect = ProtectT;
-
-  static constexpr int threads = NumWarps * 32;
-  static constexpr int m_tiles = BlockM / (16 * NumWarps);
-  static constexpr int s_tiles = BlockN / 8;
-  static constexpr int o_tiles = HeadDim / 8;
-
+struct Q8Traits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, PrecisionT, ProtectT,
+                            Causal, /*BlockSparse=*/false, Inject> {
   // Shared memory, in bytes. Rows padded by 16 bytes: 8 consecutive rows start in 8 different
   // 16-byte bank groups for every head_dim and block_n allowed, so ldmatrix is conflict-free.
   static constexpr int qk_stride = HeadDim + 16;  // a Q or K row

@@ -29,21 +29,8 @@ namespace ftattn {
 
 template <int HeadDim, int BlockM, int BlockN, int NumWarps, int NumStages, class PrecisionT,
           bool Causal>
-struct Q8WgmmaTraits {
-  static constexpr int head_dim = HeadDim;
-  static constexpr int block_m = BlockM;
-  static constexpr int block_n = BlockN;
-  static constexpr int num_warps = NumWarps;
-  static constexpr int num_stages = NumStages;
-  static constexpr bool causal = Causal;
-  static constexpr bool inject = false;
-  using Precision = PrecisionT;
-  using Protect = protect::None;
-
-  static constexpr int threads = NumWarps * 32;
-  static constexpr int s_tiles = BlockN / 8;
-  static constexpr int o_tiles = HeadDim / 8;
-
+struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, PrecisionT,
+                                 protect::None, Causal, /*BlockSparse=*/false, /*Inject=*/false> {
   // Shared memory in bytes: swizzled tiles start at 1024-byte boundaries (the swizzle pattern's
   // period), and the dynamic base is aligned up at run time (1024 bytes of slack).
   static constexpr int align(int bytes) { return (bytes + 1023) / 1024 * 1024; }

@@ -23,22 +23,8 @@ namespace ftattn {
 
 template <int HeadDim, int BlockM, int BlockN, int NumWarps, int NumStages, class PrecisionT,
           class ProtectT, bool Causal, bool BlockSparse = false, bool Inject = false>
-struct FwdTraits {
-  static constexpr int head_dim = HeadDim;
-  static constexpr int block_m = BlockM;
-  static constexpr int block_n = BlockN;
-  static constexpr int num_warps = NumWarps;
-  static constexpr int num_stages = NumStages;
-  static constexpr bool causal = Causal;
-  static constexpr bool block_sparse = BlockSparse;  // skip key blocks the launch's mask drops
-  static constexpr bool inject = Inject;  // fault-injection points compiled in (launch-time plan)
-  using Precision = PrecisionT;
-  using Protect = ProtectT;
-
-  static constexpr int threads = NumWarps * 32;
-  static constexpr int m_tiles = BlockM / (16 * NumWarps);  // 16-row MMA tiles per warp
-  static constexpr int s_tiles = BlockN / 8;                // n8 tiles of S per row tile
-  static constexpr int o_tiles = HeadDim / 8;               // n8 tiles of O per row tile
+struct FwdTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, PrecisionT, ProtectT,
+                             Causal, BlockSparse, Inject> {
   // Rows padded by 16 bytes: 8 consecutive rows then start in 8 different 16-byte bank groups,
   // so ldmatrix and cp.async are free of bank conflicts without a swizzle. One V checksum tile
   // lives in that padding; two take 16 more columns, and + 24 is again conflict-free.

@@ -45,22 +45,8 @@ namespace ftattn {
 // The parameters of FwdTraits (fwd_sm80.cuh), so that one generator serves both skeletons.
 template <int HeadDim, int BlockM, int BlockN, int NumWarps, int NumStages, class PrecisionT,
           class ProtectT, bool Causal, bool BlockSparse = false, bool Inject = false>
-struct FwdWgmmaTraits {
-  static constexpr int head_dim = HeadDim;
-  static constexpr int block_m = BlockM;
-  static constexpr int block_n = BlockN;
-  static constexpr int num_warps = NumWarps;
-  static constexpr int num_stages = NumStages;
-  static constexpr bool causal = Causal;
-  static constexpr bool block_sparse = BlockSparse;
-  static constexpr bool inject = Inject;  // fault-injection points compiled in (launch-time plan)
-  using Precision = PrecisionT;
-  using Protect = ProtectT;
-
-  static constexpr int threads = NumWarps * 32;
-  static constexpr int m_tiles = 1;  // 16 rows per warp
-  static constexpr int s_tiles = BlockN / 8;
-  static constexpr int o_tiles = HeadDim / 8;
+struct FwdWgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, PrecisionT,
+                                  ProtectT, Causal, BlockSparse, Inject> {
   static constexpr int row_bytes = HeadDim * 2;
   // The epilogue (detail::store_output of the sm80 skeleton) stages O in padded rows.
   static constexpr int row_stride = HeadDim + 8;
@@ -87,7 +73,7 @@ struct FwdWgmmaTraits {
   // up to 384 threads in all: ptxas then fits the registers to them, 168 or more per thread (at
   // 128, with two CTAs of two warpgroups, it spilled and serialised the wgmmas, C7512).
   static constexpr int ctas_by_smem = 228 * 1024 / (smem_bytes + 1024);
-  static constexpr int ctas_by_threads = 384 / threads;
+  static constexpr int ctas_by_threads = 384 / (NumWarps * 32);
   static constexpr int min_ctas_raw =
       ctas_by_smem < ctas_by_threads ? ctas_by_smem : ctas_by_threads;
   static constexpr int min_ctas = min_ctas_raw < 1 ? 1 : min_ctas_raw;
