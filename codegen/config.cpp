@@ -329,12 +329,18 @@ bool uses_wgmma(const KernelConfig& c) {
   // The 16-bit skeleton also carries every checksum scheme and the fault-injection sites.
   const bool q8_ok = q8 && c.protection == Protection::none && !c.fault_injection;
   const bool b16_ok = b16 && !is_block_sparse(c.mask) && c.protection != Protection::decoupled;
-  return (q8_ok || b16_ok) && head_dim_ok && c.arch.sm == 90 && c.arch.arch_specific &&
+  // f16_pasa (kernel/fwd_pasa_sm90.cuh): unprotected and without injection sites; its checked
+  // variants keep the sm80 skeleton.
+  const bool pasa_ok = c.precision == Precision::f16_pasa && !is_block_sparse(c.mask) &&
+                       c.protection == Protection::none && !c.fault_injection;
+  return (q8_ok || b16_ok || pasa_ok) && head_dim_ok && c.arch.sm == 90 && c.arch.arch_specific &&
          c.backend == Backend::nvrtc && (c.block_n == 64 || c.block_n == 128) &&
          c.num_warps % 4 == 0 && c.block_m == 16 * c.num_warps && c.num_stages >= 2;
 }
 
-bool quantises_q_in_kernel(const KernelConfig& c) { return uses_wgmma(c) && c.head_dim <= 128; }
+bool quantises_q_in_kernel(const KernelConfig& c) {
+  return element_bytes(c.precision) == 1 && uses_wgmma(c) && c.head_dim <= 128;
+}
 
 bool KernelConfig::is_complete() const {
   return head_dim > 0 && block_m > 0 && block_n > 0 && num_warps > 0 && num_stages > 0 &&
@@ -524,11 +530,14 @@ int KernelConfig::shared_memory_bytes() const {
     const int64_t row = 2 * int64_t{head_dim};
     // Checksums: EFTA's 8 rows per K atom below the keys, V's chunks in one more 128-byte atom
     // per key.
+    // f16_pasa: 8 copies of the block's shift row below the keys (PasaWgmmaTraits in
+    // kernel/fwd_pasa_sm90.cuh).
     const auto [k_atoms, v_atoms] = codegen::checksum_atoms(protection);
     const int64_t checksum_atom = v_atoms > 0 ? 128 * block_n : 0;
-    const int64_t loop = align(block_m * row) +
-                         num_stages * (align((block_n + 8 * k_atoms) * row) +
-                                       align(block_n * row) + checksum_atom);
+    const int64_t shift_rows = precision == Precision::f16_pasa ? 8 : 0;
+    const int64_t loop =
+        align(block_m * row) + num_stages * (align((block_n + 8 * k_atoms + shift_rows) * row) +
+                                             align(block_n * row) + checksum_atom);
     const int64_t out = int64_t{block_m} * (2 * head_dim + 16);
     return static_cast<int>(std::min<int64_t>(std::max(loop, out) + 1024, INT_MAX));
   }

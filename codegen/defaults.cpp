@@ -189,6 +189,14 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
       c.block_n = 128;
       if (d == 64 && !is_causal(c.mask)) c.num_stages = 2;
     }
+    // Unprotected on sm_90a: the wgmma skeleton (kernel/fwd_pasa_sm90.cuh), one warpgroup, two
+    // stages, 128-key blocks.
+    KernelConfig wgmma_pasa = c;
+    wgmma_pasa.block_m = 64;
+    wgmma_pasa.num_warps = 4;
+    wgmma_pasa.block_n = 128;
+    wgmma_pasa.num_stages = 2;
+    if (uses_wgmma(wgmma_pasa)) c = wgmma_pasa;
   }
 
   // EFTA adds accumulators and checks. For efta_detect at head dims 64 and 128, two 16-row MMA

@@ -226,10 +226,14 @@ TEST_CASE("f16_pasa EFTA resolves to a valid config at every head dim and arch",
 TEST_CASE("f16_pasa with flash_abft: the checksum prologue and one more MMA per 16 keys",
           "[pasa][codegen][nvrtc]") {
   for (Mask m : {Mask::none, Mask::causal}) {
-    KernelConfig plain = test::default_config(128, Precision::f16_pasa, m, Arch{90, true});
-    KernelConfig abft = plain;
-    abft.protection = Protection::flash_abft;
+    // Flash-ABFT's tile, unprotected: the same sm80 skeleton (the unprotected default runs the
+    // wgmma one).
+    const KernelConfig abft = test::default_config(128, Precision::f16_pasa, m, Arch{90, true},
+                                                   Protection::flash_abft);
+    KernelConfig plain = abft;
+    plain.protection = Protection::none;
     INFO(abft.name());
+    REQUIRE_FALSE(uses_wgmma(plain));
     CHECK(abft.shared_memory_bytes() == plain.shared_memory_bytes());  // V's checksum: padding
     const codegen::KernelSource src = codegen::generate(abft);
     const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
@@ -274,13 +278,31 @@ TEST_CASE("f16_pasa compiles at every head dim, spilling only where documented",
         CHECK(out.ptx.find(".entry " + codegen::pasa_shift_symbol(src.symbol)) !=
               std::string::npos);
         CHECK(out.ptx.find("ex2.approx.f16x2") != std::string::npos);
+        const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
+        if (uses_wgmma(c)) {
+          // sm_90a at head dims 64 and 128 (kernel/fwd_pasa_sm90.cuh): GEMM I one m64n{block_n}k16
+          // wgmma with f16 accumulators per k16 step, the recovery one m64n8k16 with FP32 ones,
+          // GEMM II one m64n{d}k16 per 16 keys (each twice: the masked and the unmasked step).
+          // No mma.sync, no spills, and no wgmma serialised (C7511 / C7513: ptxas did that when
+          // the exponentials could sink between GEMM II's wgmmas).
+          const std::string wgmma = "wgmma.mma_async.sync.aligned.m64n";
+          CHECK(test::count(out.ptx, wgmma + std::to_string(c.block_n) + "k16.f16.f16.f16") ==
+                2 * (d / 16));
+          CHECK(test::count(out.ptx, wgmma + "8k16.f32.f16.f16") == 2 * (d / 16));
+          CHECK(test::count(out.ptx, wgmma + std::to_string(d) + "k16.f32.f16.f16") ==
+                2 * (c.block_n / 16));
+          CHECK(test::count(out.ptx, "mma.sync") == 0);
+          CHECK(r.spill_stores == 0);
+          CHECK(out.log.find("C751") == std::string::npos);
+          continue;
+        }
+        CHECK((arch.sm != 90 || (d != 64 && d != 128)));  // those run the wgmma skeleton
         // GEMM I with f16 accumulators; GEMM II and the recovery tile with FP32 ones.
         const int tiles = c.block_m / 16 / c.num_warps;
         CHECK(test::count(out.ptx, "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16") >=
               tiles * (c.block_n / 8) * (d / 16));
         CHECK(test::count(out.ptx, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") >=
               tiles * ((d / 8) * (c.block_n / 16) + d / 16));
-        const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
         CHECK(r.registers > 0);
         // Documented (fwd_sm80.cuh, lazy_rescale): at head dim 128 the one-stage PASA kernel
         // rescales O on every block, and ptxas interleaves the exponentials with GEMM II at the

@@ -58,7 +58,10 @@ struct FwdWgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, 
   static constexpr int q_bytes = align(BlockM * row_bytes);
   // EFTA: 8 checksum rows per K atom below the keys; GEMM I's N takes the plain ones (one more
   // 8-wide score tile), efta_correct's weighted ones are read only after a failed check.
-  static constexpr int k_rows = BlockN + 8 * ProtectT::k_atoms;
+  // f16_pasa (kernel/fwd_pasa_sm90.cuh): 8 copies of the block's shift row r_j below the keys, an
+  // n8 B operand whose FP32 tile is q . r_j in every column.
+  static constexpr int shift_row = BlockN + 8 * ProtectT::k_atoms;
+  static constexpr int k_rows = shift_row + (PrecisionT::pasa ? 8 : 0);
   static constexpr int score_checksum_tiles = ProtectT::k_atoms > 0 ? 1 : 0;
   static constexpr int k_tile_bytes = align(k_rows * row_bytes);
   static constexpr int kv_tile_bytes = align(BlockN * row_bytes);

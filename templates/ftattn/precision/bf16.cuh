@@ -7,6 +7,7 @@ namespace ftattn::precision {
 
 struct BF16 {
   static constexpr int element_bytes = 2;
+  static constexpr bool pasa = false;  // f16_pasa overrides: K tiles carry shift rows
 
   __device__ __forceinline__ static u32 pack(float lo, float hi) {
     u32 r;

@@ -7,6 +7,7 @@ namespace ftattn::precision {
 
 struct F16 {
   static constexpr int element_bytes = 2;
+  static constexpr bool pasa = false;  // f16_pasa overrides: K tiles carry shift rows
 
   // Two floats -> one register of two halves, `lo` at the lower address.
   __device__ __forceinline__ static u32 pack(float lo, float hi) {

@@ -96,6 +96,7 @@ __device__ __forceinline__ void fence_async_shared() {
 #define FTATTN_WG_D4(c, d, i) c(d[i]), c(d[i + 1]), c(d[i + 2]), c(d[i + 3])
 #define FTATTN_WG_D36(c, d) FTATTN_WG_D32(c, d), FTATTN_WG_D4(c, d, 32)
 #define FTATTN_WG_D68(c, d) FTATTN_WG_D64(c, d), FTATTN_WG_D4(c, d, 64)
+#define FTATTN_WG_R16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define FTATTN_WG_R32                                                                           \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
   "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
@@ -249,6 +250,31 @@ template <bool Bf16>
 __device__ __forceinline__ void wgmma_16bit_ss(float (&d)[68], u64 a, u64 b, int accumulate) {
   FTATTN_WGMMA_16BIT("m64n136k16", FTATTN_WG_R68 ", %68, %69, p, 1, 1, 0, 0", "%70",
                      FTATTN_WG_D68("+f", d), "l"(a), "l"(b), "r"(accumulate));
+}
+
+// PASA's GEMM I: m64n{64, 128}k16 f16 x f16 with FP16 accumulators, A and B K-major in shared
+// memory. Register j holds elements 2 j and 2 j + 1 of the FP32 layout (a row's two adjacent
+// columns), as mma.sync's m16n8 f16 accumulators: tile nt's row g in 2 nt, row g + 8 in 2 nt + 1,
+// which is the m16n8k16 A fragment, so P feeds GEMM II unpacked.
+__device__ __forceinline__ void wgmma_f16acc_ss(u32 (&d)[16], u64 a, u64 b, int accumulate) {
+  asm volatile(
+      FTATTN_WGMMA("m64n64k16.f16.f16.f16", FTATTN_WG_R16 ", %16, %17, p, 1, 1, 0, 0", "%18")
+      : FTATTN_WG_D8("+r", d, 0), FTATTN_WG_D8("+r", d, 8)
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+__device__ __forceinline__ void wgmma_f16acc_ss(u32 (&d)[32], u64 a, u64 b, int accumulate) {
+  asm volatile(
+      FTATTN_WGMMA("m64n128k16.f16.f16.f16", FTATTN_WG_R32 ", %32, %33, p, 1, 1, 0, 0", "%34")
+      : FTATTN_WG_D32("+r", d)
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
+// m64n8k16, FP32 accumulators, A and B K-major in shared memory: PASA's recovery q . r_j against
+// 8 copies of the shift row (every column of the tile holds it).
+template <bool Bf16>
+__device__ __forceinline__ void wgmma_16bit_ss(float (&d)[4], u64 a, u64 b, int accumulate) {
+  FTATTN_WGMMA_16BIT("m64n8k16", "{%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0", "%6",
+                     FTATTN_WG_D4("+f", d, 0), "l"(a), "l"(b), "r"(accumulate));
 }
 
 // D += A B, m64n{64, 128}k16, A from registers (the m16n8k16 A layout per warp), B N-major in

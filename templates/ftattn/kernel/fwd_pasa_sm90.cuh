@@ -1,0 +1,188 @@
+// PASA forward on Hopper's warpgroup MMAs (sm_90a), unprotected: the PASA algorithm of
+// fwd_pasa_sm80.cuh (shift kernel, recovery, f16 softmax; its header comment has the derivation)
+// on the loads, pipeline and GEMM II of the 16-bit wgmma skeleton (fwd_sm90.cuh).
+//
+//   GEMM I   S'' = Q K'^T by m64n{block_n}k16 wgmmas with FP16 accumulators: half the registers
+//            of FP32 scores, and register 2 nt + r of a thread is row half r of its n8 tile nt,
+//            already packed as GEMM II's A fragment.
+//   recovery q . r_j by one m64n8k16 wgmma per k-step with FP32 accumulators (an f16 sum would
+//            overflow where PASA's biased inputs need it most) against 8 copies of the block's
+//            shift row, loaded below the keys of each K stage (FwdWgmmaTraits::k_rows).
+//   softmax  pasa::bias and pasa::prob of the sm80 kernel: the max, b = m - rec and
+//            P = 2^(S'' - b) on f16x2, l summed pairwise in f16 then FP32.
+//   GEMM II  O += P V, m64n{head_dim}k16 with P from registers, FP32 accumulators, as f16's.
+// Protected and fault-injection variants keep the sm80 kernel (codegen: uses_wgmma).
+#pragma once
+
+#include "ftattn/arch/sm80/cp_async.cuh"
+#include "ftattn/arch/sm90/pipeline.cuh"
+#include "ftattn/arch/sm90/tile_load.cuh"
+#include "ftattn/arch/sm90/wgmma.cuh"
+#include "ftattn/kernel/fwd_pasa_sm80.cuh"
+#include "ftattn/kernel/fwd_sm90.cuh"
+
+namespace ftattn {
+
+// PasaTraits' parameters, so that one generator serves both PASA skeletons.
+template <int HeadDim, int BlockM, int BlockN, int NumWarps, int NumStages, bool Causal,
+          bool BlockSparse, class ProtectT = protect::None, bool Inject = false>
+struct PasaWgmmaTraits : FwdWgmmaTraits<HeadDim, BlockM, BlockN, NumWarps, NumStages,
+                                        precision::F16Pasa, ProtectT, Causal, BlockSparse, Inject> {
+  static constexpr int shift_threads = 128;  // the shift kernel's CTA (pasa_shift_sm80)
+  static_assert(!ProtectT::enabled && !Inject, "protected PASA runs the sm80 skeleton");
+};
+
+template <class T>
+__device__ __forceinline__ void attention_fwd_pasa_sm90(const AttentionParams& p) {
+  using P = precision::F16Pasa;
+  constexpr int kST = T::s_tiles;
+  constexpr int kOT = T::o_tiles;
+  constexpr int kStages = T::num_stages;
+  constexpr int kRowBytes = T::row_bytes;
+  constexpr bool kOneGroup = T::num_warps == 4;  // one warpgroup per CTA
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const u32 sQ = (sm80::smem_addr(smem_raw) + 1023u) & ~1023u;
+  const u32 sK = sQ + T::q_bytes;
+  const u32 sV = sK + kStages * T::k_tile_bytes;
+
+  int m_block, head, batch;
+  detail::tile_coords<T>(p, m_block, head, batch);
+  const int head_kv = head / p.group_size;
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int warp_row = warp * 16;         // this warp's 16 rows of the CTA's tile
+  const int group_row = (warp / 4) * 64;  // its warpgroup's 64 rows
+
+  const int row0 = m_block * T::block_m;
+  const int diag = p.seqlen_k - p.seqlen_q;  // bottom-right causal alignment
+  const int n_blocks = detail::key_blocks<T>(p, row0, diag);
+  const int n_blocks_all = (p.seqlen_k + T::block_n - 1) / T::block_n;
+
+  const u16* q = static_cast<const u16*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride +
+                 row0 * p.q_seq_stride;
+  // The shifted keys K' (the shift kernel's output) and the shift rows r_j of this KV head.
+  const u16* k =
+      static_cast<const u16*>(p.k) + batch * p.k_batch_stride + head_kv * p.k_head_stride;
+  const u16* v =
+      static_cast<const u16*>(p.v) + batch * p.v_batch_stride + head_kv * p.v_head_stride;
+  const u16* shift = static_cast<const u16*>(p.k_shift) +
+                     (static_cast<i64>(batch) * p.heads_kv + head_kv) * n_blocks_all * T::head_dim;
+
+  // One cp.async group per key block: K' rows, 8 copies of r_j below them, then V rows; rows
+  // past the sequence are zeros (their scores are masked, their P is 0).
+  auto load_kv = [&](int stage, int n_block) {
+    const int key0 = n_block * T::block_n;
+    const u32 dk = sK + stage * T::k_tile_bytes;
+    sm90::load_rows_swizzled<T::threads, T::block_n, kRowBytes, T::k_rows>(
+        dk, k + key0 * p.k_seq_stride, p.k_seq_stride * 2, p.seqlen_k - key0, kRowBytes);
+    constexpr int chunks = 8 * T::chunks_per_row;
+    const u16* r = shift + n_block * T::head_dim;
+    for (int c = threadIdx.x; c < chunks; c += T::threads)
+      sm80::cp_async_16(
+          dk + sm90::tile_offset<kRowBytes>(T::k_rows, T::shift_row + c / T::chunks_per_row,
+                                            c % T::chunks_per_row),
+          r + (c % T::chunks_per_row) * 8, true);
+    sm90::load_rows_swizzled<T::threads, T::block_n, kRowBytes>(
+        sV + stage * T::v_tile_bytes, v + key0 * p.v_seq_stride, p.v_seq_stride * 2,
+        p.seqlen_k - key0, kRowBytes);
+    sm80::cp_async_commit();
+  };
+
+  sm90::load_rows_swizzled<T::threads, T::block_m, kRowBytes>(sQ, q, p.q_seq_stride * 2,
+                                                              p.seqlen_q - row0, kRowBytes);
+  sm80::cp_async_commit();
+  sm90::KeyBlockPipeline<kStages, kOneGroup> pipeline{n_blocks};
+  pipeline.start(load_kv);
+
+  float o[1][kOT][4];
+  float row_max[1][2];  // base 2, absolute (the recovered logits)
+  float row_sum[1][2];  // this thread's share; the quad is summed at the end
+  detail::clear_accumulators(o, row_max, row_sum);
+
+  auto step = [&](const int it, const int n_block, auto masked) {
+    constexpr bool kMasked = decltype(masked)::value;
+    const int stage = it % kStages;
+    pipeline.begin_step(it, load_kv);
+
+    // GEMM I in FP16 and the recovery in FP32, one commit group.
+    const u32 sKs = sK + stage * T::k_tile_bytes;
+    u32 s[kST][2];
+    float rc[4];
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < T::head_dim / 16; ++ks) {
+      const u64 qd = sm90::k_step_descriptor<kRowBytes>(sQ, T::block_m, group_row, ks);
+      sm90::wgmma_f16acc_ss(reinterpret_cast<u32(&)[kST * 2]>(s), qd,
+                            sm90::k_step_descriptor<kRowBytes>(sKs, T::k_rows, 0, ks), ks > 0);
+      sm90::wgmma_16bit_ss<false>(
+          rc, qd, sm90::k_step_descriptor<kRowBytes>(sKs, T::k_rows, T::shift_row, ks), ks > 0);
+    }
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();  // GEMM I, and the previous GEMM II (O is rescaled below)
+    pipeline.after_gemm1(it, load_kv);
+
+    // Keys past the sequence end and, for causal, past each row's diagonal: -inf.
+    if constexpr (kMasked)
+      detail::for_each_masked<1, kST, T::causal>(
+          row0 + warp_row, n_block * T::block_n, lane, p.seqlen_k, diag, [&](int, int nt, int i) {
+            u32& x = s[nt][i / 2];
+            x = i % 2 == 0 ? (x & 0xffff0000u) | P::neg_inf_half
+                           : (x & 0x0000ffffu) | (u32(P::neg_inf_half) << 16);
+          });
+
+    // Online softmax with the recovered bias; P replaces S'' in place.
+    float rescale[2];
+    u32 neg_b_hi[2], neg_b_lo[2];
+    pasa::bias<false>(s, 0u, rc, p.scale_log2, row_max[0], rescale, neg_b_hi, neg_b_lo);
+    u32 sum[2][kST];
+#pragma unroll
+    for (int nt = 0; nt < kST; ++nt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        s[nt][r] = pasa::prob<false>(s[nt][r], 0u, neg_b_hi[r], neg_b_lo[r]);
+        sum[r][nt] = s[nt][r];
+      }
+    pasa::add_row_sums(row_sum[0], rescale, sum);
+#pragma unroll
+    for (int nt = 0; nt < kOT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[0][nt][i] *= rescale[i / 2];
+
+    // GEMM II: O += P V, P straight from the FP16 accumulators (keys 16 kc .. 16 kc + 15).
+    const u32 sVs = sV + stage * T::v_tile_bytes;
+    u32 pa[kST / 2][4];
+#pragma unroll
+    for (int kc = 0; kc < kST / 2; ++kc) {
+      pa[kc][0] = s[2 * kc][0];
+      pa[kc][1] = s[2 * kc][1];
+      pa[kc][2] = s[2 * kc + 1][0];
+      pa[kc][3] = s[2 * kc + 1][1];
+      // Pinned here: free to sink the exponentials between GEMM II's wgmmas, ptxas serialised
+      // every wgmma of the kernel (C7511 / C7513).
+#pragma unroll
+      for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(pa[kc][i]));
+    }
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kc = 0; kc < kST / 2; ++kc)
+      sm90::wgmma_16bit_rs<false>(reinterpret_cast<float(&)[kOT * 4]>(o[0]), pa[kc],
+                                  sm90::n_major_k_step_descriptor(sVs, T::block_n, kc));
+    sm90::wgmma_commit();
+    if constexpr (!kOneGroup) sm90::wgmma_wait<0>();
+  };
+
+  detail::walk_key_blocks<T>(
+      p.seqlen_k, row0, diag, n_blocks, [](int b) { return b; }, step);
+  sm90::wgmma_wait<0>();
+  sm80::cp_async_wait<0>();
+  __syncthreads();
+
+  // Epilogue: the max is already the base-2 logit.
+  float l[1][2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) l[0][r] = quad_sum(row_sum[0][r]);
+  detail::store_output<T>(p, o, l, row_max, 1.f, batch, head, row0, warp_row, lane, sQ);
+}
+
+}  // namespace ftattn
