@@ -76,6 +76,9 @@ __device__ __forceinline__ void pasa_shift_sm80(const PasaShiftParams& p, float 
   const u16* k = static_cast<const u16*>(p.k) + batch * p.k_batch_stride + head * p.k_head_stride +
                  key0 * p.k_seq_stride;
 
+  // The block's keys stay in registers from the column sums to the shifted write: K is read
+  // from DRAM once (reading it again doubled the kernel's DRAM bytes at head dim 128, ncu).
+  uint4_ rows[passes];
   float sum[8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) sum[j] = 0.f;
@@ -83,8 +86,14 @@ __device__ __forceinline__ void pasa_shift_sm80(const PasaShiftParams& p, float 
 #pragma unroll
     for (int i = 0; i < passes; ++i) {
       const int r = r0 + i * rows_per_pass;
+      rows[i] = r < n ? *reinterpret_cast<const uint4_*>(k + r * p.k_seq_stride + col)
+                      : uint4_{0u, 0u, 0u, 0u};
+    }
+#pragma unroll
+    for (int i = 0; i < passes; ++i) {
+      const int r = r0 + i * rows_per_pass;
       if (r < n) {
-        const uint4_ v = *reinterpret_cast<const uint4_*>(k + r * p.k_seq_stride + col);
+        const uint4_ v = rows[i];
         const u32 w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -121,7 +130,7 @@ __device__ __forceinline__ void pasa_shift_sm80(const PasaShiftParams& p, float 
     for (int i = 0; i < passes; ++i) {
       const int row = r0 + i * rows_per_pass;
       if (row < n) {
-        const uint4_ v = *reinterpret_cast<const uint4_*>(k + row * p.k_seq_stride + col);
+        const uint4_ v = rows[i];
         const u32 w[4] = {v.x, v.y, v.z, v.w};
         u32 o[4];
 #pragma unroll
