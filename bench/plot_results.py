@@ -148,9 +148,11 @@ def main():
     for name in ("int8_efta_overhead", "int8_efta_overhead_same_tile", "pasa_efta_overhead"):
         protect_overhead(folder, name)
     speed_vs_f16(folder, "pasa_speed")
+    speed_vs_f16(folder, "pasa_wgmma_speed")
     speed_vs_f16(folder, "precision_speed", goals=(1.5, 1.6))
     tile_sweep(folder, "q8_tiles")
     tile_sweep(folder, "pasa_tiles")
+    tile_sweep(folder, "pasa_wgmma_tiles")
     tile_sweep(folder, "pasa_efta_correct_tiles")
     tile_sweep(folder, "efta_correct_tiles")
     tile_sweep(folder, "fp8_wgmma_tiles")

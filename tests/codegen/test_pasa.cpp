@@ -228,8 +228,8 @@ TEST_CASE("f16_pasa with flash_abft: the checksum prologue and one more MMA per 
   for (Mask m : {Mask::none, Mask::causal}) {
     // Flash-ABFT's tile, unprotected: the same sm80 skeleton (the unprotected default runs the
     // wgmma one).
-    const KernelConfig abft = test::default_config(128, Precision::f16_pasa, m, Arch{90, true},
-                                                   Protection::flash_abft);
+    const KernelConfig abft =
+        test::default_config(128, Precision::f16_pasa, m, Arch{90, true}, Protection::flash_abft);
     KernelConfig plain = abft;
     plain.protection = Protection::none;
     INFO(abft.name());
@@ -425,4 +425,26 @@ TEST_CASE(
       REQUIRE(flips > 0);
       CHECK(flips_seen == flips);
     }
+}
+
+TEST_CASE("f16_pasa defaults: the wgmma skeleton on sm_90a when unprotected, mma.sync otherwise",
+          "[pasa]") {
+  // The H100 sweep's tiles (codegen/defaults.cpp): 64 x 128 w4s2 at head dim 64, 128 x 128 w8s2
+  // at 128, both masks.
+  for (Mask m : {Mask::none, Mask::causal}) {
+    const KernelConfig d64 = test::default_config(64, Precision::f16_pasa, m, Arch{90, true});
+    const KernelConfig d128 = test::default_config(128, Precision::f16_pasa, m, Arch{90, true});
+    CHECK(uses_wgmma(d64));
+    CHECK(uses_wgmma(d128));
+    CHECK((d64.block_m == 64 && d64.block_n == 128 && d64.num_warps == 4 && d64.num_stages == 2));
+    CHECK((d128.block_m == 128 && d128.block_n == 128 && d128.num_warps == 8 &&
+           d128.num_stages == 2));
+    // sm_80, head dim 256, a checksum scheme or injection sites: the sm80 PASA kernel.
+    CHECK_FALSE(uses_wgmma(test::default_config(128, Precision::f16_pasa, m, Arch{80, false})));
+    CHECK_FALSE(uses_wgmma(test::default_config(256, Precision::f16_pasa, m, Arch{90, true})));
+    CHECK_FALSE(uses_wgmma(test::default_config(128, Precision::f16_pasa, m, Arch{90, true},
+                                                Protection::efta_correct)));
+    CHECK_FALSE(uses_wgmma(test::default_config(128, Precision::f16_pasa, m, Arch{90, true},
+                                                Protection::none, /*inject=*/true)));
+  }
 }
