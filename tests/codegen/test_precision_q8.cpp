@@ -342,7 +342,7 @@ TEST_CASE("8-bit on sm_90a: the wgmma skeleton, when it applies, and what it com
   CHECK_FALSE(with([&](KernelConfig& c) { c.arch = kSm90; }));
   CHECK_FALSE(with([&](KernelConfig& c) { c.arch = kSm89; }));
   CHECK(with([](KernelConfig& c) { c.precision = Precision::int8; }));
-  CHECK(with([](KernelConfig& c) { c.precision = Precision::f16; }));  // kernel/fwd_sm90.cuh
+  CHECK(with([](KernelConfig& c) { c.precision = Precision::f16; }));       // kernel/fwd_sm90.cuh
   CHECK(with([](KernelConfig& c) { c.precision = Precision::f16_pasa; }));  // fwd_pasa_sm90.cuh
   CHECK_FALSE(with([](KernelConfig& c) {  // checked PASA keeps fwd_pasa_sm80.cuh
     c.precision = Precision::f16_pasa;

@@ -10,7 +10,8 @@ namespace ftattn::sm90 {
 // Copies `Rows` rows of `RowBytes` bytes from `gmem` (rows `gmem_stride` bytes apart) into the
 // first rows of the swizzled tile of `TileRows` rows at `smem` (1024-byte aligned;
 // sm90::tile_offset's layout) with `Threads` threads. A chunk whose row is at or past
-// `valid_rows`, or whose first byte is at or past `valid_bytes`, is zero-filled, not read. Issues copies only; the caller commits the group.
+// `valid_rows`, or whose first byte is at or past `valid_bytes`, is zero-filled, not read. Issues
+// copies only; the caller commits the group.
 template <int Threads, int Rows, int RowBytes, int TileRows = Rows>
 __device__ __forceinline__ void load_rows_swizzled(u32 smem, const void* gmem, i64 gmem_stride,
                                                    int valid_rows, int valid_bytes) {
