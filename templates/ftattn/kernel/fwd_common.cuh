@@ -2,6 +2,7 @@
 #pragma once
 
 #include "ftattn/common/math.cuh"
+#include "ftattn/common/types.cuh"
 #include "ftattn/params.cuh"
 
 namespace ftattn {
@@ -62,6 +63,20 @@ __device__ __forceinline__ int key_blocks(const AttentionParams& p, int row0, in
     n_blocks = last_key < 0 ? 0 : min(n_blocks, last_key / T::block_n + 1);
   }
   return n_blocks;
+}
+
+// This CTA's 16-bit operands: Q from its first row on, and its KV head's K and V.
+struct HeadOperands {
+  const u16* q;
+  const u16* k;
+  const u16* v;
+};
+__device__ __forceinline__ HeadOperands head_operands(const AttentionParams& p, int batch, int head,
+                                                      int head_kv, int row0) {
+  return {static_cast<const u16*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride +
+              row0 * p.q_seq_stride,
+          static_cast<const u16*>(p.k) + batch * p.k_batch_stride + head_kv * p.k_head_stride,
+          static_cast<const u16*>(p.v) + batch * p.v_batch_stride + head_kv * p.v_head_stride};
 }
 
 // O = 0, running max = -inf, row sums = 0.

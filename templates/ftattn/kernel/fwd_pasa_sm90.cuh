@@ -59,13 +59,9 @@ __device__ __forceinline__ void attention_fwd_pasa_sm90(const AttentionParams& p
   const int n_blocks = detail::key_blocks<T>(p, row0, diag);
   const int n_blocks_all = (p.seqlen_k + T::block_n - 1) / T::block_n;
 
-  const u16* q = static_cast<const u16*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride +
-                 row0 * p.q_seq_stride;
   // The shifted keys K' (the shift kernel's output) and the shift rows r_j of this KV head.
-  const u16* k =
-      static_cast<const u16*>(p.k) + batch * p.k_batch_stride + head_kv * p.k_head_stride;
-  const u16* v =
-      static_cast<const u16*>(p.v) + batch * p.v_batch_stride + head_kv * p.v_head_stride;
+  const detail::HeadOperands in = detail::head_operands(p, batch, head, head_kv, row0);
+  const u16 *q = in.q, *k = in.k, *v = in.v;
   const u16* shift = static_cast<const u16*>(p.k_shift) +
                      (static_cast<i64>(batch) * p.heads_kv + head_kv) * n_blocks_all * T::head_dim;
 

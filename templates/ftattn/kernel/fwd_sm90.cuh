@@ -185,12 +185,8 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
   const int diag = p.seqlen_k - p.seqlen_q;  // bottom-right causal alignment
   const int n_blocks = detail::key_blocks<T>(p, row0, diag);
 
-  const u16* q = static_cast<const u16*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride +
-                 row0 * p.q_seq_stride;
-  const u16* k =
-      static_cast<const u16*>(p.k) + batch * p.k_batch_stride + head_kv * p.k_head_stride;
-  const u16* v =
-      static_cast<const u16*>(p.v) + batch * p.v_batch_stride + head_kv * p.v_head_stride;
+  const detail::HeadOperands in = detail::head_operands(p, batch, head, head_kv, row0);
+  const u16 *q = in.q, *k = in.k, *v = in.v;
 
   // Protection: this KV head's checksums (protect/workspace.cuh).
   const ChecksumWorkspace cs = checksum_workspace(p.batch, p.heads_kv, p.seqlen_k, T::head_dim,
