@@ -11,16 +11,18 @@ namespace ftattn::sm90 {
 // first rows of the swizzled tile of `TileRows` rows at `smem` (1024-byte aligned;
 // sm90::tile_offset's layout) with `Threads` threads. A chunk whose row is at or past
 // `valid_rows`, or whose first byte is at or past `valid_bytes`, is zero-filled, not read. Issues
-// copies only; the caller commits the group.
+// copies only; the caller commits the group. `thread` is the caller's index among the Threads
+// (a producer warpgroup's counts from its own first thread; unsigned, as threadIdx.x, so the
+// divisions below stay shifts).
 template <int Threads, int Rows, int RowBytes, int TileRows = Rows>
 __device__ __forceinline__ void load_rows_swizzled(u32 smem, const void* gmem, i64 gmem_stride,
-                                                   int valid_rows, int valid_bytes) {
+                                                   int valid_rows, int valid_bytes, unsigned thread) {
   constexpr int cpr = RowBytes / 16;
   static_assert(Threads % cpr == 0 && (Rows * cpr) % Threads == 0, "whole passes of the tile");
   // Each thread keeps one chunk column and walks down the rows with one running pointer.
   constexpr int rows_per_pass = Threads / cpr;
-  const int r0 = threadIdx.x / cpr;
-  const int chunk = threadIdx.x % cpr;
+  const int r0 = thread / cpr;
+  const int chunk = thread % cpr;
   const char* base = static_cast<const char*>(gmem);
   const char* src = base + r0 * gmem_stride + chunk * 16;
   const bool col_valid = chunk * 16 < valid_bytes;
@@ -30,6 +32,13 @@ __device__ __forceinline__ void load_rows_swizzled(u32 smem, const void* gmem, i
     const bool valid = col_valid && r < valid_rows;
     sm80::cp_async_16(smem + tile_offset<RowBytes>(TileRows, r, chunk), valid ? src : base, valid);
   }
+}
+// The same with every thread of the CTA among the Threads.
+template <int Threads, int Rows, int RowBytes, int TileRows = Rows>
+__device__ __forceinline__ void load_rows_swizzled(u32 smem, const void* gmem, i64 gmem_stride,
+                                                   int valid_rows, int valid_bytes) {
+  load_rows_swizzled<Threads, Rows, RowBytes, TileRows>(smem, gmem, gmem_stride, valid_rows,
+                                                        valid_bytes, threadIdx.x);
 }
 
 }  // namespace ftattn::sm90
