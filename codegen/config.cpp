@@ -338,6 +338,15 @@ bool uses_wgmma(const KernelConfig& c) {
          c.num_warps % 4 == 0 && c.block_m == 16 * c.num_warps && c.num_stages >= 2;
 }
 
+bool warp_specialized(const KernelConfig& c) {
+  return uses_wgmma(c) && element_bytes(c.precision) == 2 && c.protection == Protection::none &&
+         !c.fault_injection && c.num_warps == 8;
+}
+
+int launch_threads(const KernelConfig& c) {
+  return 32 * c.num_warps + (warp_specialized(c) ? 128 : 0);
+}
+
 bool quantises_q_in_kernel(const KernelConfig& c) {
   return element_bytes(c.precision) == 1 && uses_wgmma(c) && c.head_dim <= 128;
 }
@@ -539,7 +548,9 @@ int KernelConfig::shared_memory_bytes() const {
         align(block_m * row) + num_stages * (align((block_n + 8 * k_atoms + shift_rows) * row) +
                                              align(block_n * row) + checksum_atom);
     const int64_t out = int64_t{block_m} * (2 * head_dim + 16);
-    return static_cast<int>(std::min<int64_t>(std::max(loop, out) + 1024, INT_MAX));
+    // The warp-specialised skeleton's mbarriers follow the tiles.
+    const int64_t barriers = warp_specialized(*this) ? 256 : 0;
+    return static_cast<int>(std::min<int64_t>(std::max(loop, out) + barriers + 1024, INT_MAX));
   }
   if (uses_wgmma(*this)) {
     // Q8WgmmaTraits (kernel/fwd_q8_sm90.cuh): swizzled Q, K (+ a float per key) and V^T tiles

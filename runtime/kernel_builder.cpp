@@ -41,7 +41,7 @@ std::shared_ptr<CompiledKernel> skeleton(const KernelConfig& config,
 void finish_resources(CompiledKernel& k) {
   k.resources = parse_ptxas_log(k.compile_log, k.symbol);
   k.resources.dynamic_shared_bytes = k.config.shared_memory_bytes();
-  k.resources.threads_per_block = 32 * k.config.num_warps;
+  k.resources.threads_per_block = launch_threads(k.config);
 }
 
 }  // namespace

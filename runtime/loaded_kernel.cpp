@@ -96,7 +96,7 @@ class LoadedKernel final : public Kernel {
             : Dim3{static_cast<unsigned>((problem.seqlen_q + c.block_m - 1) / c.block_m),
                    static_cast<unsigned>(problem.heads_q), static_cast<unsigned>(problem.batch)};
     void* args[] = {&run};
-    runtime::launch(function_, grid, Dim3{static_cast<unsigned>(32 * c.num_warps), 1, 1},
+    runtime::launch(function_, grid, Dim3{static_cast<unsigned>(launch_threads(c)), 1, 1},
                     static_cast<unsigned>(c.shared_memory_bytes()), stream, args);
   }
 

@@ -114,6 +114,15 @@ bool uses_wgmma(const KernelConfig& config);
 // fused_q_ab.csv).
 bool quantises_q_in_kernel(const KernelConfig& config);
 
+// True when `config` runs the warp-specialised Hopper skeleton (kernel/fwd_ws_sm90.cuh):
+// uses_wgmma, f16, bf16 or f16_pasa, protection none without fault injection, and num_warps 8 (two
+// consumer warpgroups). Its CTA has a third, producer warpgroup: see launch_threads.
+bool warp_specialized(const KernelConfig& config);
+
+// Threads per CTA of `config`'s attention kernel: 32 * num_warps, plus the producer warpgroup's
+// 128 when warp_specialized.
+int launch_threads(const KernelConfig& config);
+
 struct Problem;
 
 // Fills the open knobs of `config` with the heuristic defaults for `device_arch` (used when the

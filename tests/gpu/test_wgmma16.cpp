@@ -84,6 +84,36 @@ TEST_CASE("f16 and bf16 on Hopper: the wgmma skeleton matches the reference and 
           }
 }
 
+TEST_CASE("f16 and bf16 on Hopper: the warp-specialised skeleton on long and ragged sequences",
+          "[gpu][wgmma16][ws]") {
+  Runtime& rt = wgmma_runtime();
+  if (!on_sm90a(rt)) return;
+  // Two consumer warpgroups and a producer (kernel/fwd_ws_sm90.cuh): 16-32 key blocks per CTA
+  // wrap every buffer's mbarrier phase many times, and the token passing between the consumers
+  // runs once per block; a wrong parity, a buffer refilled early or a lost turn shows up only on
+  // long runs (or hangs). Short and ragged ones cover CTAs with one key block, a partial last
+  // block and, causal with seqlen_q > seqlen_k, CTAs with none.
+  for (Precision prec : {Precision::f16, Precision::bf16})
+    for (int d : {64, 128})
+      for (auto [n, st] : std::vector<std::array<int, 2>>{{64, 2}, {64, 3}, {128, 2}})
+        for (Mask mask : {Mask::none, Mask::causal})
+          for (const Problem& pr :
+               {Problem::bhsd(2, 8, 2, 2048, 2048, d), Problem::bhsd(1, 2, 1, 1000, 60, d),
+                Problem::bhsd(1, 3, 1, 129, 1111, d)}) {
+            KernelConfig c;
+            c.head_dim = d, c.precision = prec, c.mask = mask;
+            c.block_m = 128, c.block_n = n, c.num_warps = 8, c.num_stages = st;
+            c.arch = rt.device_arch();
+            REQUIRE(warp_specialized(c));
+            const int rows = pr.seqlen_q > 1500 ? 256 : 0;
+            const auto a = gpu_test::run_case(rt, c, pr, true, rows, 1300 + d + n + st);
+            INFO(a.config_name << " s" << pr.seqlen_q << "x" << pr.seqlen_k << ": "
+                               << a.report.summary());
+            CHECK(a.report.passed);
+            CHECK(a.report.rel_l2_error <= (prec == Precision::bf16 ? 6e-3 : 6e-4));
+          }
+}
+
 TEST_CASE("the wgmma skeleton through Runtime::attention's defaults", "[gpu][wgmma16]") {
   Runtime& rt = wgmma_runtime();
   if (!on_sm90a(rt)) return;

@@ -267,6 +267,53 @@ __device__ __forceinline__ int correct_scores(u32 (&s)[kST][2], int r, float ref
   return bad;
 }
 
+// One key block's softmax on the Hopper PASA kernels (fwd_pasa_sm90.cuh, fwd_ws_sm90.cuh) for a
+// warp's 16 rows in the wgmma accumulator layout: keys past the sequence end and, for causal, past
+// each row's diagonal -inf; the max with the recovered bias; P = 2^(S'' - b) in place of S''; l
+// and O rescaled; then P as GEMM II's A fragments (keys 16 kc .. 16 kc + 15), pinned in registers
+// of their own: free to sink the exponentials between GEMM II's wgmmas, or to share S''s
+// registers under the next GEMM I, ptxas serialised every wgmma of the kernel (C7511 / C7513).
+template <class T, bool kMasked, int kST, int kOT>
+__device__ __forceinline__ void wgmma_softmax(const AttentionParams& p, u32 (&s)[kST][2],
+                                              const float (&rc)[4], int first_row, int key0,
+                                              int lane, int diag, float (&row_max)[2],
+                                              float (&row_sum)[2], float (&o)[kOT][4],
+                                              u32 (&pa)[kST / 2][4]) {
+  using P = precision::F16Pasa;
+  if constexpr (kMasked)
+    detail::for_each_masked<1, kST, T::causal>(
+        first_row, key0, lane, p.seqlen_k, diag, [&](int, int nt, int i) {
+          u32& x = s[nt][i / 2];
+          x = i % 2 == 0 ? (x & 0xffff0000u) | P::neg_inf_half
+                         : (x & 0x0000ffffu) | (u32(P::neg_inf_half) << 16);
+        });
+  float rescale[2];
+  u32 neg_b_hi[2], neg_b_lo[2];
+  bias<false>(s, 0u, rc, p.scale_log2, row_max, rescale, neg_b_hi, neg_b_lo);
+  u32 sum[2][kST];
+#pragma unroll
+  for (int nt = 0; nt < kST; ++nt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      s[nt][r] = prob<false>(s[nt][r], 0u, neg_b_hi[r], neg_b_lo[r]);
+      sum[r][nt] = s[nt][r];
+    }
+  add_row_sums(row_sum, rescale, sum);
+#pragma unroll
+  for (int nt = 0; nt < kOT; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o[nt][i] *= rescale[i / 2];
+#pragma unroll
+  for (int kc = 0; kc < kST / 2; ++kc) {
+    pa[kc][0] = s[2 * kc][0];
+    pa[kc][1] = s[2 * kc][1];
+    pa[kc][2] = s[2 * kc + 1][0];
+    pa[kc][3] = s[2 * kc + 1][1];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(pa[kc][i]));
+  }
+}
+
 }  // namespace pasa
 
 // EFTA on PASA (efta_detect, efta_correct): the scores S'' = Q K'^T live in FP16 accumulators,

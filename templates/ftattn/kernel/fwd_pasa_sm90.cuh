@@ -20,6 +20,7 @@
 #include "ftattn/arch/sm90/wgmma.cuh"
 #include "ftattn/kernel/fwd_pasa_sm80.cuh"
 #include "ftattn/kernel/fwd_sm90.cuh"
+#include "ftattn/kernel/fwd_ws_sm90.cuh"
 
 namespace ftattn {
 
@@ -118,47 +119,13 @@ __device__ __forceinline__ void attention_fwd_pasa_sm90(const AttentionParams& p
     sm90::wgmma_wait<0>();  // GEMM I, and the previous GEMM II (O is rescaled below)
     pipeline.after_gemm1(it, load_kv);
 
-    // Keys past the sequence end and, for causal, past each row's diagonal: -inf.
-    if constexpr (kMasked)
-      detail::for_each_masked<1, kST, T::causal>(
-          row0 + warp_row, n_block * T::block_n, lane, p.seqlen_k, diag, [&](int, int nt, int i) {
-            u32& x = s[nt][i / 2];
-            x = i % 2 == 0 ? (x & 0xffff0000u) | P::neg_inf_half
-                           : (x & 0x0000ffffu) | (u32(P::neg_inf_half) << 16);
-          });
-
-    // Online softmax with the recovered bias; P replaces S'' in place.
-    float rescale[2];
-    u32 neg_b_hi[2], neg_b_lo[2];
-    pasa::bias<false>(s, 0u, rc, p.scale_log2, row_max[0], rescale, neg_b_hi, neg_b_lo);
-    u32 sum[2][kST];
-#pragma unroll
-    for (int nt = 0; nt < kST; ++nt)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        s[nt][r] = pasa::prob<false>(s[nt][r], 0u, neg_b_hi[r], neg_b_lo[r]);
-        sum[r][nt] = s[nt][r];
-      }
-    pasa::add_row_sums(row_sum[0], rescale, sum);
-#pragma unroll
-    for (int nt = 0; nt < kOT; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) o[0][nt][i] *= rescale[i / 2];
-
-    // GEMM II: O += P V, P straight from the FP16 accumulators (keys 16 kc .. 16 kc + 15).
-    const u32 sVs = sV + stage * T::v_tile_bytes;
+    // Online softmax with the recovered bias; P replaces S'' and becomes GEMM II's A operand.
     u32 pa[kST / 2][4];
-#pragma unroll
-    for (int kc = 0; kc < kST / 2; ++kc) {
-      pa[kc][0] = s[2 * kc][0];
-      pa[kc][1] = s[2 * kc][1];
-      pa[kc][2] = s[2 * kc + 1][0];
-      pa[kc][3] = s[2 * kc + 1][1];
-      // Pinned here: free to sink the exponentials between GEMM II's wgmmas, ptxas serialised
-      // every wgmma of the kernel (C7511 / C7513).
-#pragma unroll
-      for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(pa[kc][i]));
-    }
+    pasa::wgmma_softmax<T, kMasked>(p, s, rc, row0 + warp_row, n_block * T::block_n, lane, diag,
+                                    row_max[0], row_sum[0], o[0], pa);
+
+    // GEMM II: O += P V, P straight from the FP16 accumulators.
+    const u32 sVs = sV + stage * T::v_tile_bytes;
     sm90::wgmma_fence();
 #pragma unroll
     for (int kc = 0; kc < kST / 2; ++kc)

@@ -71,12 +71,19 @@ struct FwdWgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, 
   static constexpr int v_tile_bytes = kv_tile_bytes + (checksum_tiles > 0 ? BlockN * 128 : 0);
   static constexpr int loop_bytes = q_bytes + NumStages * (k_tile_bytes + v_tile_bytes);
   static constexpr int out_bytes = BlockM * row_stride * 2;
-  static constexpr int smem_bytes = (loop_bytes > out_bytes ? loop_bytes : out_bytes) + 1024;
+  // Two consumer warpgroups of unprotected 16-bit tiles (f16_pasa too) run warp-specialised
+  // (kernel/fwd_ws_sm90.cuh): a producer warpgroup loads, the consumers take turns on the tensor
+  // cores. Its mbarriers sit after the tiles.
+  static constexpr bool warp_specialized = NumWarps == 8 && !ProtectT::enabled && !Inject;
+  static constexpr int launch_threads = NumWarps * 32 + (warp_specialized ? 128 : 0);
+  static constexpr int tiles_bytes = loop_bytes > out_bytes ? loop_bytes : out_bytes;
+  static constexpr int barrier_bytes = warp_specialized ? 256 : 0;
+  static constexpr int smem_bytes = tiles_bytes + barrier_bytes + 1024;
   // As many CTAs per SM as their shared memory allows (1 KB of an SM's 228 KB reserved per CTA),
   // up to 384 threads in all: ptxas then fits the registers to them, 168 or more per thread (at
   // 128, with two CTAs of two warpgroups, it spilled and serialised the wgmmas, C7512).
   static constexpr int ctas_by_smem = 228 * 1024 / (smem_bytes + 1024);
-  static constexpr int ctas_by_threads = 384 / (NumWarps * 32);
+  static constexpr int ctas_by_threads = 384 / launch_threads;
   static constexpr int min_ctas_raw =
       ctas_by_smem < ctas_by_threads ? ctas_by_smem : ctas_by_threads;
   static constexpr int min_ctas = min_ctas_raw < 1 ? 1 : min_ctas_raw;

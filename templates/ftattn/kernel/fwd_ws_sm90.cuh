@@ -1,0 +1,246 @@
+// Warp-specialised forward on Hopper (sm_90a), unprotected, 128-row tiles: the tiles, MMAs and
+// softmax of fwd_sm90.cuh (f16, bf16) and fwd_pasa_sm90.cuh (f16_pasa: FP16 scores, the
+// recovery MMA against the shift rows below the keys, PASA's softmax), scheduled the way
+// FlashAttention-3 schedules them.
+//
+//   producer   warpgroup 2 (threads 256-383, 56 registers each) copies Q once and then every key
+//              block's K and V tiles by cp.async into their own rings of num_stages buffers; the
+//              copies arrive on the buffer's "full" mbarrier as they land, and a buffer is
+//              refilled once both consumers have arrived on its "empty" one.
+//   consumers  warpgroups 0 and 1 (64 query rows each, 224 registers) take turns on the tensor
+//              cores: named barriers pass a token, and each turn issues the previous block's
+//              GEMM II (O += P V) and this block's GEMM I (S = Q K^T) back to back. While one
+//              warpgroup's MMAs run, the other runs its softmax, so the tensor cores no longer
+//              idle through it (in fwd_sm90.cuh both warpgroups met at a CTA barrier every key
+//              block and ran their softmax at the same time).
+//
+// No CTA-wide barrier runs in the main loop: a consumer waits only for the buffers it reads.
+#pragma once
+
+#include "ftattn/arch/sm80/cp_async.cuh"
+#include "ftattn/arch/sm90/barriers.cuh"
+#include "ftattn/arch/sm90/tile_load.cuh"
+#include "ftattn/arch/sm90/wgmma.cuh"
+#include "ftattn/kernel/fwd_pasa_sm80.cuh"
+#include "ftattn/kernel/fwd_sm90.cuh"
+
+namespace ftattn {
+
+namespace detail {
+// The score registers of one warp's key block: FP32 accumulators, or PASA's FP16 pairs.
+template <bool Pasa, int kST>
+struct ScoreTile {
+  using type = float[kST][4];
+};
+template <int kST>
+struct ScoreTile<true, kST> {
+  using type = u32[kST][2];  // register 2 nt + r: row half r of n8 tile nt
+};
+}  // namespace detail
+
+template <class T>
+__device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) {
+  static_assert(T::warp_specialized && T::num_warps == 8, "two consumer warpgroups, unprotected");
+  using P = typename T::Precision;
+  constexpr bool kBf16 = protect::IsBf16<P>::value;
+  constexpr bool kPasa = P::pasa;
+  constexpr int kST = T::s_tiles;
+  constexpr int kOT = T::o_tiles;
+  constexpr int kStages = T::num_stages;
+  constexpr int kRowBytes = T::row_bytes;
+  constexpr int kConsumers = T::threads;  // 256
+  constexpr int kProducers = 128;
+  // Named barriers: consumer warpgroup g waits on kTurn + g for its turn on the tensor cores.
+  constexpr int kTurn = 1;
+  constexpr int kConsumersDone = 3;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const u32 sQ = (sm80::smem_addr(smem_raw) + 1023u) & ~1023u;
+  const u32 sK = sQ + T::q_bytes;
+  const u32 sV = sK + kStages * T::k_tile_bytes;
+  // mbarriers (8 bytes each): Q full, then per stage K full, K empty, V full, V empty.
+  const u32 bars = sQ + T::tiles_bytes;
+  const u32 q_full = bars;
+  auto k_full = [&](int s) { return bars + 8 * (1 + 4 * s); };
+  auto k_empty = [&](int s) { return bars + 8 * (2 + 4 * s); };
+  auto v_full = [&](int s) { return bars + 8 * (3 + 4 * s); };
+  auto v_empty = [&](int s) { return bars + 8 * (4 + 4 * s); };
+
+  if (threadIdx.x == 0) {
+    sm90::mbarrier_init(q_full, kProducers);
+    for (int s = 0; s < kStages; ++s) {
+      sm90::mbarrier_init(k_full(s), kProducers);
+      sm90::mbarrier_init(v_full(s), kProducers);
+      sm90::mbarrier_init(k_empty(s), T::num_warps);  // one arrival per consumer warp
+      sm90::mbarrier_init(v_empty(s), T::num_warps);
+    }
+  }
+  __syncthreads();
+
+  int m_block, head, batch;
+  detail::tile_coords<T>(p, m_block, head, batch);
+  const int head_kv = head / p.group_size;
+  const int row0 = m_block * T::block_m;
+  const int diag = p.seqlen_k - p.seqlen_q;  // bottom-right causal alignment
+  const int n_blocks = detail::key_blocks<T>(p, row0, diag);
+  const detail::HeadOperands in = detail::head_operands(p, batch, head, head_kv, row0);
+  // f16_pasa: in.k is the shifted keys K' (the shift kernel's output), `shift` this KV head's r_j.
+  [[maybe_unused]] const u16* shift = nullptr;
+  if constexpr (kPasa) {
+    const int n_blocks_all = (p.seqlen_k + T::block_n - 1) / T::block_n;
+    shift = static_cast<const u16*>(p.k_shift) +
+            (static_cast<i64>(batch) * p.heads_kv + head_kv) * n_blocks_all * T::head_dim;
+  }
+
+  // Block j lives in buffer j % kStages; its n-th use of that buffer waits for phase parity n % 2.
+  auto parity = [](int j) { return static_cast<u32>((j / kStages) & 1); };
+
+  if (threadIdx.x >= kConsumers) {
+    // Producer: only copies, so it hands its registers to the consumers.
+    sm90::shrink_registers<56>();
+    const int t = threadIdx.x - kConsumers;
+    sm90::load_rows_swizzled<kProducers, T::block_m, kRowBytes>(sQ, in.q, p.q_seq_stride * 2,
+                                                                p.seqlen_q - row0, kRowBytes, t);
+    sm90::cp_async_arrive(q_full);
+    for (int j = 0; j < n_blocks; ++j) {
+      const int s = j % kStages;
+      const int key0 = j * T::block_n;
+      if (j >= kStages) sm90::mbarrier_wait(k_empty(s), parity(j - kStages));
+      const u32 dk = sK + s * T::k_tile_bytes;
+      sm90::load_rows_swizzled<kProducers, T::block_n, kRowBytes, T::k_rows>(
+          dk, in.k + key0 * p.k_seq_stride, p.k_seq_stride * 2, p.seqlen_k - key0, kRowBytes, t);
+      if constexpr (kPasa) {  // 8 copies of the block's shift row r_j below the keys
+        constexpr int chunks = 8 * T::chunks_per_row;
+        const u16* r = shift + j * T::head_dim;
+        for (int c = t; c < chunks; c += kProducers)
+          sm80::cp_async_16(
+              dk + sm90::tile_offset<kRowBytes>(T::k_rows, T::shift_row + c / T::chunks_per_row,
+                                                c % T::chunks_per_row),
+              r + (c % T::chunks_per_row) * 8, true);
+      }
+      sm90::cp_async_arrive(k_full(s));
+      if (j >= kStages) sm90::mbarrier_wait(v_empty(s), parity(j - kStages));
+      sm90::load_rows_swizzled<kProducers, T::block_n, kRowBytes>(
+          sV + s * T::v_tile_bytes, in.v + key0 * p.v_seq_stride, p.v_seq_stride * 2,
+          p.seqlen_k - key0, kRowBytes, t);
+      sm90::cp_async_arrive(v_full(s));
+    }
+    sm80::cp_async_wait<0>();
+    return;
+  }
+
+  sm90::grow_registers<224>();
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int warp_row = warp * 16;
+  const int group = warp / 4;
+  const int group_row = group * 64;
+
+  float o[1][kOT][4];
+  float row_max[1][2];
+  float row_sum[1][2];
+  detail::clear_accumulators(o, row_max, row_sum);
+
+  // Q has landed: before GEMM I reads it, and before the epilogue stages O over it (a CTA whose
+  // rows see no key still had its Q copied, and the late copy overwrote the staged zeros).
+  sm90::mbarrier_wait(q_full, 0);
+  if (n_blocks > 0) {
+    // Warpgroup 0 takes the first turn.
+    if (group == 1) sm90::named_barrier_arrive(kTurn, kConsumers);
+
+    u32 pa[kST / 2][4];  // the previous block's P, GEMM II's A operand
+    // This block's S, then P (PASA: and the recovery q . r_j in FP32).
+    typename detail::ScoreTile<kPasa, kST>::type s;
+    [[maybe_unused]] float rc[4];
+    // One turn on the tensor cores: GEMM II of block j - 1 (PV), GEMM I of block j into s (QK);
+    // returns once both are done and their buffers released. Which MMAs run is fixed at compile
+    // time: a wgmma under a branch made ptxas serialise them all (C7520).
+    auto turn = [&](int j, auto pv, auto qk) {
+      using PV = decltype(pv);
+      using QK = decltype(qk);
+      if (QK::value) sm90::mbarrier_wait(k_full(j % kStages), parity(j));
+      if (PV::value) sm90::mbarrier_wait(v_full((j - 1) % kStages), parity(j - 1));
+      sm90::fence_async_shared();  // the producer's copies, seen by the tensor cores
+      sm90::named_barrier_sync(kTurn + group, kConsumers);
+      sm90::wgmma_fence();
+      if constexpr (PV::value) {
+        const u32 sVs = sV + ((j - 1) % kStages) * T::v_tile_bytes;
+#pragma unroll
+        for (int kc = 0; kc < kST / 2; ++kc)
+          sm90::wgmma_16bit_rs<kBf16>(reinterpret_cast<float(&)[kOT * 4]>(o[0]), pa[kc],
+                                      sm90::n_major_k_step_descriptor(sVs, T::block_n, kc));
+      }
+      if constexpr (QK::value) {
+        const u32 sKs = sK + (j % kStages) * T::k_tile_bytes;
+#pragma unroll
+        for (int ks = 0; ks < T::head_dim / 16; ++ks) {
+          const u64 qd = sm90::k_step_descriptor<kRowBytes>(sQ, T::block_m, group_row, ks);
+          const u64 kd = sm90::k_step_descriptor<kRowBytes>(sKs, T::k_rows, 0, ks);
+          if constexpr (kPasa) {
+            sm90::wgmma_f16acc_ss(reinterpret_cast<u32(&)[kST * 2]>(s), qd, kd, ks > 0);
+            sm90::wgmma_16bit_ss<false>(
+                rc, qd, sm90::k_step_descriptor<kRowBytes>(sKs, T::k_rows, T::shift_row, ks),
+                ks > 0);
+          } else {
+            sm90::wgmma_16bit_ss<kBf16>(reinterpret_cast<float(&)[kST * 4]>(s), qd, kd, ks > 0);
+          }
+        }
+      }
+      sm90::wgmma_commit();
+      // Pass the token; warpgroup 1 keeps it after its last turn (no turn of 0's is left).
+      if (group == 0 || QK::value) sm90::named_barrier_arrive(kTurn + 1 - group, kConsumers);
+      sm90::wgmma_wait<0>();
+      if (lane == 0) {
+        if (QK::value) sm90::mbarrier_arrive(k_empty(j % kStages));
+        if (PV::value) sm90::mbarrier_arrive(v_empty((j - 1) % kStages));
+      }
+    };
+
+    auto step = [&](int, const int j, auto masked) {
+      if (j == 0)
+        turn(j, detail::Bool<false>{}, detail::Bool<true>{});
+      else
+        turn(j, detail::Bool<true>{}, detail::Bool<true>{});
+      if constexpr (kPasa) {
+        pasa::wgmma_softmax<T, decltype(masked)::value>(p, s, rc, row0 + warp_row, j * T::block_n,
+                                                        lane, diag, row_max[0], row_sum[0], o[0],
+                                                        pa);
+      } else {
+        if (decltype(masked)::value)
+          detail::for_each_masked<1, kST, T::causal>(
+              row0 + warp_row, j * T::block_n, lane, p.seqlen_k, diag,
+              [&](int, int nt, int i) { s[nt][i] = neg_inf(); });
+        float rescale[2], block_sum[2];
+        detail::softmax_block(s, p.scale_log2, row_max[0], rescale, block_sum);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) row_sum[0][r] = row_sum[0][r] * rescale[r] + block_sum[r];
+#pragma unroll
+        for (int nt = 0; nt < kOT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) o[0][nt][i] *= rescale[i / 2];
+#pragma unroll
+        for (int kc = 0; kc < kST / 2; ++kc) {
+          pa[kc][0] = P::pack(s[2 * kc][0], s[2 * kc][1]);
+          pa[kc][1] = P::pack(s[2 * kc][2], s[2 * kc][3]);
+          pa[kc][2] = P::pack(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+          pa[kc][3] = P::pack(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+        }
+      }
+    };
+    detail::walk_key_blocks<T>(
+        p.seqlen_k, row0, diag, n_blocks, [](int b) { return b; }, step);
+    turn(n_blocks, detail::Bool<true>{}, detail::Bool<false>{});  // the last block's GEMM II
+  }
+
+  // Both warpgroups' MMAs are done before the epilogue stages O over the Q tile (warpgroup 1's
+  // rows reach past it into the first K buffer).
+  sm90::named_barrier_sync(kConsumersDone, kConsumers);
+  float l[1][2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) l[0][r] = quad_sum(row_sum[0][r]);
+  // PASA's running max is already the base-2 logit.
+  detail::store_output<T>(p, o, l, row_max, kPasa ? 1.f : p.scale_log2, batch, head, row0, warp_row,
+                          lane, sQ);
+}
+
+}  // namespace ftattn

@@ -1,0 +1,96 @@
+// The warp-specialised Hopper skeleton (kernel/fwd_ws_sm90.cuh): which configs take it, their
+// CTA (a producer warpgroup on top of num_warps) and shared memory, and what NVRTC and ptxas make
+// of the generated units.
+#include <catch2/catch.hpp>
+#include <string>
+
+#include "ftattn/codegen.hpp"
+#include "runtime/nvrtc_compiler.hpp"
+#include "tests/support/configs.hpp"
+
+using namespace ftattn;
+
+namespace {
+const Arch kSm90a{90, true};
+}
+
+TEST_CASE("warp_specialized: two consumer warpgroups of unprotected 16-bit tiles on sm_90a",
+          "[ws][codegen]") {
+  for (Precision p : {Precision::f16, Precision::bf16, Precision::f16_pasa})
+    for (int d : {64, 128}) {
+      const KernelConfig ws = test::tile_config(d, 128, 128, 8, 2, kSm90a, p);
+      INFO(ws.name());
+      CHECK(warp_specialized(ws));
+      CHECK(launch_threads(ws) == 8 * 32 + 128);
+      // One warpgroup: the plain wgmma skeleton, whose CTAs overlap each other instead.
+      const KernelConfig one = test::tile_config(d, 64, 128, 4, 2, kSm90a, p);
+      CHECK(uses_wgmma(one));
+      CHECK_FALSE(warp_specialized(one));
+      CHECK(launch_threads(one) == 128);
+      // Checksum schemes and fault-injection sites keep the skeletons they were built on.
+      KernelConfig checked = ws;
+      checked.protection = Protection::flash_abft;
+      CHECK_FALSE(warp_specialized(checked));
+      CHECK(launch_threads(checked) == 256);
+      KernelConfig injected = ws;
+      injected.fault_injection = true;
+      CHECK_FALSE(warp_specialized(injected));
+      // No warpgroup MMAs, no warp specialisation.
+      KernelConfig sm80 = ws;
+      sm80.arch = Arch{80, false};
+      CHECK_FALSE(warp_specialized(sm80));
+    }
+  for (Precision p : {Precision::int8, Precision::fp8_e4m3}) {
+    const KernelConfig q8 = test::tile_config(128, 128, 128, 8, 2, kSm90a, p);
+    CHECK(uses_wgmma(q8));
+    CHECK_FALSE(warp_specialized(q8));
+  }
+}
+
+TEST_CASE("warp_specialized: the mbarriers take 256 bytes after the tiles", "[ws][codegen]") {
+  // Q, two K and two V tiles of 128 rows x 256 bytes, the 1024 bytes that align the dynamic base,
+  // and the barriers; the generated unit asserts that its traits agree.
+  const KernelConfig ws = test::tile_config(128, 128, 128, 8, 2, kSm90a);
+  CHECK(ws.shared_memory_bytes() == 5 * 128 * 256 + 256 + 1024);
+  KernelConfig checked = ws;
+  checked.protection = Protection::efta_detect;  // 8 checksum rows per K tile, a V atom per key
+  CHECK(checked.shared_memory_bytes() ==
+        128 * 256 + 2 * ((128 + 8) * 256 + 128 * 256 + 128 * 128) + 1024);
+}
+
+TEST_CASE("warp_specialized units: producer and consumers, no spills, no serialised wgmma",
+          "[ws][codegen][nvrtc]") {
+  for (Precision p : {Precision::f16, Precision::bf16, Precision::f16_pasa})
+    for (int d : {64, 128})
+      for (int n : {64, 128})
+        for (Mask m : {Mask::none, Mask::causal}) {
+          const KernelConfig c = test::tile_config(d, 128, n, 8, 2, kSm90a, p, m);
+          REQUIRE(warp_specialized(c));
+          INFO(c.name());
+          const codegen::KernelSource src = codegen::generate(c);
+          CHECK(src.text.find("attention_fwd_ws_sm90<Traits>") != std::string::npos);
+          const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
+          // 384 threads; the producer gives registers up, the consumers take them.
+          CHECK(out.ptx.find(".maxntid 384, 1, 1") != std::string::npos);
+          CHECK(test::count(out.ptx, "setmaxnreg.dec.sync.aligned.u32") == 1);
+          CHECK(test::count(out.ptx, "setmaxnreg.inc.sync.aligned.u32") == 1);
+          // Copies arrive on mbarriers (Q, K, V); the consumers pass their turn by named barrier.
+          CHECK(test::count(out.ptx, "cp.async.mbarrier.arrive.noinc.shared::cta.b64") >= 3);
+          CHECK(test::count(out.ptx, "mbarrier.try_wait.parity") >= 3);
+          CHECK(test::count(out.ptx, "bar.arrive") >= 1);
+          // GEMM I in four copies (first block or not, masked or not), GEMM II in three (the last
+          // block's after the loop); PASA's recovery beside each GEMM I.
+          const std::string wgmma = "wgmma.mma_async.sync.aligned.m64n";
+          const std::string acc = p == Precision::f16_pasa ? "k16.f16.f16.f16" : "k16.f32.";
+          CHECK(test::count(out.ptx, wgmma + std::to_string(n) + acc) >= 4 * (d / 16));
+          CHECK(test::count(out.ptx, wgmma + std::to_string(d) + "k16.f32.") >= 3 * (n / 16));
+          if (p == Precision::f16_pasa)
+            CHECK(test::count(out.ptx, wgmma + "8k16.f32.f16.f16") == 4 * (d / 16));
+          CHECK(test::count(out.ptx, "mma.sync") == 0);
+          const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
+          CHECK(r.spill_stores == 0);
+          CHECK(r.spill_loads == 0);
+          CHECK(out.log.find("C751") == std::string::npos);  // wgmma serialised
+          CHECK(out.log.find("C752") == std::string::npos);  // e.g. C7520: under a branch
+        }
+}
