@@ -133,7 +133,8 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   // wgmma tiles won every head-dim-64 and -128 shape from the mma.sync ones: one warpgroup per CTA
   // and two stages; 128-key blocks at head dim 64 but for causal problems up to 1024 keys, 64 at
   // 128, with three stages there up to 512 keys (causal: 1024); at 16k keys and more, two
-  // warpgroups and three stages (causal with 128-key blocks).
+  // warpgroups and three stages (causal with 128-key blocks). Unprotected head dim 128 has since
+  // moved to the warp-specialised tile (below).
   // Flash-ABFT on it (its V checksum atom in shared memory, 30-40 more registers) takes two
   // warpgroups and three stages at head dim 128 at every length: on the H100 128 x 64 w8s3 ran
   // 2-5% faster than 64 x 64 w4s2 at 4k and 7-8% at 16k, both masks (abft_sm90_tiles.csv).
@@ -143,23 +144,31 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   // than 64 x 64 w4s2 (4k and 16k keys, both masks, both schemes; efta_wgmma_tiles.csv). At head
   // dim 64 it keeps the unprotected tile, 64 x 128 w4s2: 2-5% faster there than 128 x 128 w8s2,
   // 3-12% than 64 x 64 w4s2, 18-29% than 128 x 64 w8s2 (4k keys; efta_wgmma_tiles_d64.csv).
+  // Unprotected at head dim 128: the warp-specialised kernel (kernel/fwd_ws_sm90.cuh), 128 x 128,
+  // two stages: on the H100 at 4k-16k keys it ran 1.19-1.26x the fastest tile of the build before
+  // it without a mask and 1.08-1.15x causal (ws_tiles.csv), and `ftattn tune` chose it at every
+  // standard-grid shape but causal 512 keys, where 64 x 64 w4s3 stays (tune_*_d128_ws.csv). At
+  // head dim 64 it ran 7-12% slower than 64 x 128 w4s2 at 4k-8k keys (level at 16k), whose three
+  // CTAs per SM overlap their softmax as well.
   KernelConfig wgmma16 = c;
   const int keys = problem != nullptr ? problem->seqlen_k : 4096;
   const bool efta =
       c.protection == Protection::efta_detect || c.protection == Protection::efta_correct;
+  const bool ws_d128 = c.head_dim == 128 && c.protection == Protection::none &&
+                       !c.fault_injection && !(is_causal(c.mask) && keys <= 512);
   const bool long_d128 = c.head_dim == 128 && (keys >= 16384 || c.protection != Protection::none);
-  wgmma16.block_m = long_d128 ? 128 : 64;
-  wgmma16.num_warps = long_d128 ? 8 : 4;
+  wgmma16.block_m = long_d128 || ws_d128 ? 128 : 64;
+  wgmma16.num_warps = long_d128 || ws_d128 ? 8 : 4;
   if (open_n) {
     if (c.head_dim == 64)
       wgmma16.block_n = is_causal(c.mask) && keys <= 1024 ? 64 : 128;
     else
-      wgmma16.block_n = (keys >= 16384 && is_causal(c.mask)) || efta ? 128 : 64;
+      wgmma16.block_n = (keys >= 16384 && is_causal(c.mask)) || efta || ws_d128 ? 128 : 64;
   }
   if (open_s) {
     const bool short_d128 =
         c.head_dim == 128 && (keys <= 512 || (is_causal(c.mask) && keys <= 1024));
-    wgmma16.num_stages = (short_d128 || long_d128) && !efta ? 3 : 2;
+    wgmma16.num_stages = !ws_d128 && (short_d128 || long_d128) && !efta ? 3 : 2;
   }
   if (sixteen_bit && open_m && open_w && uses_wgmma(wgmma16)) c = wgmma16;
 

@@ -194,21 +194,32 @@ TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
   CHECK_FALSE(uses_wgmma(with_defaults(protected_128, kSm90)));
 
   // sm_90a, unprotected f16/bf16 at head dims 64 and 128: the wgmma skeleton's tiles (the H100's
-  // tune): 64 x 128 at 64 (64-key blocks causal up to 1024 keys), 64 x 64 at 128 (three stages up
-  // to 512 keys, causal 1024), two warpgroups and three stages from 16k keys.
+  // tune): 64 x 128 at 64 (64-key blocks causal up to 1024 keys); at 128 the warp-specialised
+  // 128 x 128 w8s2 at every length, but causal up to 512 keys: 64 x 64 w4s3.
   c = with_defaults(partial(128), kSm90a);
-  CHECK(c == make(128, 64, 64, 4, 2, kSm90a));
-  CHECK(uses_wgmma(c));
+  CHECK(c == make(128, 128, 128, 8, 2, kSm90a));
+  CHECK(warp_specialized(c));
+  CHECK(launch_threads(c) == 384);
   CHECK(with_defaults(partial(64), kSm90a) == make(64, 64, 128, 4, 2, kSm90a));
-  CHECK(with_defaults(partial(128), kSm90a, &keys_512) == make(128, 64, 64, 4, 3, kSm90a));
+  CHECK_FALSE(warp_specialized(with_defaults(partial(64), kSm90a)));
+  CHECK(with_defaults(partial(128), kSm90a, &keys_512) == make(128, 128, 128, 8, 2, kSm90a));
   const Problem keys_1k_128 = Problem::bhsd(1, 1, 1, 1024, 1024, 128);
   CHECK(with_defaults(partial(128), kSm90a, &keys_1k_128).num_stages == 2);
   masked.head_dim = 128;
-  CHECK(with_defaults(masked, kSm90a, &keys_1k_128).num_stages == 3);
+  CHECK(with_defaults(masked, kSm90a, &keys_512) == [&] {
+    auto e = make(128, 64, 64, 4, 3, kSm90a);
+    e.mask = Mask::causal;
+    return e;
+  }());
+  CHECK(with_defaults(masked, kSm90a, &keys_1k_128) == [&] {
+    auto e = make(128, 128, 128, 8, 2, kSm90a);
+    e.mask = Mask::causal;
+    return e;
+  }());
   const Problem keys_16k = Problem::bhsd(1, 1, 1, 16384, 16384, 128);
-  CHECK(with_defaults(partial(128), kSm90a, &keys_16k) == make(128, 128, 64, 8, 3, kSm90a));
+  CHECK(with_defaults(partial(128), kSm90a, &keys_16k) == make(128, 128, 128, 8, 2, kSm90a));
   CHECK(with_defaults(masked, kSm90a, &keys_16k) == [&] {
-    auto e = make(128, 128, 128, 8, 3, kSm90a);
+    auto e = make(128, 128, 128, 8, 2, kSm90a);
     e.mask = Mask::causal;
     return e;
   }());

@@ -87,7 +87,7 @@ bool contains(const std::string& haystack, const std::string& needle) {
 }
 
 // The default at head dim 128 on sm_90a: the wgmma skeleton (kernel/fwd_sm90.cuh).
-const std::string kName = "ftattn_fwd_sm90a_f16_d128_m64n64_w4s2_none_none";
+const std::string kName = "ftattn_fwd_sm90a_f16_d128_m128n128_w8s2_none_none";
 
 }  // namespace
 
@@ -163,7 +163,7 @@ TEST_CASE("cli: inspect shows name, resources, source and PTX", "[cli]") {
   CHECK(contains(r.out, kName));
   CHECK(contains(r.out, "registers"));
   CHECK(contains(r.out, "extern \"C\""));
-  CHECK(contains(r.out, "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"));
+  CHECK(contains(r.out, "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16"));
   CHECK(contains(r.out, "compiled in"));
 
   // The same kernel by canonical name: read from the cache this time; no flags: header and
@@ -284,7 +284,8 @@ TEST_CASE("cli: demo without a GPU compiles, inspects and says nothing ran", "[c
   CHECK(contains(r.out, "ftattn_fwd_sm80_f16_d128_"));
   CHECK(contains(r.out, "ftattn_fwd_sm90a_fp8-e4m3_d128_m64n128_w4s2_"));  // the wgmma skeleton
   CHECK(contains(r.out, "512 mma.sync and 0 wgmma instructions"));         // f16 on sm_80
-  CHECK(contains(r.out, "0 mma.sync and 24 wgmma instructions"));  // f16 on sm_90a, 2 x (8 + 4)
+  // f16 on sm_90a, warp-specialised: GEMM I in 4 copies x 8, GEMM II in 3 x 8.
+  CHECK(contains(r.out, "0 mma.sync and 56 wgmma instructions"));
   CHECK(contains(r.out, "0 mma.sync and 16 wgmma instructions"));  // fp8, 2 x (4 + 4)
   CHECK(contains(r.out,
                  "No GPU found: kernels were generated, compiled and inspected, but nothing was "
