@@ -6,6 +6,7 @@ outcomes. A CSV that is missing is skipped.
     python3 bench/plot_results.py bench/results/nvidia-h100
 """
 import csv
+import statistics
 import os
 import sys
 
@@ -114,6 +115,34 @@ def tile_sweep(folder, name):
     save(fig, folder, name + ".png")
 
 
+def build_ab_tiles(folder, name):
+    """Two builds on the same tiles (ws_tiles.csv: main against warp_specialized), TFLOP/s as the
+    median of the rounds, one panel per shape."""
+    data = rows(folder, name + ".csv")
+    if not data:
+        return
+    key = lambda r: (int(r["head_dim"]), r["causal"], int(r["seqlen"]))
+    shapes = sorted({key(r) for r in data})
+    builds = sorted({r["build"] for r in data})
+    fig, axes = plt.subplots(1, len(shapes), figsize=(2.6 * len(shapes), 3.8), squeeze=False,
+                             sharey=True)
+    for ax, shape in zip(axes[0], shapes):
+        sel = [r for r in data if key(r) == shape]
+        tiles = sorted({r["tile"] for r in sel})
+        width = 0.8 / len(builds)
+        for i, b in enumerate(builds):
+            ys = [statistics.median(float(r["tflops"]) for r in sel
+                                    if r["tile"] == t and r["build"] == b) for t in tiles]
+            ax.bar([x + i * width for x in range(len(tiles))], ys, width, label=b)
+        ax.set_xticks([x + width * (len(builds) - 1) / 2 for x in range(len(tiles))])
+        ax.set_xticklabels(tiles, rotation=60, fontsize=7)
+        d, causal, seqlen = shape
+        ax.set_title(f"d{d} s{seqlen} {'causal' if causal == '1' else 'none'}", fontsize=9)
+    axes[0][0].set_ylabel("TFLOP/s")
+    axes[0][0].legend(fontsize=7)
+    save(fig, folder, name + ".png")
+
+
 def llvm_campaign(folder):
     data = (rows(folder, "llvm_campaign.csv") or []) + (rows(folder, "llvm_campaign_mma.csv") or [])
     if not data:
@@ -150,6 +179,10 @@ def main():
     speed_vs_f16(folder, "pasa_speed")
     speed_vs_f16(folder, "pasa_wgmma_speed")
     speed_vs_f16(folder, "precision_speed", goals=(1.5, 1.6))
+    speed_vs_f16(folder, "precision_speed_ws", goals=(1.5, 1.6))
+    speed_vs_f16(folder, "pasa_ws_speed")
+    protect_overhead(folder, "protect_overhead_ws")
+    build_ab_tiles(folder, "ws_tiles")
     tile_sweep(folder, "q8_tiles")
     tile_sweep(folder, "pasa_tiles")
     tile_sweep(folder, "pasa_wgmma_tiles")
