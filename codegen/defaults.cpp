@@ -146,8 +146,9 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   // 3-12% than 64 x 64 w4s2, 18-29% than 128 x 64 w8s2 (4k keys; efta_wgmma_tiles_d64.csv).
   // Unprotected at head dim 128: the warp-specialised kernel (kernel/fwd_ws_sm90.cuh), 128 x 128,
   // two stages: on the H100 at 4k-16k keys it ran 1.19-1.26x the fastest tile of the build before
-  // it without a mask and 1.08-1.15x causal (ws_tiles.csv), and `ftattn tune` chose it at every
-  // standard-grid shape but causal 512 keys, where 64 x 64 w4s3 stays (tune_*_d128_ws.csv). At
+  // it without a mask and 1.08-1.15x causal (ws_tiles.csv), and `ftattn tune` chose it (or w8s3,
+  // by 0.6% at most) at every standard-grid shape but causal 512 keys, where 64 x 64 w4s3 stays
+  // (tune_*_d128_ws.csv). At
   // head dim 64 it ran 7-12% slower than 64 x 128 w4s2 at 4k-8k keys (level at 16k), whose three
   // CTAs per SM overlap their softmax as well.
   KernelConfig wgmma16 = c;
