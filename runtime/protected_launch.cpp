@@ -117,7 +117,9 @@ void ProtectedLauncher::prepare(CUfunction prologue, const KernelConfig& config,
   launch(prologue,
          Dim3{static_cast<unsigned>(w.n_blocks), static_cast<unsigned>(problem.heads_kv),
               static_cast<unsigned>(problem.batch)},
-         Dim3{static_cast<unsigned>(launch_threads(config)), 1, 1}, 0, stream, args);
+         // The prologue's CTA is num_warps warps (Traits::threads), also where the attention
+         // kernel's has a producer warpgroup on top.
+         Dim3{static_cast<unsigned>(32 * config.num_warps), 1, 1}, 0, stream, args);
 }
 
 void ProtectedLauncher::set_tiles(AttentionParams& params, const std::vector<int>& tiles) {

@@ -104,7 +104,10 @@ TEST_CASE("Flash-ABFT on the wgmma skeleton: GEMM II carries the checksum tile",
           const std::string type = p == Precision::bf16 ? "bf16.bf16" : "f16.f16";
           const std::string gemm2 =
               "wgmma.mma_async.sync.aligned.m64n" + std::to_string(d + 8) + "k16.f32." + type;
-          CHECK(count(out.ptx, gemm2) == 2 * (c.block_n / 16));
+          // Masked and unmasked steps; warp-specialised (two warpgroups, no injection sites):
+          // the loop's two turns and the last block's after it.
+          CHECK(count(out.ptx, gemm2) == (warp_specialized(c) ? 3 : 2) * (c.block_n / 16));
+          CHECK(warp_specialized(c) == (c.num_warps == 8 && !inject));
           CHECK(count(out.ptx, "mma.sync") == 0);
           CHECK(out.ptx.find("atom.global") != std::string::npos);  // the fault log
           CHECK(runtime::parse_ptxas_log(out.log, src.symbol).spill_stores == 0);

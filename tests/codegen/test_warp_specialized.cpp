@@ -27,12 +27,20 @@ TEST_CASE("warp_specialized: two consumer warpgroups of unprotected 16-bit tiles
       CHECK(uses_wgmma(one));
       CHECK_FALSE(warp_specialized(one));
       CHECK(launch_threads(one) == 128);
-      // Checksum schemes and fault-injection sites keep the skeletons they were built on.
+      // Flash-ABFT (a checksum tile in GEMM II) runs on it; EFTA's checks and fault-injection
+      // sites keep the skeletons they were built on.
+      if (p != Precision::f16_pasa) {  // protected PASA runs the mma.sync skeleton
+        KernelConfig abft = ws;
+        abft.protection = Protection::flash_abft;
+        CHECK(warp_specialized(abft));
+        CHECK(launch_threads(abft) == 384);
+      }
       KernelConfig checked = ws;
-      checked.protection = Protection::flash_abft;
+      checked.protection = Protection::efta_detect;
       CHECK_FALSE(warp_specialized(checked));
       CHECK(launch_threads(checked) == 256);
       KernelConfig injected = ws;
+      injected.protection = p == Precision::f16_pasa ? Protection::none : Protection::flash_abft;
       injected.fault_injection = true;
       CHECK_FALSE(warp_specialized(injected));
       // No warpgroup MMAs, no warp specialisation.
@@ -60,6 +68,25 @@ TEST_CASE("warp_specialized: the mbarriers take 256 bytes after the tiles", "[ws
 
 TEST_CASE("warp_specialized units: producer and consumers, no spills, no serialised wgmma",
           "[ws][codegen][nvrtc]") {
+  // Flash-ABFT: the V checksum chunks among the producer's copies, GEMM II one n8 tile wider
+  // (m64n{head_dim + 8}), the end-of-row check.
+  for (int d : {64, 128})
+    for (Mask m : {Mask::none, Mask::causal}) {
+      const KernelConfig c =
+          test::tile_config(d, 128, 64, 8, 3, kSm90a, Precision::f16, m, Protection::flash_abft);
+      REQUIRE(warp_specialized(c));
+      INFO(c.name());
+      const codegen::KernelSource src = codegen::generate(c);
+      const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
+      CHECK(out.ptx.find(".maxntid 384, 1, 1") != std::string::npos);
+      CHECK(test::count(out.ptx, "wgmma.mma_async.sync.aligned.m64n" + std::to_string(d + 8) +
+                                     "k16.f32.") == 3 * (64 / 16));
+      CHECK(test::count(out.ptx, "mma.sync") == 0);
+      const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
+      CHECK(r.spill_stores == 0);
+      CHECK(out.log.find("C751") == std::string::npos);
+      CHECK(out.log.find("C752") == std::string::npos);
+    }
   for (Precision p : {Precision::f16, Precision::bf16, Precision::f16_pasa})
     for (int d : {64, 128})
       for (int n : {64, 128})

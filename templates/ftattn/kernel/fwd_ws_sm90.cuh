@@ -1,7 +1,8 @@
-// Warp-specialised forward on Hopper (sm_90a), unprotected, 128-row tiles: the tiles, MMAs and
-// softmax of fwd_sm90.cuh (f16, bf16) and fwd_pasa_sm90.cuh (f16_pasa: FP16 scores, the
-// recovery MMA against the shift rows below the keys, PASA's softmax), scheduled the way
-// FlashAttention-3 schedules them.
+// Warp-specialised forward on Hopper (sm_90a), 128-row tiles: the tiles, MMAs and softmax of
+// fwd_sm90.cuh (f16, bf16, unprotected or Flash-ABFT: its checksum atom in each V tile and
+// GEMM II's extra n8 tile, checked at the end of the row) and fwd_pasa_sm90.cuh (f16_pasa: FP16
+// scores, the recovery MMA against the shift rows below the keys, PASA's softmax), scheduled the
+// way FlashAttention-3 schedules them.
 //
 //   producer   warpgroup 2 (threads 256-383, 56 registers each) copies Q once and then every key
 //              block's K and V tiles by cp.async into their own rings of num_stages buffers; the
@@ -40,12 +41,14 @@ struct ScoreTile<true, kST> {
 
 template <class T>
 __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) {
-  static_assert(T::warp_specialized && T::num_warps == 8, "two consumer warpgroups, unprotected");
+  static_assert(T::warp_specialized && T::num_warps == 8,
+                "two consumer warpgroups, unprotected or Flash-ABFT");
   using P = typename T::Precision;
   constexpr bool kBf16 = protect::IsBf16<P>::value;
   constexpr bool kPasa = P::pasa;
   constexpr int kST = T::s_tiles;
   constexpr int kOT = T::o_tiles;
+  constexpr int kCT = T::checksum_tiles;  // Flash-ABFT: GEMM II's checksum tile
   constexpr int kStages = T::num_stages;
   constexpr int kRowBytes = T::row_bytes;
   constexpr int kConsumers = T::threads;  // 256
@@ -84,6 +87,12 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
   const int diag = p.seqlen_k - p.seqlen_q;  // bottom-right causal alignment
   const int n_blocks = detail::key_blocks<T>(p, row0, diag);
   const detail::HeadOperands in = detail::head_operands(p, batch, head, head_kv, row0);
+  // Flash-ABFT: this KV head's V checksum chunks and maxima (protect/workspace.cuh).
+  using Protect = typename T::Protect;
+  const ChecksumWorkspace cs = checksum_workspace(p.batch, p.heads_kv, p.seqlen_k, T::head_dim,
+                                                  T::block_n, Protect::k_atoms, Protect::v_atoms);
+  const long long cs_head = static_cast<long long>(batch) * p.heads_kv + head_kv;
+  const unsigned char* cs_base = static_cast<const unsigned char*>(p.checksums);
   // f16_pasa: in.k is the shifted keys K' (the shift kernel's output), `shift` this KV head's r_j.
   [[maybe_unused]] const u16* shift = nullptr;
   if constexpr (kPasa) {
@@ -120,9 +129,15 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
       }
       sm90::cp_async_arrive(k_full(s));
       if (j >= kStages) sm90::mbarrier_wait(v_empty(s), parity(j - kStages));
+      const u32 dv = sV + s * T::v_tile_bytes;
       sm90::load_rows_swizzled<kProducers, T::block_n, kRowBytes>(
-          sV + s * T::v_tile_bytes, in.v + key0 * p.v_seq_stride, p.v_seq_stride * 2,
-          p.seqlen_k - key0, kRowBytes, t);
+          dv, in.v + key0 * p.v_seq_stride, p.v_seq_stride * 2, p.seqlen_k - key0, kRowBytes, t);
+      if constexpr (kCT > 0) {  // each key's checksum chunk, in an atom after its head_dim ones
+        const unsigned char* src = cs_base + cs_head * cs.v_per_head + key0 * 16ll * kCT;
+        for (int c = t; c < T::block_n * kCT; c += kProducers)
+          sm80::cp_async_16(dv + T::kv_tile_bytes + sm90::swizzled_offset<128>(c / kCT, c % kCT),
+                            src + c * 16, true);
+      }
       sm90::cp_async_arrive(v_full(s));
     }
     sm80::cp_async_wait<0>();
@@ -136,10 +151,12 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
   const int group = warp / 4;
   const int group_row = group * 64;
 
-  float o[1][kOT][4];
+  // O, then (Flash-ABFT) its checksum tile: one accumulator array for GEMM II's wgmma.
+  float acc[1][kOT + kCT][4];
   float row_max[1][2];
   float row_sum[1][2];
-  detail::clear_accumulators(o, row_max, row_sum);
+  detail::clear_accumulators(acc, row_max, row_sum);
+  auto& o = reinterpret_cast<float(&)[1][kOT][4]>(acc);
 
   // Q has landed: before GEMM I reads it, and before the epilogue stages O over it (a CTA whose
   // rows see no key still had its Q copied, and the late copy overwrote the staged zeros).
@@ -167,7 +184,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
         const u32 sVs = sV + ((j - 1) % kStages) * T::v_tile_bytes;
 #pragma unroll
         for (int kc = 0; kc < kST / 2; ++kc)
-          sm90::wgmma_16bit_rs<kBf16>(reinterpret_cast<float(&)[kOT * 4]>(o[0]), pa[kc],
+          sm90::wgmma_16bit_rs<kBf16>(reinterpret_cast<float(&)[(kOT + kCT) * 4]>(acc[0]), pa[kc],
                                       sm90::n_major_k_step_descriptor(sVs, T::block_n, kc));
       }
       if constexpr (QK::value) {
@@ -215,9 +232,9 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
 #pragma unroll
         for (int r = 0; r < 2; ++r) row_sum[0][r] = row_sum[0][r] * rescale[r] + block_sum[r];
 #pragma unroll
-        for (int nt = 0; nt < kOT; ++nt)
+        for (int nt = 0; nt < kOT + kCT; ++nt)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) o[0][nt][i] *= rescale[i / 2];
+          for (int i = 0; i < 4; ++i) acc[0][nt][i] *= rescale[i / 2];
 #pragma unroll
         for (int kc = 0; kc < kST / 2; ++kc) {
           pa[kc][0] = P::pack(s[2 * kc][0], s[2 * kc][1]);
@@ -238,6 +255,12 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
   float l[1][2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) l[0][r] = quad_sum(row_sum[0][r]);
+  if constexpr (kCT > 0)  // Flash-ABFT's end-of-row check, log and recompute list (fwd_sm80.cuh)
+    detail::check_output<T>(p, o, reinterpret_cast<const float(&)[1][kCT][4]>(acc[0][kOT]), l,
+                            reinterpret_cast<const float*>(cs_base + cs.vmax_offset +
+                                                           cs_head * cs.vmax_per_head)[lane % 4],
+                            n_blocks, batch, head, lane,
+                            [&](int, int r) { return row0 + warp_row + lane / 4 + r * 8; });
   // PASA's running max is already the base-2 logit.
   detail::store_output<T>(p, o, l, row_max, kPasa ? 1.f : p.scale_log2, batch, head, row0, warp_row,
                           lane, sQ);
