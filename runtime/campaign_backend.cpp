@@ -12,10 +12,6 @@ class SourceBackend final : public TrialBackend {
                 const reference::Tensor16& q, const reference::Tensor16& k,
                 const reference::Tensor16& v, OnFault on_fault, const Thresholds& thresholds)
       : rt_(rt), config_(config), problem_(problem), on_fault_(on_fault), thresholds_(thresholds) {
-    if (!config.fault_injection && config.ir_inject == IrClass::none)
-      throw ConfigError(
-          "the campaign backend needs a config with injection points: fault_injection (source "
-          "sites) or ir_inject (LLVM route, site ir)");
     auto upload = [](const reference::Tensor16& t) {
       runtime::DeviceBuffer b(t.data.size() * sizeof(uint16_t));
       b.upload(t.data.data(), b.bytes());
@@ -32,6 +28,11 @@ class SourceBackend final : public TrialBackend {
   }
 
   FaultReport run(const std::optional<FaultPlan>& plan, std::vector<float>& output) override {
+    // Without injection points the backend runs the production kernel, clean runs only.
+    if (plan && !config_.fault_injection && config_.ir_inject == IrClass::none)
+      throw ConfigError(
+          "a fault plan needs a config with injection points: fault_injection (source sites) or "
+          "ir_inject (LLVM route, site ir); without them the campaign backend runs clean only");
     ProtectOptions protect;
     protect.on_fault = on_fault_;
     protect.thresholds = thresholds_;

@@ -149,7 +149,8 @@ class TrialBackend {
 
 // The source-level backend: Runtime::attention on inputs uploaded once, the plan passed as
 // ProtectOptions::inject (the config must have fault_injection, or ir_inject for FaultSite::ir:
-// see campaign_ir.hpp), a readback of the output per trial. `config` is complete.
+// see campaign_ir.hpp), a readback of the output per trial. `config` is complete. A config
+// without injection points (the production kernel) runs clean trials only: a plan is refused.
 std::unique_ptr<TrialBackend> source_backend(Runtime& runtime, const KernelConfig& config,
                                              const Problem& problem, const reference::Tensor16& q,
                                              const reference::Tensor16& k,

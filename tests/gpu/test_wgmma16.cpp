@@ -3,7 +3,9 @@
 #include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <random>
 
+#include "ftattn/campaign.hpp"
 #include "ftattn/runtime.hpp"
 #include "tests/gpu/attention_case.hpp"
 
@@ -112,6 +114,37 @@ TEST_CASE("f16 and bf16 on Hopper: the warp-specialised skeleton on long and rag
             CHECK(a.report.passed);
             CHECK(a.report.rel_l2_error <= (prec == Precision::bf16 ? 6e-3 : 6e-4));
           }
+}
+
+TEST_CASE("Flash-ABFT warp-specialised: no false alarm on the five distributions, long runs",
+          "[gpu][wgmma16][ws][protect]") {
+  Runtime& rt = wgmma_runtime();
+  if (!on_sm90a(rt)) return;
+  // The checksum tile rides in the consumers' GEMM II as on the one-warpgroup kernel; its V
+  // chunks come with the producer's copies. Clean runs over the campaign's five distributions
+  // (PASA's biased and hybrid ones included) raise no alarm, and long runs pass the reference.
+  const Problem pr = Problem::bhsd(1, 4, 4, 1024, 1024, 128);
+  for (Precision prec : {Precision::f16, Precision::bf16})
+    for (auto [n, st] : std::vector<std::array<int, 2>>{{64, 3}, {128, 2}})
+      for (Mask mask : {Mask::none, Mask::causal}) {
+        KernelConfig c;
+        c.head_dim = 128, c.precision = prec, c.mask = mask, c.protection = Protection::flash_abft;
+        c.block_m = 128, c.block_n = n, c.num_warps = 8, c.num_stages = st;
+        c.arch = rt.device_arch();
+        REQUIRE(warp_specialized(c));
+        for (campaign::Distribution dist : campaign::kDistributions) {
+          std::mt19937_64 rng(17);
+          auto q = campaign::random_tensor(dist, rng, prec, pr.q, 1, 4, 1024, 128);
+          auto k = campaign::random_tensor(dist, rng, prec, pr.k, 1, 4, 1024, 128);
+          auto v = campaign::random_tensor(dist, rng, prec, pr.v, 1, 4, 1024, 128);
+          auto backend = campaign::source_backend(rt, c, pr, q, k, v, OnFault::report);
+          std::vector<float> out;
+          const FaultReport r = backend->run(std::nullopt, out);
+          INFO(c.name() << " " << campaign::to_string(dist) << ": " << r.summary());
+          CHECK(r.clean());
+        }
+        gpu_test::check_clean_protected(rt, c, Problem::bhsd(2, 8, 2, 2048, 2048, 128), 23 + n);
+      }
 }
 
 TEST_CASE("the wgmma skeleton through Runtime::attention's defaults", "[gpu][wgmma16]") {
