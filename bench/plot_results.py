@@ -182,6 +182,8 @@ def main():
     speed_vs_f16(folder, "precision_speed_ws", goals=(1.5, 1.6))
     speed_vs_f16(folder, "pasa_ws_speed")
     protect_overhead(folder, "protect_overhead_ws")
+    protect_overhead(folder, "protect_overhead_abft_ws", schemes=("flash_abft",))
+    tile_sweep(folder, "abft_ws_tiles")
     build_ab_tiles(folder, "ws_tiles")
     tile_sweep(folder, "q8_tiles")
     tile_sweep(folder, "pasa_tiles")
