@@ -73,13 +73,7 @@ __device__ __forceinline__ void attention_fwd_pasa_sm90(const AttentionParams& p
     const u32 dk = sK + stage * T::k_tile_bytes;
     sm90::load_rows_swizzled<T::threads, T::block_n, kRowBytes, T::k_rows>(
         dk, k + key0 * p.k_seq_stride, p.k_seq_stride * 2, p.seqlen_k - key0, kRowBytes);
-    constexpr int chunks = 8 * T::chunks_per_row;
-    const u16* r = shift + n_block * T::head_dim;
-    for (int c = threadIdx.x; c < chunks; c += T::threads)
-      sm80::cp_async_16(
-          dk + sm90::tile_offset<kRowBytes>(T::k_rows, T::shift_row + c / T::chunks_per_row,
-                                            c % T::chunks_per_row),
-          r + (c % T::chunks_per_row) * 8, true);
+    detail::load_shift_rows<T, T::threads>(dk, shift + n_block * T::head_dim, threadIdx.x);
     sm90::load_rows_swizzled<T::threads, T::block_n, kRowBytes>(
         sV + stage * T::v_tile_bytes, v + key0 * p.v_seq_stride, p.v_seq_stride * 2,
         p.seqlen_k - key0, kRowBytes);

@@ -160,6 +160,28 @@ __device__ __forceinline__ float weighted_score_checksum(u32 sQ, u32 sKs, int q_
   return sum;
 }
 
+// Copies (cp.async, 16-byte chunks) by `Threads` threads, `thread` the caller's index among them;
+// the caller commits the group or arrives on its barrier. f16_pasa: 8 copies of the block's shift
+// row `r` below the keys of the K tile at `dk` (FwdWgmmaTraits::shift_row). Checksum schemes: each
+// key's checksum chunks `src` in the atom after its head_dim ones in the V tile at `dv`.
+template <class T, int Threads>
+__device__ __forceinline__ void load_shift_rows(u32 dk, const u16* r, int thread) {
+  constexpr int chunks = 8 * T::chunks_per_row;
+  for (int c = thread; c < chunks; c += Threads)
+    sm80::cp_async_16(
+        dk + sm90::tile_offset<T::row_bytes>(T::k_rows, T::shift_row + c / T::chunks_per_row,
+                                             c % T::chunks_per_row),
+        r + (c % T::chunks_per_row) * 8, true);
+}
+template <class T, int Threads>
+__device__ __forceinline__ void load_v_checksum_chunks(u32 dv, const unsigned char* src,
+                                                       int thread) {
+  constexpr int kCT = T::checksum_tiles;
+  for (int c = thread; c < T::block_n * kCT; c += Threads)
+    sm80::cp_async_16(dv + T::kv_tile_bytes + sm90::swizzled_offset<128>(c / kCT, c % kCT),
+                      src + c * 16, true);
+}
+
 }  // namespace detail
 
 template <class T>
@@ -225,10 +247,8 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
     sm90::load_rows_swizzled<T::threads, T::block_n, kRowBytes>(
         dv, v + key0 * p.v_seq_stride, p.v_seq_stride * 2, p.seqlen_k - key0, kRowBytes);
     if constexpr (kCT > 0) {
-      const unsigned char* src = cs_base + cs_head * cs.v_per_head + key0 * 16ll * kCT;
-      for (int c = threadIdx.x; c < T::block_n * kCT; c += T::threads)
-        sm80::cp_async_16(dv + T::kv_tile_bytes + sm90::swizzled_offset<128>(c / kCT, c % kCT),
-                          src + c * 16, true);
+      detail::load_v_checksum_chunks<T, T::threads>(
+          dv, cs_base + cs_head * cs.v_per_head + key0 * 16ll * kCT, threadIdx.x);
     }
     sm80::cp_async_commit();
   };

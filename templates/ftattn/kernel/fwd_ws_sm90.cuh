@@ -118,26 +118,16 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
       const u32 dk = sK + s * T::k_tile_bytes;
       sm90::load_rows_swizzled<kProducers, T::block_n, kRowBytes, T::k_rows>(
           dk, in.k + key0 * p.k_seq_stride, p.k_seq_stride * 2, p.seqlen_k - key0, kRowBytes, t);
-      if constexpr (kPasa) {  // 8 copies of the block's shift row r_j below the keys
-        constexpr int chunks = 8 * T::chunks_per_row;
-        const u16* r = shift + j * T::head_dim;
-        for (int c = t; c < chunks; c += kProducers)
-          sm80::cp_async_16(
-              dk + sm90::tile_offset<kRowBytes>(T::k_rows, T::shift_row + c / T::chunks_per_row,
-                                                c % T::chunks_per_row),
-              r + (c % T::chunks_per_row) * 8, true);
-      }
+      if constexpr (kPasa)  // 8 copies of the block's shift row r_j below the keys
+        detail::load_shift_rows<T, kProducers>(dk, shift + j * T::head_dim, t);
       sm90::cp_async_arrive(k_full(s));
       if (j >= kStages) sm90::mbarrier_wait(v_empty(s), parity(j - kStages));
       const u32 dv = sV + s * T::v_tile_bytes;
       sm90::load_rows_swizzled<kProducers, T::block_n, kRowBytes>(
           dv, in.v + key0 * p.v_seq_stride, p.v_seq_stride * 2, p.seqlen_k - key0, kRowBytes, t);
-      if constexpr (kCT > 0) {  // each key's checksum chunk, in an atom after its head_dim ones
-        const unsigned char* src = cs_base + cs_head * cs.v_per_head + key0 * 16ll * kCT;
-        for (int c = t; c < T::block_n * kCT; c += kProducers)
-          sm80::cp_async_16(dv + T::kv_tile_bytes + sm90::swizzled_offset<128>(c / kCT, c % kCT),
-                            src + c * 16, true);
-      }
+      if constexpr (kCT > 0)  // each key's checksum chunk, in an atom after its head_dim ones
+        detail::load_v_checksum_chunks<T, kProducers>(
+            dv, cs_base + cs_head * cs.v_per_head + key0 * 16ll * kCT, t);
       sm90::cp_async_arrive(v_full(s));
     }
     sm80::cp_async_wait<0>();
