@@ -22,6 +22,7 @@
 #include "ftattn/arch/sm90/barriers.cuh"
 #include "ftattn/arch/sm90/tile_load.cuh"
 #include "ftattn/arch/sm90/wgmma.cuh"
+#include "ftattn/arch/sm90/ws_pipeline.cuh"
 #include "ftattn/kernel/fwd_pasa_sm80.cuh"
 #include "ftattn/kernel/fwd_sm90.cuh"
 
@@ -53,31 +54,16 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
   constexpr int kRowBytes = T::row_bytes;
   constexpr int kConsumers = T::threads;  // 256
   constexpr int kProducers = 128;
-  // Named barriers: consumer warpgroup g waits on kTurn + g for its turn on the tensor cores.
-  constexpr int kTurn = 1;
-  constexpr int kConsumersDone = 3;
+  constexpr int kConsumersDone = 3;  // named barriers 1 and 2 pass the turn
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const u32 sQ = (sm80::smem_addr(smem_raw) + 1023u) & ~1023u;
   const u32 sK = sQ + T::q_bytes;
   const u32 sV = sK + kStages * T::k_tile_bytes;
-  // mbarriers (8 bytes each): Q full, then per stage K full, K empty, V full, V empty.
-  const u32 bars = sQ + T::tiles_bytes;
-  const u32 q_full = bars;
-  auto k_full = [&](int s) { return bars + 8 * (1 + 4 * s); };
-  auto k_empty = [&](int s) { return bars + 8 * (2 + 4 * s); };
-  auto v_full = [&](int s) { return bars + 8 * (3 + 4 * s); };
-  auto v_empty = [&](int s) { return bars + 8 * (4 + 4 * s); };
-
-  if (threadIdx.x == 0) {
-    sm90::mbarrier_init(q_full, kProducers);
-    for (int s = 0; s < kStages; ++s) {
-      sm90::mbarrier_init(k_full(s), kProducers);
-      sm90::mbarrier_init(v_full(s), kProducers);
-      sm90::mbarrier_init(k_empty(s), T::num_warps);  // one arrival per consumer warp
-      sm90::mbarrier_init(v_empty(s), T::num_warps);
-    }
-  }
+  using Pipeline = sm90::WsPipeline<kStages, kProducers, T::num_warps>;
+  static_assert(Pipeline::barrier_bytes <= T::barrier_bytes, "the mbarriers follow the tiles");
+  const Pipeline pipe{sQ + T::tiles_bytes};
+  if (threadIdx.x == 0) pipe.init();
   __syncthreads();
 
   int m_block, head, batch;
@@ -101,34 +87,31 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
             (static_cast<i64>(batch) * p.heads_kv + head_kv) * n_blocks_all * T::head_dim;
   }
 
-  // Block j lives in buffer j % kStages; its n-th use of that buffer waits for phase parity n % 2.
-  auto parity = [](int j) { return static_cast<u32>((j / kStages) & 1); };
-
   if (threadIdx.x >= kConsumers) {
     // Producer: only copies, so it hands its registers to the consumers.
     sm90::shrink_registers<56>();
     const int t = threadIdx.x - kConsumers;
     sm90::load_rows_swizzled<kProducers, T::block_m, kRowBytes>(sQ, in.q, p.q_seq_stride * 2,
                                                                 p.seqlen_q - row0, kRowBytes, t);
-    sm90::cp_async_arrive(q_full);
+    sm90::cp_async_arrive(pipe.q_full());
     for (int j = 0; j < n_blocks; ++j) {
       const int s = j % kStages;
       const int key0 = j * T::block_n;
-      if (j >= kStages) sm90::mbarrier_wait(k_empty(s), parity(j - kStages));
+      pipe.acquire_k(j);
       const u32 dk = sK + s * T::k_tile_bytes;
       sm90::load_rows_swizzled<kProducers, T::block_n, kRowBytes, T::k_rows>(
           dk, in.k + key0 * p.k_seq_stride, p.k_seq_stride * 2, p.seqlen_k - key0, kRowBytes, t);
       if constexpr (kPasa)  // 8 copies of the block's shift row r_j below the keys
         detail::load_shift_rows<T, kProducers>(dk, shift + j * T::head_dim, t);
-      sm90::cp_async_arrive(k_full(s));
-      if (j >= kStages) sm90::mbarrier_wait(v_empty(s), parity(j - kStages));
+      pipe.commit_k(j);
+      pipe.acquire_v(j);
       const u32 dv = sV + s * T::v_tile_bytes;
       sm90::load_rows_swizzled<kProducers, T::block_n, kRowBytes>(
           dv, in.v + key0 * p.v_seq_stride, p.v_seq_stride * 2, p.seqlen_k - key0, kRowBytes, t);
       if constexpr (kCT > 0)  // each key's checksum chunk, in an atom after its head_dim ones
         detail::load_v_checksum_chunks<T, kProducers>(
             dv, cs_base + cs_head * cs.v_per_head + key0 * 16ll * kCT, t);
-      sm90::cp_async_arrive(v_full(s));
+      pipe.commit_v(j);
     }
     sm80::cp_async_wait<0>();
     return;
@@ -150,10 +133,10 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
 
   // Q has landed: before GEMM I reads it, and before the epilogue stages O over it (a CTA whose
   // rows see no key still had its Q copied, and the late copy overwrote the staged zeros).
-  sm90::mbarrier_wait(q_full, 0);
+  sm90::mbarrier_wait(pipe.q_full(), 0);
   if (n_blocks > 0) {
-    // Warpgroup 0 takes the first turn.
-    if (group == 1) sm90::named_barrier_arrive(kTurn, kConsumers);
+    const sm90::TurnToken<1, kConsumers> token{group};
+    token.start();  // warpgroup 0 goes first
 
     u32 pa[kST / 2][4];  // the previous block's P, GEMM II's A operand
     // This block's S, then P (PASA: and the recovery q . r_j in FP32).
@@ -165,10 +148,10 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
     auto turn = [&](int j, auto pv, auto qk) {
       using PV = decltype(pv);
       using QK = decltype(qk);
-      if (QK::value) sm90::mbarrier_wait(k_full(j % kStages), parity(j));
-      if (PV::value) sm90::mbarrier_wait(v_full((j - 1) % kStages), parity(j - 1));
+      if (QK::value) pipe.wait_k(j);
+      if (PV::value) pipe.wait_v(j - 1);
       sm90::fence_async_shared();  // the producer's copies, seen by the tensor cores
-      sm90::named_barrier_sync(kTurn + group, kConsumers);
+      token.wait();
       sm90::wgmma_fence();
       if constexpr (PV::value) {
         const u32 sVs = sV + ((j - 1) % kStages) * T::v_tile_bytes;
@@ -194,12 +177,11 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
         }
       }
       sm90::wgmma_commit();
-      // Pass the token; warpgroup 1 keeps it after its last turn (no turn of 0's is left).
-      if (group == 0 || QK::value) sm90::named_barrier_arrive(kTurn + 1 - group, kConsumers);
+      token.pass(/*last=*/!QK::value);  // the last turn has no GEMM I
       sm90::wgmma_wait<0>();
       if (lane == 0) {
-        if (QK::value) sm90::mbarrier_arrive(k_empty(j % kStages));
-        if (PV::value) sm90::mbarrier_arrive(v_empty((j - 1) % kStages));
+        if (QK::value) pipe.release_k(j);
+        if (PV::value) pipe.release_v(j - 1);
       }
     };
 
