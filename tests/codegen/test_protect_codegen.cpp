@@ -117,9 +117,12 @@ TEST_CASE("Flash-ABFT on the wgmma skeleton: GEMM II carries the checksum tile",
 TEST_CASE("EFTA on the wgmma skeleton: GEMM I and II carry the checksum tiles",
           "[codegen][protect][nvrtc]") {
   // sm_90a, head dims 64 and 128, both masks: GEMM I is one m64n{block_n + 8}k16 wgmma per k16
-  // step (the S checksum tile below the keys), GEMM II one m64n{d + 8 * v_atoms}k16 per 16 keys;
-  // no mma.sync, nothing spills, and no wgmma is serialised (C7511: a shuffle of an accumulator
-  // register in the epilogue did that to efta_detect).
+  // step (the S checksum tile below the keys), GEMM II one m64n{d + 8 * v_atoms}k16 per 16 keys,
+  // in the masked and unmasked steps (warp-specialised, the head dim 128 defaults: GEMM I in four
+  // turns, first block or not, GEMM II in three, the last block's after the loop); no mma.sync,
+  // no wgmma is serialised (C7511: a shuffle of an accumulator register in the epilogue did that
+  // to efta_detect), and nothing spills but 4 bytes of efta_correct's causal 128 x 128 consumers,
+  // stored in the prologue and read in the epilogue.
   for (Protection prot : {Protection::efta_detect, Protection::efta_correct})
     for (int d : {64, 128})
       for (Mask m : {Mask::none, Mask::causal})
@@ -136,7 +139,10 @@ TEST_CASE("EFTA on the wgmma skeleton: GEMM I and II carry the checksum tiles",
           const std::string type = "k16.f32.bf16.bf16";
           const std::string gemm1 = wgmma + std::to_string(c.block_n + 8) + type;
           const std::string gemm2 = wgmma + std::to_string(d + 8 * atoms.v) + type;
-          const int gemm1_steps = 2 * (d / 16), gemm2_steps = 2 * (c.block_n / 16);
+          const bool ws = warp_specialized(c);
+          CHECK(ws == (d == 128 && !inject));
+          const int gemm1_steps = (ws ? 4 : 2) * (d / 16),
+                    gemm2_steps = (ws ? 3 : 2) * (c.block_n / 16);
           if (gemm1 == gemm2) {  // 128-key blocks at head dim 128 under efta_detect: both n136
             CHECK(count(out.ptx, gemm1) == gemm1_steps + gemm2_steps);
           } else {
@@ -145,8 +151,9 @@ TEST_CASE("EFTA on the wgmma skeleton: GEMM I and II carry the checksum tiles",
           }
           CHECK(count(out.ptx, "mma.sync") == 0);
           const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
-          CHECK(r.spill_stores == 0);
-          if (!inject) CHECK(out.log.find("C7511") == std::string::npos);
+          const bool tight = ws && prot == Protection::efta_correct && m == Mask::causal;
+          CHECK(r.spill_stores <= (tight ? 4 : 0));
+          if (!inject) CHECK(out.log.find("C751") == std::string::npos);
         }
 }
 

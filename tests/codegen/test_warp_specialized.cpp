@@ -14,8 +14,7 @@ namespace {
 const Arch kSm90a{90, true};
 }
 
-TEST_CASE("warp_specialized: two consumer warpgroups of unprotected 16-bit tiles on sm_90a",
-          "[ws][codegen]") {
+TEST_CASE("warp_specialized: two consumer warpgroups of 16-bit tiles on sm_90a", "[ws][codegen]") {
   for (Precision p : {Precision::f16, Precision::bf16, Precision::f16_pasa})
     for (int d : {64, 128}) {
       const KernelConfig ws = test::tile_config(d, 128, 128, 8, 2, kSm90a, p);
@@ -27,18 +26,15 @@ TEST_CASE("warp_specialized: two consumer warpgroups of unprotected 16-bit tiles
       CHECK(uses_wgmma(one));
       CHECK_FALSE(warp_specialized(one));
       CHECK(launch_threads(one) == 128);
-      // Flash-ABFT (a checksum tile in GEMM II) runs on it; EFTA's checks and fault-injection
-      // sites keep the skeletons they were built on.
-      if (p != Precision::f16_pasa) {  // protected PASA runs the mma.sync skeleton
-        KernelConfig abft = ws;
-        abft.protection = Protection::flash_abft;
-        CHECK(warp_specialized(abft));
-        CHECK(launch_threads(abft) == 384);
+      // Every checksum scheme runs on it; fault-injection sites keep the one-warpgroup loop.
+      for (Protection prot :
+           {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct}) {
+        KernelConfig checked = ws;
+        checked.protection = prot;
+        // Protected PASA runs the mma.sync skeleton.
+        CHECK(warp_specialized(checked) == (p != Precision::f16_pasa));
+        CHECK(launch_threads(checked) == (p != Precision::f16_pasa ? 384 : 256));
       }
-      KernelConfig checked = ws;
-      checked.protection = Protection::efta_detect;
-      CHECK_FALSE(warp_specialized(checked));
-      CHECK(launch_threads(checked) == 256);
       KernelConfig injected = ws;
       injected.protection = p == Precision::f16_pasa ? Protection::none : Protection::flash_abft;
       injected.fault_injection = true;
@@ -63,7 +59,7 @@ TEST_CASE("warp_specialized: the mbarriers take 256 bytes after the tiles", "[ws
   KernelConfig checked = ws;
   checked.protection = Protection::efta_detect;  // 8 checksum rows per K tile, a V atom per key
   CHECK(checked.shared_memory_bytes() ==
-        128 * 256 + 2 * ((128 + 8) * 256 + 128 * 256 + 128 * 128) + 1024);
+        128 * 256 + 2 * ((128 + 8) * 256 + 128 * 256 + 128 * 128) + 256 + 1024);
 }
 
 TEST_CASE("warp_specialized units: producer and consumers, no spills, no serialised wgmma",
@@ -87,6 +83,36 @@ TEST_CASE("warp_specialized units: producer and consumers, no spills, no seriali
       CHECK(out.log.find("C751") == std::string::npos);
       CHECK(out.log.find("C752") == std::string::npos);
     }
+  // EFTA: the producer copies the checksum rows below the keys (GEMM I one n8 tile wider) and the
+  // V checksum chunks (GEMM II one, efta_correct two, n8 tiles wider); the consumers run the
+  // checked softmax between turns and the row-sum and output checks at the end.
+  for (Protection prot : {Protection::efta_detect, Protection::efta_correct})
+    for (Precision p : {Precision::f16, Precision::bf16})
+      for (int d : {64, 128})
+        for (int n : {64, 128})
+          for (Mask m : {Mask::none, Mask::causal}) {
+            const KernelConfig c = test::tile_config(d, 128, n, 8, 2, kSm90a, p, m, prot);
+            REQUIRE(warp_specialized(c));
+            INFO(c.name());
+            const codegen::KernelSource src = codegen::generate(c);
+            CHECK(src.text.find("attention_fwd_ws_sm90<Traits>") != std::string::npos);
+            const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
+            CHECK(out.ptx.find(".maxntid 384, 1, 1") != std::string::npos);
+            const std::string wgmma = "wgmma.mma_async.sync.aligned.m64n";
+            const int v_atoms = prot == Protection::efta_correct ? 2 : 1;
+            CHECK(test::count(out.ptx, wgmma + std::to_string(n + 8) + "k16.f32.") >= 4 * (d / 16));
+            CHECK(test::count(out.ptx, wgmma + std::to_string(d + 8 * v_atoms) + "k16.f32.") >=
+                  3 * (n / 16));
+            CHECK(test::count(out.ptx, "mma.sync") == 0);
+            const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
+            // efta_correct at 128 x 128, head dim 128, causal: 4 bytes, stored in the prologue and
+            // read in the epilogue.
+            const bool tight =
+                prot == Protection::efta_correct && d == 128 && n == 128 && m == Mask::causal;
+            CHECK(r.spill_stores <= (tight ? 4 : 0));
+            CHECK(out.log.find("C751") == std::string::npos);
+            CHECK(out.log.find("C752") == std::string::npos);
+          }
   for (Precision p : {Precision::f16, Precision::bf16, Precision::f16_pasa})
     for (int d : {64, 128})
       for (int n : {64, 128})

@@ -71,15 +71,18 @@ struct FwdWgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, 
   static constexpr int v_tile_bytes = kv_tile_bytes + (checksum_tiles > 0 ? BlockN * 128 : 0);
   static constexpr int loop_bytes = q_bytes + NumStages * (k_tile_bytes + v_tile_bytes);
   static constexpr int out_bytes = BlockM * row_stride * 2;
-  // Two consumer warpgroups of 16-bit tiles, unprotected (f16_pasa too) or Flash-ABFT, run
-  // warp-specialised
+  // Two consumer warpgroups of 16-bit tiles without injection sites run warp-specialised
   // (kernel/fwd_ws_sm90.cuh): a producer warpgroup loads, the consumers take turns on the tensor
   // cores. Its mbarriers sit after the tiles.
-  static constexpr bool warp_specialized =
-      NumWarps == 8 && !Inject && ProtectT::k_atoms == 0;  // protection none or Flash-ABFT
+  static constexpr bool warp_specialized = NumWarps == 8 && !Inject;
   static constexpr int launch_threads = NumWarps * 32 + (warp_specialized ? 128 : 0);
   static constexpr int tiles_bytes = loop_bytes > out_bytes ? loop_bytes : out_bytes;
   static constexpr int barrier_bytes = warp_specialized ? 256 : 0;
+  // setmaxnreg's split of the 168 registers per thread a 384-thread CTA launches with: what the
+  // producer gives up, the two consumer warpgroups take (at 40, 232 for the consumers, the
+  // producer's copy loops spilled 68 bytes).
+  static constexpr int producer_registers = 56;
+  static constexpr int consumer_registers = 168 + (168 - producer_registers) / 2;
   static constexpr int smem_bytes = tiles_bytes + barrier_bytes + 1024;
   // As many CTAs per SM as their shared memory allows (1 KB of an SM's 228 KB reserved per CTA),
   // up to 384 threads in all: ptxas then fits the registers to them, 168 or more per thread (at
@@ -182,6 +185,171 @@ __device__ __forceinline__ void load_v_checksum_chunks(u32 dv, const unsigned ch
                       src + c * 16, true);
 }
 
+// EFTA: each block's 8 (efta_correct: 16) checksum rows `src` below the keys of the K tile at
+// `dk`, by cp.async like load_shift_rows.
+template <class T, int Threads>
+__device__ __forceinline__ void load_k_checksum_rows(u32 dk, const unsigned char* src, int thread) {
+  constexpr int chunks = 8 * T::Protect::k_atoms * T::chunks_per_row;
+  for (int c = thread; c < chunks; c += Threads)
+    sm80::cp_async_16(
+        dk + sm90::tile_offset<T::row_bytes>(T::k_rows, T::block_n + c / T::chunks_per_row,
+                                             c % T::chunks_per_row),
+        src + c * 16, true);
+}
+
+// EFTA: |q| of this thread's two rows of the tile at `q` (its row 0 is global row `row0`), the
+// larger of the two: the S thresholds are relative to it. From global memory, each lane of a quad
+// summing a quarter of a row.
+template <class T>
+__device__ __forceinline__ float efta_q_norm(const AttentionParams& p, const u16* q, int row0,
+                                             int warp_row, int lane) {
+  constexpr int span = T::head_dim / 4;
+  float q_norm = 0.f;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = warp_row + lane / 4 + r * 8;
+    float sq = 0.f;
+    if (row0 + row < p.seqlen_q) {
+      const uint4_* src =
+          reinterpret_cast<const uint4_*>(q + row * p.q_seq_stride + (lane % 4) * span);
+#pragma unroll
+      for (int i = 0; i < span / 8; ++i) {
+        const uint4_ c = src[i];
+        const u32 words[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float x0, x1;
+          unpack2<protect::IsBf16<typename T::Precision>::value>(words[j], x0, x1);
+          sq += x0 * x0 + x1 * x1;
+        }
+      }
+    }
+    q_norm = fmaxf(q_norm, sqrtf(quad_sum(sq)));
+  }
+  return q_norm;
+}
+
+// What EFTA's softmax of one key block leaves for GEMM II and the reports after it.
+template <int kST>
+struct EftaBlock {
+  u32 p_packed[kST][2];                    // P as GEMM II's A operand
+  float rescale[2];                        // of the old O and l
+  unsigned alarms = 0;                     // rows whose product check failed (bit r)
+  float alarm_dev = 0.f, alarm_tol = 0.f;  // the last one's deviation and bound
+};
+
+// EFTA's softmax of this warp's key block `n_block` (one 16-row tile, row halves r = 0, 1) from
+// GEMM I's scores s and checksum tile sc: efta_correct first checks GEMM I on the raw scores and
+// rebuilds a single faulty element (its weighted checksum from Q at sQ and the K tile at sKs);
+// then the mask, the new running max, SNVR's lower bound and the probabilities with the product
+// check fused in (efta_probs_row). `rows` is the tile's first row in the CTA's Q tile, `row0` the
+// CTA's first global row. `inject(site, it, values, n)` is the rescale's injection point.
+template <class T, bool kMasked, int kST, class Inject>
+__device__ __forceinline__ void efta_softmax(const AttentionParams& p, float (&s)[kST][4],
+                                             const float (&sc)[4], EftaBlock<kST>& out, u32 sQ,
+                                             u32 sKs, int row0, int rows, int n_block, int it,
+                                             int lane, int diag, float q_norm, float k_norm,
+                                             float (&row_max)[2], float (&row_sum)[2],
+                                             float (&lower_bound)[2], int batch, int head,
+                                             Inject&& inject) {
+  using Protect = typename T::Protect;
+  const int quad_t = lane % 4;
+  auto global_row = [&](int r) { return row0 + rows + lane / 4 + r * 8; };
+  if constexpr (Protect::correct) {
+    const float tol = p.tol_scores * q_norm * k_norm + p.tol_floor;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float ref = sc[2 * r] + sc[2 * r + 1];
+      const float e1 = ref - thread_row_sum(s, r);
+      if (!(fabsf(e1) <= tol)) {
+        const float sw = weighted_score_checksum<T, protect::IsBf16<typename T::Precision>::value>(
+            sQ, sKs, rows + lane / 4 + r * 8, quad_t);
+        const int bad = protect::correct_row(s, r, e1, ref, sw);
+        record_fault(p.fault_log, batch, head, global_row(r),
+                     bad >= 0 ? n_block * T::block_n + protect::row_group_column(bad, quad_t) : -1,
+                     fault_stage_scores, bad >= 0, fabsf(e1), tol);
+      }
+    }
+  }
+  // Masking; the product check needs, per row, the masked raw scores (they are in the checksum
+  // but not in P) and how many elements stay.
+  float masked_sum[2] = {0.f, 0.f};
+  int n_valid[2] = {2 * kST, 2 * kST};
+  if (kMasked)
+    for_each_masked<1, kST, T::causal>(row0 + rows, n_block * T::block_n, lane, p.seqlen_k, diag,
+                                       [&](int, int nt, int i) {
+                                         masked_sum[i / 2] += s[nt][i];
+                                         --n_valid[i / 2];
+                                         s[nt][i] = neg_inf();
+                                       });
+  float block_max[2], shift[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float bm = neg_inf();
+#pragma unroll
+    for (int nt = 0; nt < kST; ++nt) bm = fmaxf(bm, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+    block_max[r] = quad_max(bm);
+    const float mx = fmaxf(row_max[r], block_max[r]);
+    shift[r] = mx == neg_inf() ? 0.f : mx * p.scale_log2;  // nothing seen yet: P stays 0
+    out.rescale[r] = fast_exp2(row_max[r] * p.scale_log2 - shift[r]);
+    row_max[r] = mx;
+  }
+  inject(fault_site_rescale, it, out.rescale, 2);  // before l, O and SNVR's bound take it
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    lower_bound[r] =
+        snvr_lower_bound(lower_bound[r], out.rescale[r], block_max[r], p.scale_log2, shift[r]);
+    efta_probs_row<T, kMasked>(
+        p, s, out.p_packed, r, row_max[r], shift[r], sc[2 * r] + sc[2 * r + 1] - masked_sum[r],
+        n_valid[r], q_norm, k_norm, row_sum[r], out.rescale[r], out.alarms, 1u << r, out.alarm_dev,
+        out.alarm_tol,
+        [&](int nt, int c, float& x) {
+          if constexpr (T::inject)
+            inject_value_at(p.fault, fault_site_probs, it, nt * 4 + 2 * r + c, kST * 4, x);
+        },
+        [&](int j, float x) {
+          record_fault(p.fault_log, batch, head, global_row(r),
+                       n_block * T::block_n + protect::row_group_column(j, quad_t),
+                       fault_stage_probs, Protect::correct, x, 0.f);
+        });
+  }
+}
+
+// The product check's reports of a key block (EftaBlock::alarms), issued while GEMM II runs.
+template <int kST>
+__device__ __forceinline__ void efta_report_alarms(const AttentionParams& p,
+                                                   const EftaBlock<kST>& b, int global_row0,
+                                                   int batch, int head) {
+  if (b.alarms != 0)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      if ((b.alarms >> r) & 1u)
+        record_fault(p.fault_log, batch, head, global_row0 + r * 8, -1, fault_stage_probs, false,
+                     b.alarm_dev, b.alarm_tol);
+}
+
+// The epilogue's l of row half r under EFTA: this thread's share of the FP32 sum `row_sum`
+// against the ones column of GEMM II's checksum tiles `oc` (efta_detect's odd column groups,
+// efta_correct's second atom), checked by efta_row_sum.
+template <class T, int kCT>
+__device__ __forceinline__ float efta_checked_row_sum(const AttentionParams& p,
+                                                      const float (&oc)[kCT][4], int r,
+                                                      float row_sum, float lower_bound, int row,
+                                                      float row_max, int lane, int batch,
+                                                      int head) {
+  float ones;
+  if constexpr (T::Protect::ones_in_odd_groups) {
+    // Shuffled from a copy: a shuffle of the accumulator register itself made ptxas serialise
+    // every wgmma of the kernel (C7511).
+    float even = oc[0][2 * r];
+    asm volatile("" : "+f"(even));
+    ones = __shfl_sync(0xffffffffu, even, lane | 1);
+  } else {
+    ones = oc[1][2 * r + 1];
+  }
+  return efta_row_sum<T>(p, quad_sum(row_sum), ones, lower_bound, row, row_max, lane, batch, head);
+}
+
 }  // namespace detail
 
 template <class T>
@@ -234,16 +402,12 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
     const u32 dv = sV + stage * T::v_tile_bytes;
     sm90::load_rows_swizzled<T::threads, T::block_n, kRowBytes, T::k_rows>(
         dk, k + key0 * p.k_seq_stride, p.k_seq_stride * 2, p.seqlen_k - key0, kRowBytes);
-    if constexpr (kEfta) {
-      constexpr int chunks = 8 * Protect::k_atoms * T::chunks_per_row;
-      const unsigned char* src = cs_base + cs.k_offset + cs_head * cs.k_per_head +
-                                 static_cast<long long>(n_block) * chunks * 16;
-      for (int c = threadIdx.x; c < chunks; c += T::threads)
-        sm80::cp_async_16(
-            dk + sm90::tile_offset<kRowBytes>(T::k_rows, T::block_n + c / T::chunks_per_row,
-                                              c % T::chunks_per_row),
-            src + c * 16, true);
-    }
+    if constexpr (kEfta)
+      detail::load_k_checksum_rows<T, T::threads>(
+          dk,
+          cs_base + cs.k_offset + cs_head * cs.k_per_head +
+              static_cast<long long>(n_block) * 8 * Protect::k_atoms * T::chunks_per_row * 16,
+          threadIdx.x);
     sm90::load_rows_swizzled<T::threads, T::block_n, kRowBytes>(
         dv, v + key0 * p.v_seq_stride, p.v_seq_stride * 2, p.seqlen_k - key0, kRowBytes);
     if constexpr (kCT > 0) {
@@ -273,33 +437,11 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
   // EFTA: |q| of this thread's rows, the larger of the two (the S thresholds are relative to it),
   // from global memory: each lane of a quad sums a quarter of a row. SNVR's lower bound of l per
   // row; the sum of |k| over this thread's keys of each block (checksum workspace).
-  float q_norm = 0.f;
   float lower_bound[2] = {0.f, 0.f};
   const float* k_norms =
       reinterpret_cast<const float*>(cs_base + cs.knorm_offset + cs_head * cs.knorm_per_head);
-  if constexpr (kEfta) {
-    constexpr int span = T::head_dim / 4;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float sq = 0.f;
-      if (global_row(r) < p.seqlen_q) {
-        const uint4_* src = reinterpret_cast<const uint4_*>(
-            q + (warp_row + lane / 4 + r * 8) * p.q_seq_stride + quad_t * span);
-#pragma unroll
-        for (int i = 0; i < span / 8; ++i) {
-          const uint4_ c = src[i];
-          const u32 words[4] = {c.x, c.y, c.z, c.w};
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            float x0, x1;
-            unpack2<kBf16>(words[j], x0, x1);
-            sq += x0 * x0 + x1 * x1;
-          }
-        }
-      }
-      q_norm = fmaxf(q_norm, sqrtf(quad_sum(sq)));
-    }
-  }
+  float q_norm = 0.f;
+  if constexpr (kEfta) q_norm = detail::efta_q_norm<T>(p, q, row0, warp_row, lane);
 
   auto step = [&](const int it, const int n_block, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
@@ -328,77 +470,20 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
     if constexpr (T::inject && n_sc > 0)
       if (p.fault.element % (n_sc + n_oc) < n_sc) inject(fault_site_checksum, it, sc, n_sc);
 
-    // efta_correct: check GEMM I on the raw scores and rebuild a single faulty element from the
-    // checksums before the softmax consumes it.
-    if constexpr (Protect::correct) {
-      const float tol = p.tol_scores * q_norm * k_norm + p.tol_floor;
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const float ref = sc[2 * r] + sc[2 * r + 1];
-        const float e1 = ref - detail::thread_row_sum(s, r);
-        if (!(fabsf(e1) <= tol)) {
-          const float sw = detail::weighted_score_checksum<T, kBf16>(
-              sQ, sKs, warp_row + lane / 4 + r * 8, quad_t);
-          const int bad = protect::correct_row(s, r, e1, ref, sw);
-          record_fault(
-              p.fault_log, batch, head, global_row(r),
-              bad >= 0 ? n_block * T::block_n + protect::row_group_column(bad, quad_t) : -1,
-              fault_stage_scores, bad >= 0, fabsf(e1), tol);
-        }
-      }
-    }
-
-    // Masking; the product check needs, per row, the masked raw scores (they are in the checksum
-    // but not in P) and how many elements stay.
-    float masked_sum[2] = {0.f, 0.f};
-    int n_valid[2] = {2 * kST, 2 * kST};
-    if (kMasked)
-      detail::for_each_masked<1, kST, T::causal>(row0 + warp_row, n_block * T::block_n, lane,
-                                                 p.seqlen_k, diag, [&](int, int nt, int i) {
-                                                   if constexpr (kEfta) {
-                                                     masked_sum[i / 2] += s[nt][i];
-                                                     --n_valid[i / 2];
-                                                   }
-                                                   s[nt][i] = neg_inf();
-                                                 });
     float rescale[2];
-    u32 p_packed[kEfta ? kST : 1][2];  // EFTA: P as GEMM II's A operand, packed in the softmax
-    // EFTA: rows whose product check failed (bit r), the last one's deviation and bound.
-    unsigned alarms = 0;
-    float alarm_dev = 0.f, alarm_tol = 0.f;
+    // EFTA: P packed for GEMM II, the rescale and the product check's alarms.
+    [[maybe_unused]] detail::EftaBlock<kEfta ? kST : 1> efta;
     if constexpr (kEfta) {
-      float block_max[2], shift[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float bm = neg_inf();
-#pragma unroll
-        for (int nt = 0; nt < kST; ++nt) bm = fmaxf(bm, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-        block_max[r] = quad_max(bm);
-        const float mx = fmaxf(row_max[0][r], block_max[r]);
-        shift[r] = mx == neg_inf() ? 0.f : mx * p.scale_log2;  // nothing seen yet: P stays 0
-        rescale[r] = fast_exp2(row_max[0][r] * p.scale_log2 - shift[r]);
-        row_max[0][r] = mx;
-      }
-      inject(fault_site_rescale, it, rescale, 2);  // before l, O and SNVR's bound take it
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        lower_bound[r] = detail::snvr_lower_bound(lower_bound[r], rescale[r], block_max[r],
-                                                  p.scale_log2, shift[r]);
-        detail::efta_probs_row<T, kMasked>(
-            p, s, p_packed, r, row_max[0][r], shift[r], sc[2 * r] + sc[2 * r + 1] - masked_sum[r],
-            n_valid[r], q_norm, k_norm, row_sum[0][r], rescale[r], alarms, 1u << r, alarm_dev,
-            alarm_tol,
-            [&](int nt, int c, float& x) {
-              if constexpr (T::inject)
-                inject_value_at(p.fault, fault_site_probs, it, nt * 4 + 2 * r + c, kST * 4, x);
-            },
-            [&](int j, float x) {
-              record_fault(p.fault_log, batch, head, global_row(r),
-                           n_block * T::block_n + protect::row_group_column(j, quad_t),
-                           fault_stage_probs, Protect::correct, x, 0.f);
-            });
-      }
+      detail::efta_softmax<T, kMasked>(p, s, sc, efta, sQ, sKs, row0, warp_row, n_block, it, lane,
+                                       diag, q_norm, k_norm, row_max[0], row_sum[0], lower_bound,
+                                       batch, head, inject);
+      rescale[0] = efta.rescale[0];
+      rescale[1] = efta.rescale[1];
     } else {
+      if (kMasked)
+        detail::for_each_masked<1, kST, T::causal>(
+            row0 + warp_row, n_block * T::block_n, lane, p.seqlen_k, diag,
+            [&](int, int nt, int i) { s[nt][i] = neg_inf(); });
       float block_sum[2];
       detail::softmax_block(s, p.scale_log2, row_max[0], rescale, block_sum);
       if constexpr (T::inject) {  // the sm80 skeleton's points: rescale before l and O take it
@@ -423,10 +508,10 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
 #pragma unroll
     for (int kc = 0; kc < kST / 2; ++kc) {
       if constexpr (kEfta) {
-        pa[kc][0] = p_packed[2 * kc][0];
-        pa[kc][1] = p_packed[2 * kc][1];
-        pa[kc][2] = p_packed[2 * kc + 1][0];
-        pa[kc][3] = p_packed[2 * kc + 1][1];
+        pa[kc][0] = efta.p_packed[2 * kc][0];
+        pa[kc][1] = efta.p_packed[2 * kc][1];
+        pa[kc][2] = efta.p_packed[2 * kc + 1][0];
+        pa[kc][3] = efta.p_packed[2 * kc + 1][1];
       } else {
         pa[kc][0] = P::pack(s[2 * kc][0], s[2 * kc][1]);
         pa[kc][1] = P::pack(s[2 * kc][2], s[2 * kc][3]);
@@ -441,13 +526,7 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
                                   sm90::n_major_k_step_descriptor(sVs, T::block_n, kc));
     sm90::wgmma_commit();
     // The product check's reports, while GEMM II runs.
-    if constexpr (kEfta)
-      if (alarms != 0)
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-          if ((alarms >> r) & 1u)
-            record_fault(p.fault_log, batch, head, global_row(r), -1, fault_stage_probs, false,
-                         alarm_dev, alarm_tol);
+    if constexpr (kEfta) detail::efta_report_alarms(p, efta, global_row(0), batch, head);
     if constexpr (!kOneGroup || T::inject) sm90::wgmma_wait<0>();
     if constexpr (T::inject) {
       inject(fault_site_output, it, &o[0][0][0], kOT * 4);
@@ -466,21 +545,12 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
   float l[1][2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    l[0][r] = quad_sum(row_sum[0][r]);
-    if constexpr (kEfta) {
-      float ones;
-      if constexpr (Protect::ones_in_odd_groups) {
-        // Shuffled from a copy: a shuffle of the accumulator register itself made ptxas
-        // serialise every wgmma of the kernel (C7511).
-        float even = acc[0][kOT][2 * r];
-        asm volatile("" : "+f"(even));
-        ones = __shfl_sync(0xffffffffu, even, lane | 1);
-      } else {
-        ones = acc[0][kOT + 1][2 * r + 1];
-      }
-      l[0][r] = detail::efta_row_sum<T>(p, l[0][r], ones, lower_bound[r], global_row(r),
-                                        row_max[0][r], lane, batch, head);
-    }
+    if constexpr (kEfta)
+      l[0][r] = detail::efta_checked_row_sum<T>(
+          p, reinterpret_cast<const float(&)[kCT][4]>(acc[0][kOT]), r, row_sum[0][r],
+          lower_bound[r], global_row(r), row_max[0][r], lane, batch, head);
+    else
+      l[0][r] = quad_sum(row_sum[0][r]);
   }
   if constexpr (kCT > 0)
     detail::check_output<T>(p, o, reinterpret_cast<const float(&)[1][kCT][4]>(acc[0][kOT]), l,

@@ -1,8 +1,9 @@
 // Warp-specialised forward on Hopper (sm_90a), 128-row tiles: the tiles, MMAs and softmax of
-// fwd_sm90.cuh (f16, bf16, unprotected or Flash-ABFT: its checksum atom in each V tile and
-// GEMM II's extra n8 tile, checked at the end of the row) and fwd_pasa_sm90.cuh (f16_pasa: FP16
-// scores, the recovery MMA against the shift rows below the keys, PASA's softmax), scheduled the
-// way FlashAttention-3 schedules them.
+// fwd_sm90.cuh (f16, bf16, unprotected or with a checksum scheme: Flash-ABFT's checksum atom in
+// each V tile and GEMM II's extra n8 tile, checked at the end of the row; EFTA's checksum rows
+// below the keys, GEMM I's extra n8 tile and its checked softmax) and fwd_pasa_sm90.cuh (f16_pasa:
+// FP16 scores, the recovery MMA against the shift rows below the keys, PASA's softmax), scheduled
+// the way FlashAttention-3 schedules them.
 //
 //   producer   warpgroup 2 (threads 256-383, 56 registers each) copies Q once and then every key
 //              block's K and V tiles by cp.async into their own rings of num_stages buffers; the
@@ -43,13 +44,18 @@ struct ScoreTile<true, kST> {
 template <class T>
 __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) {
   static_assert(T::warp_specialized && T::num_warps == 8,
-                "two consumer warpgroups, unprotected or Flash-ABFT");
+                "two consumer warpgroups, no injection sites");
   using P = typename T::Precision;
   constexpr bool kBf16 = protect::IsBf16<P>::value;
   constexpr bool kPasa = P::pasa;
   constexpr int kST = T::s_tiles;
   constexpr int kOT = T::o_tiles;
-  constexpr int kCT = T::checksum_tiles;  // Flash-ABFT: GEMM II's checksum tile
+  constexpr int kCT = T::checksum_tiles;        // checksum schemes: GEMM II's checksum tiles
+  constexpr int kSC = T::score_checksum_tiles;  // EFTA: GEMM I's checksum tile
+  constexpr bool kEfta = T::Protect::k_atoms > 0;
+  // efta_correct rebuilds a faulty score from the weighted checksum rows in the K buffer, so the
+  // buffer is released after the softmax, not after GEMM I.
+  constexpr bool kLateKRelease = T::Protect::correct;
   constexpr int kStages = T::num_stages;
   constexpr int kRowBytes = T::row_bytes;
   constexpr int kConsumers = T::threads;  // 256
@@ -73,7 +79,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
   const int diag = p.seqlen_k - p.seqlen_q;  // bottom-right causal alignment
   const int n_blocks = detail::key_blocks<T>(p, row0, diag);
   const detail::HeadOperands in = detail::head_operands(p, batch, head, head_kv, row0);
-  // Flash-ABFT: this KV head's V checksum chunks and maxima (protect/workspace.cuh).
+  // Checksum schemes: this KV head's checksums and maxima (protect/workspace.cuh).
   using Protect = typename T::Protect;
   const ChecksumWorkspace cs = checksum_workspace(p.batch, p.heads_kv, p.seqlen_k, T::head_dim,
                                                   T::block_n, Protect::k_atoms, Protect::v_atoms);
@@ -89,7 +95,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
 
   if (threadIdx.x >= kConsumers) {
     // Producer: only copies, so it hands its registers to the consumers.
-    sm90::shrink_registers<56>();
+    sm90::shrink_registers<T::producer_registers>();
     const int t = threadIdx.x - kConsumers;
     sm90::load_rows_swizzled<kProducers, T::block_m, kRowBytes>(sQ, in.q, p.q_seq_stride * 2,
                                                                 p.seqlen_q - row0, kRowBytes, t);
@@ -101,6 +107,12 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
       const u32 dk = sK + s * T::k_tile_bytes;
       sm90::load_rows_swizzled<kProducers, T::block_n, kRowBytes, T::k_rows>(
           dk, in.k + key0 * p.k_seq_stride, p.k_seq_stride * 2, p.seqlen_k - key0, kRowBytes, t);
+      if constexpr (kEfta)  // the block's checksum rows below the keys
+        detail::load_k_checksum_rows<T, kProducers>(
+            dk,
+            cs_base + cs.k_offset + cs_head * cs.k_per_head +
+                static_cast<long long>(j) * 8 * T::Protect::k_atoms * T::chunks_per_row * 16,
+            t);
       if constexpr (kPasa)  // 8 copies of the block's shift row r_j below the keys
         detail::load_shift_rows<T, kProducers>(dk, shift + j * T::head_dim, t);
       pipe.commit_k(j);
@@ -117,19 +129,27 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
     return;
   }
 
-  sm90::grow_registers<224>();
+  sm90::grow_registers<T::consumer_registers>();
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
   const int warp_row = warp * 16;
   const int group = warp / 4;
   const int group_row = group * 64;
 
-  // O, then (Flash-ABFT) its checksum tile: one accumulator array for GEMM II's wgmma.
+  // O, then (checksum schemes) its checksum tiles: one accumulator array for GEMM II's wgmma.
   float acc[1][kOT + kCT][4];
   float row_max[1][2];
   float row_sum[1][2];
   detail::clear_accumulators(acc, row_max, row_sum);
   auto& o = reinterpret_cast<float(&)[1][kOT][4]>(acc);
+  auto global_row = [&](int r) { return row0 + warp_row + lane / 4 + r * 8; };
+  // EFTA: SNVR's lower bound of l per row, |q| of this thread's rows, and the sum of |k| over
+  // this thread's keys of each block.
+  [[maybe_unused]] float lower_bound[2] = {0.f, 0.f};
+  [[maybe_unused]] float q_norm = 0.f;
+  [[maybe_unused]] const float* k_norms =
+      reinterpret_cast<const float*>(cs_base + cs.knorm_offset + cs_head * cs.knorm_per_head);
+  if constexpr (kEfta) q_norm = detail::efta_q_norm<T>(p, in.q, row0, warp_row, lane);
 
   // Q has landed: before GEMM I reads it, and before the epilogue stages O over it (a CTA whose
   // rows see no key still had its Q copied, and the late copy overwrote the staged zeros).
@@ -139,8 +159,10 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
     token.start();  // warpgroup 0 goes first
 
     u32 pa[kST / 2][4];  // the previous block's P, GEMM II's A operand
-    // This block's S, then P (PASA: and the recovery q . r_j in FP32).
-    typename detail::ScoreTile<kPasa, kST>::type s;
+    // This block's S, then P (PASA: and the recovery q . r_j in FP32; EFTA: and the checksum
+    // tile after it).
+    typename detail::ScoreTile<kPasa, kST + kSC>::type s_all;
+    auto& s = reinterpret_cast<typename detail::ScoreTile<kPasa, kST>::type&>(s_all);
     [[maybe_unused]] float rc[4];
     // One turn on the tensor cores: GEMM II of block j - 1 (PV), GEMM I of block j into s (QK);
     // returns once both are done and their buffers released. Which MMAs run is fixed at compile
@@ -172,7 +194,8 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
                 rc, qd, sm90::k_step_descriptor<kRowBytes>(sKs, T::k_rows, T::shift_row, ks),
                 ks > 0);
           } else {
-            sm90::wgmma_16bit_ss<kBf16>(reinterpret_cast<float(&)[kST * 4]>(s), qd, kd, ks > 0);
+            sm90::wgmma_16bit_ss<kBf16>(reinterpret_cast<float(&)[(kST + kSC) * 4]>(s_all), qd, kd,
+                                        ks > 0);
           }
         }
       }
@@ -180,7 +203,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
       token.pass(/*last=*/!QK::value);  // the last turn has no GEMM I
       sm90::wgmma_wait<0>();
       if (lane == 0) {
-        if (QK::value) pipe.release_k(j);
+        if (QK::value && !kLateKRelease) pipe.release_k(j);
         if (PV::value) pipe.release_v(j - 1);
       }
     };
@@ -190,7 +213,30 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
         turn(j, detail::Bool<false>{}, detail::Bool<true>{});
       else
         turn(j, detail::Bool<true>{}, detail::Bool<true>{});
-      if constexpr (kPasa) {
+      if constexpr (kEfta) {
+        const u32 sKs = sK + (j % kStages) * T::k_tile_bytes;
+        detail::EftaBlock<kST> efta;
+        detail::efta_softmax<T, decltype(masked)::value>(
+            p, s, s_all[kST], efta, sQ, sKs, row0, warp_row, j, j, lane, diag, q_norm,
+            k_norms[j * 4 + lane % 4], row_max[0], row_sum[0], lower_bound, batch, head,
+            [](int, int, float*, int) {});
+        if constexpr (kLateKRelease) {
+          __syncwarp();  // every lane's weighted checksum has read the buffer
+          if (lane == 0) pipe.release_k(j);
+        }
+#pragma unroll
+        for (int nt = 0; nt < kOT + kCT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[0][nt][i] *= efta.rescale[i / 2];
+#pragma unroll
+        for (int kc = 0; kc < kST / 2; ++kc) {
+          pa[kc][0] = efta.p_packed[2 * kc][0];
+          pa[kc][1] = efta.p_packed[2 * kc][1];
+          pa[kc][2] = efta.p_packed[2 * kc + 1][0];
+          pa[kc][3] = efta.p_packed[2 * kc + 1][1];
+        }
+        detail::efta_report_alarms(p, efta, global_row(0), batch, head);
+      } else if constexpr (kPasa) {
         pasa::wgmma_softmax<T, decltype(masked)::value>(p, s, rc, row0 + warp_row, j * T::block_n,
                                                         lane, diag, row_max[0], row_sum[0], o[0],
                                                         pa);
@@ -226,13 +272,19 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
   sm90::named_barrier_sync(kConsumersDone, kConsumers);
   float l[1][2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) l[0][r] = quad_sum(row_sum[0][r]);
-  if constexpr (kCT > 0)  // Flash-ABFT's end-of-row check, log and recompute list (fwd_sm80.cuh)
+  for (int r = 0; r < 2; ++r) {
+    if constexpr (kEfta)  // checked against the ones column
+      l[0][r] = detail::efta_checked_row_sum<T>(
+          p, reinterpret_cast<const float(&)[kCT][4]>(acc[0][kOT]), r, row_sum[0][r],
+          lower_bound[r], global_row(r), row_max[0][r], lane, batch, head);
+    else
+      l[0][r] = quad_sum(row_sum[0][r]);
+  }
+  if constexpr (kCT > 0)  // the end-of-row output check, log and recompute list (fwd_sm80.cuh)
     detail::check_output<T>(p, o, reinterpret_cast<const float(&)[1][kCT][4]>(acc[0][kOT]), l,
                             reinterpret_cast<const float*>(cs_base + cs.vmax_offset +
                                                            cs_head * cs.vmax_per_head)[lane % 4],
-                            n_blocks, batch, head, lane,
-                            [&](int, int r) { return row0 + warp_row + lane / 4 + r * 8; });
+                            n_blocks, batch, head, lane, [&](int, int r) { return global_row(r); });
   // PASA's running max is already the base-2 logit.
   detail::store_output<T>(p, o, l, row_max, kPasa ? 1.f : p.scale_log2, batch, head, row0, warp_row,
                           lane, sQ);
