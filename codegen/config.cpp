@@ -339,8 +339,7 @@ bool uses_wgmma(const KernelConfig& c) {
 }
 
 bool warp_specialized(const KernelConfig& c) {
-  return uses_wgmma(c) && element_bytes(c.precision) == 2 && !c.fault_injection &&
-         c.num_warps == 8;
+  return uses_wgmma(c) && element_bytes(c.precision) == 2 && c.num_warps == 8;
 }
 
 int launch_threads(const KernelConfig& c) {

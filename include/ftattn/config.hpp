@@ -115,7 +115,7 @@ bool uses_wgmma(const KernelConfig& config);
 bool quantises_q_in_kernel(const KernelConfig& config);
 
 // True when `config` runs the warp-specialised Hopper skeleton (kernel/fwd_ws_sm90.cuh):
-// uses_wgmma, f16, bf16 or f16_pasa (any protection uses_wgmma takes), no fault injection, and
+// uses_wgmma, f16, bf16 or f16_pasa (any protection and injection build uses_wgmma takes), and
 // num_warps 8 (two consumer warpgroups). Its CTA has a third, producer warpgroup: see
 // launch_threads.
 bool warp_specialized(const KernelConfig& config);

@@ -169,9 +169,8 @@ TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
   protected_128.protection = Protection::flash_abft;
   CHECK(with_defaults(protected_128, kSm90).num_stages == 1);
   // On sm_90a every checksum scheme runs the wgmma skeleton with two warpgroups at head dim 128,
-  // 128 x 128 with two stages, warp-specialised (with injection sites, which keep the
-  // one-warpgroup loop: Flash-ABFT 128 x 64 w8s3); at head dim 64 EFTA takes the unprotected tile,
-  // 64 x 128 w4s2. On sm_90 EFTA keeps the mma.sync defaults.
+  // 128 x 128 with two stages, warp-specialised, with injection sites too; at head dim 64 EFTA
+  // takes the unprotected tile, 64 x 128 w4s2. On sm_90 EFTA keeps the mma.sync defaults.
   for (Protection prot :
        {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct}) {
     protected_128.protection = prot;
@@ -185,7 +184,7 @@ TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
     KernelConfig injected = protected_128;
     injected.fault_injection = true;
     CHECK(with_defaults(injected, kSm90a) == [&] {
-      auto e = make(128, 128, efta ? 128 : 64, 8, efta ? 2 : 3, kSm90a);
+      auto e = make(128, 128, 128, 8, 2, kSm90a);
       e.protection = prot;
       e.fault_injection = true;
       return e;

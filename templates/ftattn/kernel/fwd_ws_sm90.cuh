@@ -43,8 +43,7 @@ struct ScoreTile<true, kST> {
 
 template <class T>
 __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) {
-  static_assert(T::warp_specialized && T::num_warps == 8,
-                "two consumer warpgroups, no injection sites");
+  static_assert(T::warp_specialized && T::num_warps == 8, "two consumer warpgroups");
   using P = typename T::Precision;
   constexpr bool kBf16 = protect::IsBf16<P>::value;
   constexpr bool kPasa = P::pasa;
@@ -53,6 +52,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
   constexpr int kCT = T::checksum_tiles;        // checksum schemes: GEMM II's checksum tiles
   constexpr int kSC = T::score_checksum_tiles;  // EFTA: GEMM I's checksum tile
   constexpr bool kEfta = T::Protect::k_atoms > 0;
+  static_assert(!(kPasa && T::inject), "f16_pasa's injection sites are the mma.sync kernel's");
   // efta_correct rebuilds a faulty score from the weighted checksum rows in the K buffer, so the
   // buffer is released after the softmax, not after GEMM I.
   constexpr bool kLateKRelease = T::Protect::correct;
@@ -143,6 +143,18 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
   detail::clear_accumulators(acc, row_max, row_sum);
   auto& o = reinterpret_cast<float(&)[1][kOT][4]>(acc);
   auto global_row = [&](int r) { return row0 + warp_row + lane / 4 + r * 8; };
+  // Fault injection (builds that ask for it): the one-warpgroup kernel's points (fwd_sm90.cuh).
+  // O and its checksums are hit once block it's GEMM II is done, after the next turn.
+  auto inject = [&](int site, int it, float* values, int n) {
+    if constexpr (T::inject) inject_values(p.fault, site, it, values, n);
+  };
+  auto inject_output = [&](int it) {
+    if constexpr (T::inject) {
+      inject(fault_site_output, it, &o[0][0][0], kOT * 4);
+      if constexpr (kCT > 0)
+        detail::inject_output_checksums<kSC * 4, kCT * 4>(p.fault, it, acc[0][kOT]);
+    }
+  };
   // EFTA: SNVR's lower bound of l per row, |q| of this thread's rows, and the sum of |k| over
   // this thread's keys of each block.
   [[maybe_unused]] float lower_bound[2] = {0.f, 0.f};
@@ -209,17 +221,25 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
     };
 
     auto step = [&](int, const int j, auto masked) {
-      if (j == 0)
+      if (j == 0) {
         turn(j, detail::Bool<false>{}, detail::Bool<true>{});
-      else
+      } else {
         turn(j, detail::Bool<true>{}, detail::Bool<true>{});
+        inject_output(j - 1);
+      }
+      if constexpr (T::inject) {  // not f16_pasa
+        inject(fault_site_scores, j, &s[0][0], kST * 4);
+        // The checksum site is the concatenation [S checksums, O checksums]: S's are hit here.
+        if constexpr (kSC > 0)
+          if (p.fault.element % ((kSC + kCT) * 4) < kSC * 4)
+            inject(fault_site_checksum, j, s_all[kST], kSC * 4);
+      }
       if constexpr (kEfta) {
         const u32 sKs = sK + (j % kStages) * T::k_tile_bytes;
         detail::EftaBlock<kST> efta;
         detail::efta_softmax<T, decltype(masked)::value>(
             p, s, s_all[kST], efta, sQ, sKs, row0, warp_row, j, j, lane, diag, q_norm,
-            k_norms[j * 4 + lane % 4], row_max[0], row_sum[0], lower_bound, batch, head,
-            [](int, int, float*, int) {});
+            k_norms[j * 4 + lane % 4], row_max[0], row_sum[0], lower_bound, batch, head, inject);
         if constexpr (kLateKRelease) {
           __syncwarp();  // every lane's weighted checksum has read the buffer
           if (lane == 0) pipe.release_k(j);
@@ -247,6 +267,10 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
               [&](int, int nt, int i) { s[nt][i] = neg_inf(); });
         float rescale[2], block_sum[2];
         detail::softmax_block(s, p.scale_log2, row_max[0], rescale, block_sum);
+        if constexpr (T::inject) {  // rescale before l and O take it
+          inject(fault_site_probs, j, &s[0][0], kST * 4);
+          inject(fault_site_rescale, j, rescale, 2);
+        }
 #pragma unroll
         for (int r = 0; r < 2; ++r) row_sum[0][r] = row_sum[0][r] * rescale[r] + block_sum[r];
 #pragma unroll
@@ -261,10 +285,15 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
           pa[kc][3] = P::pack(s[2 * kc + 1][2], s[2 * kc + 1][3]);
         }
       }
+      if constexpr (T::inject) {
+        inject(fault_site_row_max, j, row_max[0], 2);
+        inject(fault_site_row_sum, j, row_sum[0], 2);
+      }
     };
     detail::walk_key_blocks<T>(
         p.seqlen_k, row0, diag, n_blocks, [](int b) { return b; }, step);
     turn(n_blocks, detail::Bool<true>{}, detail::Bool<false>{});  // the last block's GEMM II
+    inject_output(n_blocks - 1);
   }
 
   // Both warpgroups' MMAs are done before the epilogue stages O over the Q tile (warpgroup 1's
