@@ -116,35 +116,38 @@ TEST_CASE("f16 and bf16 on Hopper: the warp-specialised skeleton on long and rag
           }
 }
 
-TEST_CASE("Flash-ABFT warp-specialised: no false alarm on the five distributions, long runs",
+TEST_CASE("Checksum schemes warp-specialised: no false alarm on the five distributions, long runs",
           "[gpu][wgmma16][ws][protect]") {
   Runtime& rt = wgmma_runtime();
   if (!on_sm90a(rt)) return;
-  // The checksum tile rides in the consumers' GEMM II as on the one-warpgroup kernel; its V
-  // chunks come with the producer's copies. Clean runs over the campaign's five distributions
-  // (PASA's biased and hybrid ones included) raise no alarm, and long runs pass the reference.
+  // The checksum tiles ride in the consumers' GEMMs as on the one-warpgroup kernel; their K rows
+  // and V chunks come with the producer's copies, and efta_correct keeps a K buffer until its
+  // softmax is done. Clean runs over the campaign's five distributions (PASA's biased and hybrid
+  // ones included) raise no alarm, and long runs (16 key blocks per CTA) pass the reference.
   const Problem pr = Problem::bhsd(1, 4, 4, 1024, 1024, 128);
-  for (Precision prec : {Precision::f16, Precision::bf16})
-    for (auto [n, st] : std::vector<std::array<int, 2>>{{64, 3}, {128, 2}})
-      for (Mask mask : {Mask::none, Mask::causal}) {
-        KernelConfig c;
-        c.head_dim = 128, c.precision = prec, c.mask = mask, c.protection = Protection::flash_abft;
-        c.block_m = 128, c.block_n = n, c.num_warps = 8, c.num_stages = st;
-        c.arch = rt.device_arch();
-        REQUIRE(warp_specialized(c));
-        for (campaign::Distribution dist : campaign::kDistributions) {
-          std::mt19937_64 rng(17);
-          auto q = campaign::random_tensor(dist, rng, prec, pr.q, 1, 4, 1024, 128);
-          auto k = campaign::random_tensor(dist, rng, prec, pr.k, 1, 4, 1024, 128);
-          auto v = campaign::random_tensor(dist, rng, prec, pr.v, 1, 4, 1024, 128);
-          auto backend = campaign::source_backend(rt, c, pr, q, k, v, OnFault::report);
-          std::vector<float> out;
-          const FaultReport r = backend->run(std::nullopt, out);
-          INFO(c.name() << " " << campaign::to_string(dist) << ": " << r.summary());
-          CHECK(r.clean());
+  for (Protection prot :
+       {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct})
+    for (Precision prec : {Precision::f16, Precision::bf16})
+      for (auto [n, st] : std::vector<std::array<int, 2>>{{64, 3}, {128, 2}})
+        for (Mask mask : {Mask::none, Mask::causal}) {
+          KernelConfig c;
+          c.head_dim = 128, c.precision = prec, c.mask = mask, c.protection = prot;
+          c.block_m = 128, c.block_n = n, c.num_warps = 8, c.num_stages = st;
+          c.arch = rt.device_arch();
+          REQUIRE(warp_specialized(c));
+            for (campaign::Distribution dist : campaign::kDistributions) {
+            std::mt19937_64 rng(17);
+            auto q = campaign::random_tensor(dist, rng, prec, pr.q, 1, 4, 1024, 128);
+            auto k = campaign::random_tensor(dist, rng, prec, pr.k, 1, 4, 1024, 128);
+            auto v = campaign::random_tensor(dist, rng, prec, pr.v, 1, 4, 1024, 128);
+            auto backend = campaign::source_backend(rt, c, pr, q, k, v, OnFault::report);
+            std::vector<float> out;
+            const FaultReport r = backend->run(std::nullopt, out);
+            INFO(c.name() << " " << campaign::to_string(dist) << ": " << r.summary());
+            CHECK(r.clean());
+          }
+          gpu_test::check_clean_protected(rt, c, Problem::bhsd(2, 8, 2, 2048, 2048, 128), 23 + n);
         }
-        gpu_test::check_clean_protected(rt, c, Problem::bhsd(2, 8, 2, 2048, 2048, 128), 23 + n);
-      }
 }
 
 TEST_CASE("the wgmma skeleton through Runtime::attention's defaults", "[gpu][wgmma16]") {
@@ -213,8 +216,9 @@ TEST_CASE(
   // column, the product and row-sum checks run on the wgmma accumulators).
   for (Protection prot : {Protection::efta_detect, Protection::efta_correct})
     check_clean_on_every_tile(rt, prot, 50);
-  // Planted faults, each on both skeletons (sm_90 keeps mma.sync; the two share the EFTA row
-  // checks, protect/efta_rows.cuh): exponent flips in CTA 0, thread 5, key block 1.
+  // Planted faults, each on both skeletons (sm_90a: the warp-specialised one at these defaults;
+  // sm_90 keeps mma.sync; they share the EFTA row checks, protect/efta_rows.cuh): exponent flips
+  // in CTA 0, thread 5, key block 1.
   const Problem pr = Problem::bhsd(1, 2, 2, 256, 512, 128);
   for (bool wgmma : {true, false})
     for (Mask mask : {Mask::none, Mask::causal}) {
@@ -225,6 +229,7 @@ TEST_CASE(
         c.fault_injection = true;
         c.arch = arch;
         REQUIRE(uses_wgmma(rt.resolve(c, &pr)) == wgmma);
+        REQUIRE(warp_specialized(rt.resolve(c, &pr)) == wgmma);
         // Every value class: seen by both schemes, and recompute repairs the output. A flipped
         // checksum (element 1: the lo half of the S checksum) must leave the output right,
         // seen or not: efta_detect's product check cannot verify a product pushed past FP32's
