@@ -40,8 +40,15 @@ struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, P
   static constexpr int v_stage_bytes = align(HeadDim * BlockN);
   static constexpr int o_stride = HeadDim * 2 + 16;  // the epilogue stages 16-bit O rows
   static constexpr int loop_bytes = q_bytes + NumStages * (k_stage_bytes + v_stage_bytes);
-  static constexpr int smem_bytes =
-      (loop_bytes > BlockM * o_stride ? loop_bytes : BlockM * o_stride) + 1024;
+  static constexpr int out_bytes = BlockM * o_stride;
+  // Two consumer warpgroups at head_dim 64 or 128 run warp-specialised (kernel/
+  // fwd_q8_ws_sm90.cuh): a producer warpgroup loads, the consumers take turns on the tensor
+  // cores. Its mbarriers sit after the tiles.
+  static constexpr bool warp_specialized = NumWarps == 8 && HeadDim <= 128;
+  static constexpr int launch_threads = NumWarps * 32 + (warp_specialized ? 128 : 0);
+  static constexpr int tiles_bytes = loop_bytes > out_bytes ? loop_bytes : out_bytes;
+  static constexpr int barrier_bytes = warp_specialized ? 256 : 0;
+  static constexpr int smem_bytes = tiles_bytes + barrier_bytes + 1024;
 
   // One warpgroup per CTA: ask ptxas for three CTAs per SM (168 registers at head_dim 128, no
   // spills) where their shared memory fits an SM's 228 KB, 1 KB of it reserved per CTA (H100:
