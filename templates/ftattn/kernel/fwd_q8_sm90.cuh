@@ -232,6 +232,16 @@ __device__ __forceinline__ void online_softmax(const float (&x)[kST][4], const f
   }
 }
 
+// int8: INT32 accumulators set to the bias (P::acc_zero) by asm volatile moves, which stay
+// where they are written: plain stores were sunk past wgmma_fence next to the wgmma reading
+// them, and ptxas injected warpgroup waits there (C7517, C7519) in the warp-specialised kernel.
+template <class T, int N>
+__device__ __forceinline__ void set_bias(int (&a)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N * 4; ++i)
+    asm volatile("mov.b32 %0, %1;\n" : "=r"(a[i / 4][i % 4]) : "n"(T::Precision::acc_zero));
+}
+
 // int8: O = O * rescale + P V in one FMA per element (the sm80 skeleton's fused rescale), with
 // the rescale of the block whose INT32 P V tile pv is.
 template <class T, int kOT>

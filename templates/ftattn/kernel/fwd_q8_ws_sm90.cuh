@@ -126,12 +126,8 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
       if (kPV) pipe.wait_v(j - 1);
       sm90::fence_async_shared();  // the producer's copies, seen by the tensor cores
       if constexpr (kInt) {        // INT32 accumulators start from the bias
-        if constexpr (kQK)
-#pragma unroll
-          for (int i = 0; i < kST * 4; ++i) s[i / 4][i % 4] = P::acc_zero;
-        if constexpr (kPV)
-#pragma unroll
-          for (int i = 0; i < kOT * 4; ++i) pv[i / 4][i % 4] = P::acc_zero;
+        if constexpr (kQK) q8::set_bias<T>(s);
+        if constexpr (kPV) q8::set_bias<T>(pv);
       }
       token.wait();
       sm90::wgmma_fence();
