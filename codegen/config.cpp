@@ -339,7 +339,11 @@ bool uses_wgmma(const KernelConfig& c) {
 }
 
 bool warp_specialized(const KernelConfig& c) {
-  return uses_wgmma(c) && element_bytes(c.precision) == 2 && c.num_warps == 8;
+  // 16-bit (kernel/fwd_ws_sm90.cuh): any protection and injection build on the wgmma skeleton.
+  // 8-bit (kernel/fwd_q8_ws_sm90.cuh, Q8WgmmaTraits): on the wgmma skeleton, which is
+  // unprotected, at head_dim 64 and 128.
+  const bool q8 = element_bytes(c.precision) == 1 && c.head_dim <= 128;
+  return uses_wgmma(c) && (element_bytes(c.precision) == 2 || q8) && c.num_warps == 8;
 }
 
 int launch_threads(const KernelConfig& c) {
@@ -559,7 +563,9 @@ int KernelConfig::shared_memory_bytes() const {
         align(int64_t{block_n} * head_dim + 4 * block_n) + align(int64_t{head_dim} * block_n);
     const int64_t loop = align(int64_t{block_m} * head_dim) + num_stages * stage;
     const int64_t out = int64_t{block_m} * (2 * head_dim + 16);
-    return static_cast<int>(std::min<int64_t>(std::max(loop, out) + 1024, INT_MAX));
+    // The warp-specialised skeleton's mbarriers follow the tiles.
+    const int64_t barriers = warp_specialized(*this) ? 256 : 0;
+    return static_cast<int>(std::min<int64_t>(std::max(loop, out) + barriers + 1024, INT_MAX));
   }
   if (element_bytes(precision) == 1) {
     // The 8-bit skeleton (Q8Traits in kernel/fwd_q8_sm80.cuh; the generated unit asserts that the

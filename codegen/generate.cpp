@@ -111,9 +111,11 @@ extern "C" __global__ void __launch_bounds__({launch_bounds})
 }}
 )",
       fmt::arg("launch_bounds", launch_bounds(config)),
-      fmt::arg("skeleton_header", wgmma ? "fwd_q8_sm90.cuh" : "fwd_q8_sm80.cuh"),
+      fmt::arg("skeleton_header",
+               per_skeleton(config, "fwd_q8_ws_sm90.cuh", "fwd_q8_sm90.cuh", "fwd_q8_sm80.cuh")),
       fmt::arg("traits", wgmma ? "Q8WgmmaTraits" : "Q8Traits"),
-      fmt::arg("skeleton", wgmma ? "attention_fwd_q8_sm90" : "attention_fwd_q8_sm80"),
+      fmt::arg("skeleton", per_skeleton(config, "attention_fwd_q8_ws_sm90", "attention_fwd_q8_sm90",
+                                        "attention_fwd_q8_sm80")),
       fmt::arg("protect_and_flags",
                wgmma ? fmt::format("/*causal=*/{}", is_causal(config.mask))
                      : fmt::format("{}, /*causal=*/{}, /*inject=*/{}", protect.type,

@@ -266,7 +266,7 @@ class QuantizedKernel final : public Kernel {
                                               static_cast<unsigned>(problem.heads_q),
                                               static_cast<unsigned>(problem.batch)};
     void* args[] = {&p};
-    runtime::launch(attention_, grid, Dim3{static_cast<unsigned>(32 * c.num_warps), 1, 1},
+    runtime::launch(attention_, grid, Dim3{static_cast<unsigned>(launch_threads(c)), 1, 1},
                     static_cast<unsigned>(c.shared_memory_bytes()), stream, args);
   }
 

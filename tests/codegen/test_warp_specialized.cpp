@@ -1,6 +1,7 @@
 // The warp-specialised Hopper skeleton (kernel/fwd_ws_sm90.cuh): which configs take it, their
 // CTA (a producer warpgroup on top of num_warps) and shared memory, and what NVRTC and ptxas make
 // of the generated units.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <string>
 
@@ -44,11 +45,41 @@ TEST_CASE("warp_specialized: two consumer warpgroups of 16-bit tiles on sm_90a",
       sm80.arch = Arch{80, false};
       CHECK_FALSE(warp_specialized(sm80));
     }
-  for (Precision p : {Precision::int8, Precision::fp8_e4m3}) {
-    const KernelConfig q8 = test::tile_config(128, 128, 128, 8, 2, kSm90a, p);
-    CHECK(uses_wgmma(q8));
-    CHECK_FALSE(warp_specialized(q8));
-  }
+}
+
+TEST_CASE("warp_specialized: two consumer warpgroups of int8 and fp8 tiles at head dims 64, 128",
+          "[ws][codegen][q8]") {
+  for (Precision p : {Precision::int8, Precision::fp8_e4m3})
+    for (int d : {64, 128})
+      for (int n : {64, 128}) {
+        const KernelConfig q8 = test::tile_config(d, 128, n, 8, 2, kSm90a, p);
+        INFO(q8.name());
+        CHECK(uses_wgmma(q8));
+        CHECK(warp_specialized(q8));
+        CHECK(launch_threads(q8) == 384);
+        // One warpgroup (the 8-bit defaults): the plain wgmma skeleton.
+        const KernelConfig one = test::tile_config(d, 64, n, 4, 2, kSm90a, p);
+        CHECK(uses_wgmma(one));
+        CHECK_FALSE(warp_specialized(one));
+        CHECK(launch_threads(one) == 128);
+        CHECK_FALSE(warp_specialized(test::default_config(d, p, Mask::causal, kSm90a)));
+        // Protection or injection: the mma.sync skeleton; so is sm_90 without "a".
+        KernelConfig abft = q8;
+        abft.protection = Protection::flash_abft;
+        CHECK_FALSE(warp_specialized(abft));
+        CHECK(launch_threads(abft) == 256);
+        KernelConfig injected = q8;
+        injected.fault_injection = true;
+        CHECK_FALSE(warp_specialized(injected));
+        KernelConfig sm90 = q8;
+        sm90.arch = Arch{90, false};
+        CHECK_FALSE(warp_specialized(sm90));
+      }
+  // fp8 at head dim 256: the one-warpgroup skeleton's loop (O alone is 128 registers).
+  const KernelConfig wide = test::tile_config(256, 128, 64, 8, 2, kSm90a, Precision::fp8_e4m3);
+  CHECK(uses_wgmma(wide));
+  CHECK_FALSE(warp_specialized(wide));
+  CHECK(launch_threads(wide) == 256);
 }
 
 TEST_CASE("warp_specialized: the mbarriers take 256 bytes after the tiles", "[ws][codegen]") {
@@ -60,6 +91,24 @@ TEST_CASE("warp_specialized: the mbarriers take 256 bytes after the tiles", "[ws
   checked.protection = Protection::efta_detect;  // 8 checksum rows per K tile, a V atom per key
   CHECK(checked.shared_memory_bytes() ==
         128 * 256 + 2 * ((128 + 8) * 256 + 128 * 256 + 128 * 128) + 256 + 1024);
+}
+
+TEST_CASE("warp_specialized 8-bit: the mbarriers take 256 bytes after the tiles",
+          "[ws][codegen][q8]") {
+  // Q, then per stage K with a float per key and V^T, each at 1024-byte boundaries, or the
+  // epilogue's 16-bit O rows if larger; the barriers; 1024 bytes to align the base. The
+  // generated unit asserts that Q8WgmmaTraits agrees.
+  auto align = [](int b) { return (b + 1023) / 1024 * 1024; };
+  for (Precision p : {Precision::int8, Precision::fp8_e4m3})
+    for (int d : {64, 128})
+      for (int n : {64, 128})
+        for (int st : {2, 3}) {
+          const KernelConfig c = test::tile_config(d, 128, n, 8, st, kSm90a, p);
+          INFO(c.name());
+          const int loop = align(128 * d) + st * (align(n * d + 4 * n) + align(d * n));
+          const int out = 128 * (2 * d + 16);
+          CHECK(c.shared_memory_bytes() == std::max(loop, out) + 256 + 1024);
+        }
 }
 
 TEST_CASE("warp_specialized units: producer and consumers, no spills, no serialised wgmma",
@@ -143,6 +192,54 @@ TEST_CASE("warp_specialized units: producer and consumers, no spills, no seriali
           const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
           CHECK(r.spill_stores == 0);
           CHECK(r.spill_loads == 0);
+          INFO(out.log);
+          CHECK(out.log.find("C751") == std::string::npos);  // wgmma serialised
+          CHECK(out.log.find("C752") == std::string::npos);  // e.g. C7520: under a branch
+        }
+}
+
+TEST_CASE("warp_specialized 8-bit units: producer and consumers, no spills, no serialised wgmma",
+          "[ws][codegen][nvrtc][q8]") {
+  for (Precision p : {Precision::int8, Precision::fp8_e4m3})
+    for (int d : {64, 128})
+      for (int n : {64, 128})
+        for (Mask m : {Mask::none, Mask::causal}) {
+          // Two stages, and three at 64-key blocks (whose tiles are smaller).
+          const KernelConfig c = test::tile_config(d, 128, n, 8, n == 64 ? 3 : 2, kSm90a, p, m);
+          REQUIRE(warp_specialized(c));
+          INFO(c.name());
+          const codegen::KernelSource src = codegen::generate(c);
+          CHECK(src.text.find("ftattn/kernel/fwd_q8_ws_sm90.cuh") != std::string::npos);
+          CHECK(src.text.find("attention_fwd_q8_ws_sm90<Traits>") != std::string::npos);
+          CHECK(src.text.find("__launch_bounds__(Traits::launch_threads, 1)") != std::string::npos);
+          const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
+          // 384 threads; the producer gives registers up, the consumers take them.
+          CHECK(out.ptx.find(".maxntid 384, 1, 1") != std::string::npos);
+          CHECK(test::count(out.ptx, "setmaxnreg.dec.sync.aligned.u32 56") == 1);
+          CHECK(test::count(out.ptx, "setmaxnreg.inc.sync.aligned.u32 224") == 1);
+          // Copies arrive on mbarriers (Q, K, V); the consumers pass their turn by named barrier
+          // (and, with Q quantised in the kernel, each warpgroup syncs only itself).
+          CHECK(test::count(out.ptx, "cp.async.mbarrier.arrive.noinc.shared::cta.b64") >= 3);
+          CHECK(test::count(out.ptx, "mbarrier.try_wait.parity") >= 3);
+          CHECK(test::count(out.ptx, "bar.arrive") >= 1);
+          // GEMM I in four copies (first block or not, masked or not) of d / 32 k-steps, GEMM II
+          // in three (the last block's after the loop) of n / 32; int8's S and P V in INT32.
+          const std::string wgmma = "wgmma.mma_async.sync.aligned.m64n";
+          const std::string acc = p == Precision::int8 ? "k32.s32.s8.s8" : "k32.f32.e4m3.e4m3";
+          const int gemm1 = 4 * (d / 32), gemm2 = 3 * (n / 32);
+          if (n == d) {
+            CHECK(test::count(out.ptx, wgmma + std::to_string(n) + acc) == gemm1 + gemm2);
+          } else {
+            CHECK(test::count(out.ptx, wgmma + std::to_string(n) + acc) == gemm1);
+            CHECK(test::count(out.ptx, wgmma + std::to_string(d) + acc) == gemm2);
+          }
+          CHECK(test::count(out.ptx, "mma.sync") == 0);
+          const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
+          CHECK(r.registers > 0);
+          CHECK(r.spill_stores == 0);
+          CHECK(r.spill_loads == 0);
+          CHECK(r.performance_notes.empty());
+          INFO(out.log);
           CHECK(out.log.find("C751") == std::string::npos);  // wgmma serialised
           CHECK(out.log.find("C752") == std::string::npos);  // e.g. C7520: under a branch
         }

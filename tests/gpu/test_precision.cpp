@@ -123,6 +123,49 @@ TEST_CASE("8-bit on Hopper: the wgmma skeleton matches the mma.sync one", "[gpu]
           }
 }
 
+TEST_CASE("8-bit on Hopper: the warp-specialised skeleton on long and ragged sequences",
+          "[gpu][q8][wgmma][ws]") {
+  Runtime& rt = q8_runtime();
+  const Arch device = rt.device_arch();
+  if (!(device.sm == 90 && device.arch_specific)) {
+    WARN("the warp-specialised skeleton needs sm_90a, not " << device.to_string() << ": not run");
+    return;
+  }
+  // Two consumer warpgroups and a producer (kernel/fwd_q8_ws_sm90.cuh) against the one-warpgroup
+  // wgmma skeleton on the same inputs: they quantise alike and differ only in FP32 summation
+  // order. 16-32 key blocks per CTA wrap every buffer's mbarrier phase many times (a wrong
+  // parity, a buffer refilled early or a K released before its scales are read shows up only
+  // there, or hangs); short and ragged runs cover CTAs with one key block, a partial last block
+  // and, causal with seqlen_q > seqlen_k, CTAs with none. Kernel::launch quantises Q in the
+  // kernel (each consumer warpgroup its own rows); rows = 0 checks every row.
+  for (Precision prec : {Precision::fp8_e4m3, Precision::int8})
+    for (int d : {64, 128})
+      for (auto [n, st] : std::vector<std::array<int, 2>>{{64, 2}, {64, 3}, {128, 2}})
+        for (Mask mask : {Mask::none, Mask::causal})
+          for (const Problem& pr :
+               {Problem::bhsd(2, 8, 2, 2048, 2048, d), Problem::bhsd(1, 2, 1, 1000, 60, d),
+                Problem::bhsd(1, 3, 1, 129, 1111, d), Problem::bhsd(2, 4, 2, 203, 517, d)}) {
+            KernelConfig c = q8_config(d, prec, mask);
+            c.block_m = 128, c.block_n = n, c.num_warps = 8, c.num_stages = st;
+            c.arch = device;
+            REQUIRE(warp_specialized(c));
+            REQUIRE(launch_threads(c) == 384);
+            KernelConfig one = c;  // one warpgroup, the same key blocks
+            one.block_m = 64, one.num_warps = 4;
+            REQUIRE_FALSE(warp_specialized(one));
+            const int rows = pr.seqlen_q > 1500 ? 256 : 0;
+            const uint64_t seed = 1500 + d + n + st + pr.seqlen_q;
+            const auto a = gpu_test::run_case(rt, c, pr, true, rows, seed);
+            const auto b = gpu_test::run_case(rt, one, pr, true, rows, seed);
+            INFO(a.config_name << " s" << pr.seqlen_q << "x" << pr.seqlen_k << ": "
+                               << a.report.summary() << " | one warpgroup: " << b.report.summary());
+            CHECK(a.report.passed);
+            CHECK(std::abs(a.report.rel_l2_error - b.report.rel_l2_error) <=
+                  0.02 * b.report.rel_l2_error + 1e-5);
+            CHECK(a.report.max_lse_error <= 2 * b.report.max_lse_error + 1e-3);
+          }
+}
+
 TEST_CASE("fp8 K: one scale per 64 keys, and the Hopper kernel refuses finer K scales",
           "[gpu][q8]") {
   Runtime& rt = q8_runtime();
@@ -206,7 +249,8 @@ TEST_CASE("fp8 K: one scale per 64 keys, and the Hopper kernel refuses finer K s
   runtime::check(runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
 }
 
-TEST_CASE("the wgmma kernel quantises Q itself to the separate pass's bytes", "[gpu][q8][wgmma]") {
+TEST_CASE("the wgmma kernel quantises Q itself to the separate pass's bytes",
+          "[gpu][q8][wgmma][ws]") {
   Runtime& rt = q8_runtime();
   const Arch device = rt.device_arch();
   if (!(device.sm == 90 && device.arch_specific)) {
@@ -215,37 +259,43 @@ TEST_CASE("the wgmma kernel quantises Q itself to the separate pass's bytes", "[
   }
   // Kernel::launch hands the wgmma kernel the caller's f16 Q; quantize() + launch_quantized the
   // separate pass's 8-bit Q. Same bytes and scales, so the same O bit for bit (odd lengths, GQA,
-  // a tile with rows past the end, both masks, every head dim that fuses it).
+  // a tile with rows past the end, both masks, every head dim that fuses it). The defaults (one
+  // warpgroup), and two consumer warpgroups warp-specialised: there each warpgroup quantises
+  // its own rows, or the producer copies the separate pass's Q.
   for (Precision prec : {Precision::fp8_e4m3, Precision::int8})
     for (int d : {64, 128})
-      for (Mask m : {Mask::none, Mask::causal}) {
-        const Problem pr = Problem::bhsd(2, 4, 2, 203, 517, d);
-        const auto kernel = rt.kernel(rt.resolve(q8_config(d, prec, m), &pr));
-        INFO(kernel->compiled().name);
-        REQUIRE(quantises_q_in_kernel(kernel->config()));
-        std::mt19937_64 rng(40 + d);
-        const auto q = reference::random_tensor(rng, Precision::f16, pr.q, 2, 4, 203, d);
-        const auto k = reference::random_tensor(rng, Precision::f16, pr.k, 2, 2, 517, d);
-        const auto v = reference::random_tensor(rng, Precision::f16, pr.v, 2, 2, 517, d);
-        runtime::DeviceBuffer dq(q.data.size() * 2), dk(k.data.size() * 2), dv(v.data.size() * 2),
-            o1(q.data.size() * 2), o2(q.data.size() * 2), ws(QuantizedLayout::of(pr).bytes);
-        dq.upload(q.data.data(), dq.bytes());
-        dk.upload(k.data.data(), dk.bytes());
-        dv.upload(v.data.data(), dv.bytes());
-        o1.fill_bytes(0xFF);
-        o2.fill_bytes(0x00);
-        kernel->launch(pr, dq.data(), dk.data(), dv.data(), o1.data(), nullptr, nullptr, nullptr);
-        const QuantizedInputs in = quantize(*kernel, pr, dq.data(), dk.data(), dv.data(),
-                                            Precision::f16, ws.data(), nullptr);
-        launch_quantized(*kernel, pr, in, o2.data(), Precision::f16, nullptr, nullptr);
-        runtime::check(runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
-        std::vector<uint16_t> a(q.data.size()), b(q.data.size());
-        o1.download(a.data(), o1.bytes());
-        o2.download(b.data(), o2.bytes());
-        int differ = 0;
-        for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];
-        CHECK(differ == 0);
-      }
+      for (Mask m : {Mask::none, Mask::causal})
+        for (bool two_groups : {false, true}) {
+          const Problem pr = Problem::bhsd(2, 4, 2, 203, 517, d);
+          KernelConfig c = q8_config(d, prec, m);
+          if (two_groups) c.block_m = 128, c.block_n = 128, c.num_warps = 8, c.num_stages = 2;
+          const auto kernel = rt.kernel(rt.resolve(c, &pr));
+          INFO(kernel->compiled().name);
+          REQUIRE(quantises_q_in_kernel(kernel->config()));
+          REQUIRE(warp_specialized(kernel->config()) == two_groups);
+          std::mt19937_64 rng(40 + d);
+          const auto q = reference::random_tensor(rng, Precision::f16, pr.q, 2, 4, 203, d);
+          const auto k = reference::random_tensor(rng, Precision::f16, pr.k, 2, 2, 517, d);
+          const auto v = reference::random_tensor(rng, Precision::f16, pr.v, 2, 2, 517, d);
+          runtime::DeviceBuffer dq(q.data.size() * 2), dk(k.data.size() * 2), dv(v.data.size() * 2),
+              o1(q.data.size() * 2), o2(q.data.size() * 2), ws(QuantizedLayout::of(pr).bytes);
+          dq.upload(q.data.data(), dq.bytes());
+          dk.upload(k.data.data(), dk.bytes());
+          dv.upload(v.data.data(), dv.bytes());
+          o1.fill_bytes(0xFF);
+          o2.fill_bytes(0x00);
+          kernel->launch(pr, dq.data(), dk.data(), dv.data(), o1.data(), nullptr, nullptr, nullptr);
+          const QuantizedInputs in = quantize(*kernel, pr, dq.data(), dk.data(), dv.data(),
+                                              Precision::f16, ws.data(), nullptr);
+          launch_quantized(*kernel, pr, in, o2.data(), Precision::f16, nullptr, nullptr);
+          runtime::check(runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
+          std::vector<uint16_t> a(q.data.size()), b(q.data.size());
+          o1.download(a.data(), o1.bytes());
+          o2.download(b.data(), o2.bytes());
+          int differ = 0;
+          for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];
+          CHECK(differ == 0);
+        }
 }
 
 TEST_CASE("8-bit kernels follow the host model of their numerics closely, bf16 in and out",

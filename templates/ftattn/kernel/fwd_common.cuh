@@ -116,4 +116,36 @@ __device__ __forceinline__ void for_each_masked(int first_row, int key0, int lan
       }
 }
 
+// A compile-time flag for a step or turn lambda (masked or not, which MMAs it issues).
+template <bool B>
+struct Bool {
+  static constexpr bool value = B;
+};
+
+// The main loop's walk over key blocks: blocks that need no mask come first (keys below every
+// row's diagonal and inside the sequence); only the last few, at the diagonal or the sequence
+// end, pay for masking. Block-sparse masks visit only active blocks (`next_active(b)`: the first
+// active block at or after b) and number the iterations they run. `step(iteration, block,
+// Bool<masked>)` runs one block.
+template <class T, class NextActive, class Step>
+__device__ __forceinline__ void walk_key_blocks(int seqlen_k, int row0, int diag, int n_blocks,
+                                                NextActive&& next_active, Step&& step) {
+  int n_unmasked = seqlen_k / T::block_n;
+  if (T::causal) n_unmasked = min(n_unmasked, max(0, (row0 + diag + 1) / T::block_n));
+  n_unmasked = min(n_unmasked, n_blocks);
+  if constexpr (!T::block_sparse) {
+    for (int n_block = 0; n_block < n_unmasked; ++n_block) step(n_block, n_block, Bool<false>{});
+    for (int n_block = n_unmasked; n_block < n_blocks; ++n_block)
+      step(n_block, n_block, Bool<true>{});
+  } else {
+    int it = 0;
+    for (int n_block = next_active(0); n_block < n_blocks; n_block = next_active(n_block + 1)) {
+      if (n_block < n_unmasked)
+        step(it++, n_block, Bool<false>{});
+      else
+        step(it++, n_block, Bool<true>{});
+    }
+  }
+}
+
 }  // namespace ftattn::detail

@@ -40,8 +40,15 @@ struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, P
   static constexpr int v_stage_bytes = align(HeadDim * BlockN);
   static constexpr int o_stride = HeadDim * 2 + 16;  // the epilogue stages 16-bit O rows
   static constexpr int loop_bytes = q_bytes + NumStages * (k_stage_bytes + v_stage_bytes);
-  static constexpr int smem_bytes =
-      (loop_bytes > BlockM * o_stride ? loop_bytes : BlockM * o_stride) + 1024;
+  static constexpr int out_bytes = BlockM * o_stride;
+  // Two consumer warpgroups at head_dim 64 or 128 run warp-specialised (kernel/
+  // fwd_q8_ws_sm90.cuh): a producer warpgroup loads, the consumers take turns on the tensor
+  // cores. Its mbarriers sit after the tiles.
+  static constexpr bool warp_specialized = NumWarps == 8 && HeadDim <= 128;
+  static constexpr int launch_threads = NumWarps * 32 + (warp_specialized ? 128 : 0);
+  static constexpr int tiles_bytes = loop_bytes > out_bytes ? loop_bytes : out_bytes;
+  static constexpr int barrier_bytes = warp_specialized ? 256 : 0;
+  static constexpr int smem_bytes = tiles_bytes + barrier_bytes + 1024;
 
   // One warpgroup per CTA: ask ptxas for three CTAs per SM (168 registers at head_dim 128, no
   // spills) where their shared memory fits an SM's 228 KB, 1 KB of it reserved per CTA (H100:
@@ -107,6 +114,147 @@ __device__ __forceinline__ void quantise_q_rows(const AttentionParams& p, u32 sQ
   }
 }
 
+namespace q8 {
+
+// Key block key0's K rows and their scales (a float per key after the tile) into the K buffer at
+// dk, and its V^T rows into the V buffer at dv, by `Threads` threads (`thread`: the caller's
+// index among them). Issue copies only; the caller commits or arrives.
+template <class T, int Threads>
+__device__ __forceinline__ void load_k_block(u32 dk, const AttentionParams& p, const Operands& in,
+                                             int key0, unsigned thread) {
+  sm90::load_rows_swizzled<Threads, T::block_n, T::head_dim>(
+      dk, in.k + key0 * p.k_seq_stride, p.k_seq_stride, p.seqlen_k - key0, T::head_dim, thread);
+  sm80::load_rows<Threads, 1, T::block_n * 4, 0>(dk + T::k_scale_offset, in.k_scale + key0, 0, 1,
+                                                 (in.keys_padded - key0) * 4, thread);
+}
+template <class T, int Threads>
+__device__ __forceinline__ void load_vt_block(u32 dv, const AttentionParams& p, const Operands& in,
+                                              int key0, unsigned thread) {
+  sm90::load_rows_swizzled<Threads, T::head_dim, T::block_n>(
+      dv, in.vt + key0, p.v_seq_stride, T::head_dim, in.keys_padded - key0, thread);
+}
+
+// GEMM I's MMAs: this warpgroup's 64 rows (from group_row of the Q tile at sQ) of S = Q K^T with
+// the K tile at sKs (fp8: FP32, overwriting s; int8: INT32 onto the bias s holds). Issue only:
+// the caller fences, commits and waits.
+template <class T, class Acc, int kST>
+__device__ __forceinline__ void gemm1(Acc (&s)[kST][4], u32 sQ, u32 sKs, int group_row) {
+#pragma unroll
+  for (int ks = 0; ks < T::head_dim / 32; ++ks) {
+    const u64 a = sm90::k_step_descriptor<T::head_dim>(sQ, T::block_m, group_row, ks);
+    const u64 b = sm90::k_step_descriptor<T::head_dim>(sKs, T::block_n, 0, ks);
+    if constexpr (!T::Precision::pv_into_output)
+      sm90::wgmma_s8_ss(reinterpret_cast<int(&)[kST * 4]>(s), a, b);
+    else
+      sm90::wgmma_e4m3_ss(reinterpret_cast<float(&)[kST * 4]>(s), a, b, ks > 0);
+  }
+}
+
+// GEMM II's MMAs: d += P V^T-as-B, P from registers (pa, softmax_row's fragments), V^T at sVs
+// (fp8: d is O; int8: the block's INT32 P V tile). Issue only.
+template <class T, class Acc, int kOT, int kKC>
+__device__ __forceinline__ void gemm2(Acc (&d)[kOT][4], const u32 (&pa)[kKC][4], u32 sVs) {
+#pragma unroll
+  for (int kc = 0; kc < kKC; ++kc) {
+    if constexpr (!T::Precision::pv_into_output)
+      sm90::wgmma_s8_rs(reinterpret_cast<int(&)[kOT * 4]>(d), pa[kc],
+                        sm90::descriptor<T::block_n>(sVs + kc * 32));
+    else
+      sm90::wgmma_e4m3_rs(reinterpret_cast<float(&)[kOT * 4]>(d), pa[kc],
+                          sm90::descriptor<T::block_n>(sVs + kc * 32));
+  }
+}
+
+// GEMM I's scores of key block key0 (rows from first_row), dequantised by key into x (the row's
+// factor follows in the exp's FMA), then masked when Masked. int8: S * s_K from the bias in one
+// FMA. fp8: K scales are constant over each 64 keys, so the scores stay raw and each group's
+// scale goes to kg, to ride in the FMA. The K scales are read from after the K tile at sKs
+// (quad_t: lane % 4).
+template <class T, bool Masked, class Acc, int kST, int kGroups>
+__device__ __forceinline__ void block_scores(const AttentionParams& p, const Acc (&s)[kST][4],
+                                             u32 sKs, int first_row, int key0, int lane, int quad_t,
+                                             int diag, float (&x)[kST][4], float (&kg)[kGroups]) {
+  using P = typename T::Precision;
+  const u32 sKscale = sKs + T::k_scale_offset;
+  if constexpr (!P::pv_into_output) {
+#pragma unroll
+    for (int nt = 0; nt < kST; ++nt) {
+      float ks2[2];
+      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
+                   : "=f"(ks2[0]), "=f"(ks2[1])
+                   : "r"(sKscale + (nt * 8 + quad_t * 2) * 4));
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        x[nt][i] = fmaf(P::acc_as_float(s[nt][i]), ks2[i % 2], P::dequant_bias(ks2[i % 2]));
+    }
+  } else {
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(kg[g]) : "r"(sKscale + g * 64 * 4));
+      kg[g] = fmaxf(kg[g], 1e-30f);  // a zero block: its raw scores are 0, the masked -inf
+    }
+#pragma unroll
+    for (int nt = 0; nt < kST; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) x[nt][i] = P::acc_as_float(s[nt][i]);
+  }
+  if (Masked) {
+    detail::for_each_masked<1, kST, T::causal>(first_row, key0, lane, p.seqlen_k, diag,
+                                               [&](int, int nt, int i) { x[nt][i] = neg_inf(); });
+  }
+}
+
+// The online softmax of a warp's 16 rows (q8::softmax_row; fp8: softmax_row_grouped on kg): P
+// lands in GEMM II's A fragments pa, row_max and row_sum move on, and rescale gets the factor of
+// the old state. fp8 (P V accumulates into O) rescales O here; int8 folds its P V tile with
+// rescale afterwards (fold_pv).
+template <class T, int kST, int kGroups, int kOT>
+__device__ __forceinline__ void online_softmax(const float (&x)[kST][4], const float (&kg)[kGroups],
+                                               const float (&q_scale)[2], float (&row_max)[2],
+                                               float (&row_sum)[2], float (&o)[kOT][4],
+                                               u32 (&pa)[kST / 4][4], float (&rescale)[2]) {
+  using P = typename T::Precision;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    typename P::PSum sum = 0;
+    if constexpr (!P::pv_into_output)
+      softmax_row<P>(x, r, q_scale[r], row_max[r], pa, sum, rescale[r]);
+    else
+      softmax_row_grouped<P>(x, r, q_scale[r], kg, row_max[r], pa, sum, rescale[r]);
+    row_sum[r] = row_sum[r] * rescale[r] + P::p_sum(sum);
+    if constexpr (P::pv_into_output) {
+#pragma unroll
+      for (int nt = 0; nt < kOT; ++nt) {
+        o[nt][2 * r] *= rescale[r];
+        o[nt][2 * r + 1] *= rescale[r];
+      }
+    }
+  }
+}
+
+// int8: INT32 accumulators set to the bias (P::acc_zero) by asm volatile moves, which stay
+// where they are written: plain stores were sunk past wgmma_fence next to the wgmma reading
+// them, and ptxas injected warpgroup waits there (C7517, C7519) in the warp-specialised kernel.
+template <class T, int N>
+__device__ __forceinline__ void set_bias(int (&a)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N * 4; ++i)
+    asm volatile("mov.b32 %0, %1;\n" : "=r"(a[i / 4][i % 4]) : "n"(T::Precision::acc_zero));
+}
+
+// int8: O = O * rescale + P V in one FMA per element (the sm80 skeleton's fused rescale), with
+// the rescale of the block whose INT32 P V tile pv is.
+template <class T, int kOT>
+__device__ __forceinline__ void fold_pv(float (&o)[kOT][4], const int (&pv)[kOT][4],
+                                        const float (&rescale)[2]) {
+  using P = typename T::Precision;
+#pragma unroll
+  for (int i = 0; i < kOT * 4; ++i)
+    o[i / 4][i % 4] = fmaf(o[i / 4][i % 4], rescale[(i % 4) / 2], P::to_float(pv[i / 4][i % 4]));
+}
+
+}  // namespace q8
+
 template <class T>
 __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) {
   using P = typename T::Precision;
@@ -136,26 +284,18 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
   const int n_blocks = detail::key_blocks<T>(p, row0, diag);
 
   const q8::Operands in = q8::operands<T>(p, batch, head, head_kv, row0);
-  const char *q = in.q, *k = in.k, *vt = in.vt;
-  const int keys_padded = in.keys_padded;
-  const float* k_scale = in.k_scale;
 
   // One cp.async group per key block: K rows, their scales, V^T rows.
   auto load_kv = [&](int stage, int n_block) {
     const int key0 = n_block * T::block_n;
-    const u32 dk = sK + stage * T::k_stage_bytes;
-    sm90::load_rows_swizzled<T::threads, T::block_n, T::head_dim>(
-        dk, k + key0 * p.k_seq_stride, p.k_seq_stride, p.seqlen_k - key0, T::head_dim);
-    sm80::load_rows<T::threads, 1, T::block_n * 4, 0>(dk + T::k_scale_offset, k_scale + key0, 0, 1,
-                                                      (keys_padded - key0) * 4);
-    sm90::load_rows_swizzled<T::threads, T::head_dim, T::block_n>(
-        sV + stage * T::v_stage_bytes, vt + key0, p.v_seq_stride, T::head_dim, keys_padded - key0);
+    q8::load_k_block<T, T::threads>(sK + stage * T::k_stage_bytes, p, in, key0, threadIdx.x);
+    q8::load_vt_block<T, T::threads>(sV + stage * T::v_stage_bytes, p, in, key0, threadIdx.x);
     sm80::cp_async_commit();
   };
 
   float q_scale[2];  // per row of this lane's accumulators: s_Q * softmax scale * log2(e)
   if (p.q_16bit == 0) {
-    sm90::load_rows_swizzled<T::threads, T::block_m, T::head_dim>(sQ, q, p.q_seq_stride,
+    sm90::load_rows_swizzled<T::threads, T::block_m, T::head_dim>(sQ, in.q, p.q_seq_stride,
                                                                   p.seqlen_q - row0, T::head_dim);
 #pragma unroll
     for (int r = 0; r < 2; ++r)
@@ -184,110 +324,42 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
 #pragma unroll
       for (int i = 0; i < kST * 4; ++i) s[i / 4][i % 4] = P::acc_zero;
     sm90::wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < T::head_dim / 32; ++ks) {
-      const u64 a = sm90::k_step_descriptor<T::head_dim>(sQ, T::block_m, group_row, ks);
-      const u64 b = sm90::k_step_descriptor<T::head_dim>(sKs, T::block_n, 0, ks);
-      if constexpr (kInt)
-        sm90::wgmma_s8_ss(reinterpret_cast<int(&)[kST * 4]>(s), a, b);
-      else
-        sm90::wgmma_e4m3_ss(reinterpret_cast<float(&)[kST * 4]>(s), a, b, ks > 0);
-    }
+    q8::gemm1<T>(s, sQ, sKs, group_row);
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();  // GEMM I, and the previous GEMM II (O is rescaled below)
     pipeline.after_gemm1(it, load_kv);
 
-    // Dequantise by key (the row's factor follows in the exp's FMA), then mask. fp8: K scales
-    // are constant over each 64 keys, so the scores stay raw and the scale rides in the FMA.
-    const u32 sKscale = sKs + T::k_scale_offset;
-    constexpr int kGroups = T::block_n / 64;
+    // Dequantise by key, mask, and the online softmax: P lands in GEMM II's A fragments.
     float x[kST][4];
-    [[maybe_unused]] float kg[kGroups];
-    if constexpr (kInt) {
-#pragma unroll
-      for (int nt = 0; nt < kST; ++nt) {
-        float ks2[2];
-        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
-                     : "=f"(ks2[0]), "=f"(ks2[1])
-                     : "r"(sKscale + (nt * 8 + quad_t * 2) * 4));
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          x[nt][i] = fmaf(P::acc_as_float(s[nt][i]), ks2[i % 2], P::dequant_bias(ks2[i % 2]));
-      }
-    } else {
-#pragma unroll
-      for (int g = 0; g < kGroups; ++g) {
-        asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(kg[g]) : "r"(sKscale + g * 64 * 4));
-        kg[g] = fmaxf(kg[g], 1e-30f);  // a zero block: its raw scores are 0, the masked -inf
-      }
-#pragma unroll
-      for (int nt = 0; nt < kST; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) x[nt][i] = P::acc_as_float(s[nt][i]);
-    }
-    if (kMasked) {
-      detail::for_each_masked<1, kST, T::causal>(row0 + warp_row, n_block * T::block_n, lane,
-                                                 p.seqlen_k, diag,
-                                                 [&](int, int nt, int i) { x[nt][i] = neg_inf(); });
-    }
-
-    // Online softmax (q8::softmax_row): P lands in GEMM II's A fragments.
+    float kg[T::block_n / 64];
+    q8::block_scores<T, kMasked>(p, s, sKs, row0 + warp_row, n_block * T::block_n, lane, quad_t,
+                                 diag, x, kg);
     u32 pa[kST / 4][4];
     float rescale[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      typename P::PSum sum = 0;
-      if constexpr (kInt)
-        q8::softmax_row<P>(x, r, q_scale[r], row_max[0][r], pa, sum, rescale[r]);
-      else
-        q8::softmax_row_grouped<P>(x, r, q_scale[r], kg, row_max[0][r], pa, sum, rescale[r]);
-      row_sum[0][r] = row_sum[0][r] * rescale[r] + P::p_sum(sum);
-      if constexpr (!kInt) {
-#pragma unroll
-        for (int nt = 0; nt < kOT; ++nt) {
-          o[0][nt][2 * r] *= rescale[r];
-          o[0][nt][2 * r + 1] *= rescale[r];
-        }
-      }
-    }
+    q8::online_softmax<T>(x, kg, q_scale, row_max[0], row_sum[0], o[0], pa, rescale);
 
     // GEMM II: O += P V^T-as-B, P from registers.
     const u32 sVs = sV + stage * T::v_stage_bytes;
     if constexpr (kInt) {
-      // int8: the block's P V in an INT32 tile from the bias, then O = O * rescale + P V in one
-      // FMA per element (the sm80 skeleton's fused rescale).
+      // int8: the block's P V in an INT32 tile from the bias, folded into O.
       int pv[kOT][4];
 #pragma unroll
       for (int i = 0; i < kOT * 4; ++i) pv[i / 4][i % 4] = P::acc_zero;
       sm90::wgmma_fence();
-#pragma unroll
-      for (int kc = 0; kc < kST / 4; ++kc)
-        sm90::wgmma_s8_rs(reinterpret_cast<int(&)[kOT * 4]>(pv), pa[kc],
-                          sm90::descriptor<T::block_n>(sVs + kc * 32));
+      q8::gemm2<T>(pv, pa, sVs);
       sm90::wgmma_commit();
       sm90::wgmma_wait<0>();
-#pragma unroll
-      for (int i = 0; i < kOT * 4; ++i)
-        o[0][i / 4][i % 4] =
-            fmaf(o[0][i / 4][i % 4], rescale[(i % 4) / 2], P::to_float(pv[i / 4][i % 4]));
+      q8::fold_pv<T>(o[0], pv, rescale);
     } else {
       sm90::wgmma_fence();
-#pragma unroll
-      for (int kc = 0; kc < kST / 4; ++kc)
-        sm90::wgmma_e4m3_rs(reinterpret_cast<float(&)[kOT * 4]>(o[0]), pa[kc],
-                            sm90::descriptor<T::block_n>(sVs + kc * 32));
+      q8::gemm2<T>(o[0], pa, sVs);
       sm90::wgmma_commit();
       if constexpr (!kOneGroup) sm90::wgmma_wait<0>();
     }
   };
 
-  int n_unmasked = p.seqlen_k / T::block_n;
-  if (T::causal) n_unmasked = min(n_unmasked, max(0, (row0 + diag + 1) / T::block_n));
-  n_unmasked = min(n_unmasked, n_blocks);
-  for (int n_block = 0; n_block < n_unmasked; ++n_block)
-    step(n_block, n_block, q8::Masked<false>{});
-  for (int n_block = n_unmasked; n_block < n_blocks; ++n_block)
-    step(n_block, n_block, q8::Masked<true>{});
+  detail::walk_key_blocks<T>(
+      p.seqlen_k, row0, diag, n_blocks, [](int b) { return b; }, step);
   sm90::wgmma_wait<0>();
   sm80::cp_async_wait<0>();
   __syncthreads();

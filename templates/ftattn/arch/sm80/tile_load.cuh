@@ -11,9 +11,11 @@ namespace ftattn::sm80 {
 // bytes apart) to `smem` (rows `SmemStride` bytes apart) with `Threads` threads. A chunk is
 // zero-filled, not read, when its row is at or past `valid_rows` or its first byte is at or past
 // `valid_bytes` of the row. Issues copies only; the caller commits the group.
+// `thread` is the caller's index among the Threads (a producer warpgroup's counts from its own
+// first thread); the overload below passes threadIdx.x.
 template <int Threads, int Rows, int RowBytes, int SmemStride>
 __device__ __forceinline__ void load_rows(u32 smem, const void* gmem, i64 gmem_stride,
-                                          int valid_rows, int valid_bytes) {
+                                          int valid_rows, int valid_bytes, unsigned thread) {
   static_assert(RowBytes % 16 == 0, "rows must be whole 16-byte chunks");
   constexpr int cpr = RowBytes / 16;
   constexpr int chunks = Rows * cpr;
@@ -22,8 +24,8 @@ __device__ __forceinline__ void load_rows(u32 smem, const void* gmem, i64 gmem_s
     // Each thread keeps one column and walks down the rows: one running pointer, so the
     // compiler has no per-chunk 64-bit addresses to keep live across the main loop.
     constexpr int rows_per_pass = Threads / cpr;
-    const int r0 = threadIdx.x / cpr;
-    const int col = (threadIdx.x % cpr) * 16;
+    const int r0 = thread / cpr;
+    const int col = (thread % cpr) * 16;
     const char* src = base + r0 * gmem_stride + col;
     const i64 src_step = rows_per_pass * gmem_stride;
     const bool col_valid = col < valid_bytes;
@@ -39,7 +41,7 @@ __device__ __forceinline__ void load_rows(u32 smem, const void* gmem, i64 gmem_s
   }
 #pragma unroll
   for (int i = 0; i < (chunks + Threads - 1) / Threads; ++i) {
-    const int c = threadIdx.x + i * Threads;
+    const int c = thread + i * Threads;
     if (chunks % Threads == 0 || c < chunks) {
       const int r = c / cpr;
       const int col = (c % cpr) * 16;
@@ -47,6 +49,13 @@ __device__ __forceinline__ void load_rows(u32 smem, const void* gmem, i64 gmem_s
       cp_async_16(smem + r * SmemStride + col, valid ? base + r * gmem_stride + col : base, valid);
     }
   }
+}
+// The same with every thread of the CTA among the Threads.
+template <int Threads, int Rows, int RowBytes, int SmemStride>
+__device__ __forceinline__ void load_rows(u32 smem, const void* gmem, i64 gmem_stride,
+                                          int valid_rows, int valid_bytes) {
+  load_rows<Threads, Rows, RowBytes, SmemStride>(smem, gmem, gmem_stride, valid_rows, valid_bytes,
+                                                 threadIdx.x);
 }
 
 }  // namespace ftattn::sm80
