@@ -221,6 +221,9 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
     };
 
     auto step = [&](int, const int j, auto masked) {
+      // EFTA's sum of |k| over this thread's keys of the block: loaded while the turn runs.
+      [[maybe_unused]] float k_norm = 0.f;
+      if constexpr (kEfta) k_norm = k_norms[j * 4 + lane % 4];
       if (j == 0) {
         turn(j, detail::Bool<false>{}, detail::Bool<true>{});
       } else {
@@ -239,7 +242,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
         detail::EftaBlock<kST> efta;
         detail::efta_softmax<T, decltype(masked)::value>(
             p, s, s_all[kST], efta, sQ, sKs, row0, warp_row, j, j, lane, diag, q_norm,
-            k_norms[j * 4 + lane % 4], row_max[0], row_sum[0], lower_bound, batch, head, inject);
+            k_norm, row_max[0], row_sum[0], lower_bound, batch, head, inject);
         if constexpr (kLateKRelease) {
           __syncwarp();  // every lane's weighted checksum has read the buffer
           if (lane == 0) pipe.release_k(j);
