@@ -136,17 +136,29 @@ __device__ __forceinline__ void checksum_prologue(const AttentionParams& p) {
               static_cast<long long>(n_block) * 8 * Pr::k_atoms * D;
     float* knorm = reinterpret_cast<float*>(base + w.knorm_offset + head_index * w.knorm_per_head);
     constexpr int items = 4 * lanes;
-    for (int first = 0; first < items; first += T::threads) {  // the same trip count in every lane
-      const int item = first + static_cast<int>(threadIdx.x);
+    // Where the CTA has more threads than items, the block's N / 8 key rows l are split into
+    // `parts` slices, one per set of `items` threads, and the partial sums meet in shared memory:
+    // one item per thread walked all 2 N / 8 of its keys in turn, a quarter of the threads busy
+    // at head dim 128 (the prologue then took longer than its read of K and V).
+    constexpr int by_threads = T::threads / items;
+    constexpr int parts_wanted = by_threads >= 4 ? 4 : by_threads >= 2 ? 2 : 1;
+    constexpr int parts = (N / 8) % parts_wanted == 0 ? parts_wanted : 1;
+    constexpr int slice = (N / 8) / parts;
+    constexpr int partial_floats = parts > 1 ? (parts - 1) * items * 17 : 1;
+    __shared__ float partials[partial_floats];  // per later part and item: c1[8], c2[8], norm
+    for (int first = 0; first < items * parts; first += T::threads) {  // the same trip count
+      const int slot = first + static_cast<int>(threadIdx.x);
+      const int item = slot % items, part = slot / items;
       const int t = item / lanes, chunk = item % lanes;
-      const bool live = item < items && chunk < chunks;
+      const bool live = part < parts && chunk < chunks;
       float c1[8], c2[8], norm = 0.f;
 #pragma unroll
       for (int i = 0; i < 8; ++i) c1[i] = c2[i] = 0.f;
 #pragma unroll 4
-      for (int l = 0; l < N / 8; ++l)
+      for (int ll = 0; ll < slice; ++ll)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
+          const int l = part * slice + ll;
           const int key = key0 + 8 * l + 2 * t + c;
           float sq = 0.f;
           if (live && key < p.seqlen_k) {
@@ -168,7 +180,24 @@ __device__ __forceinline__ void checksum_prologue(const AttentionParams& p) {
           for (int off = 1; off < lanes; off *= 2) sq += __shfl_xor_sync(0xffffffffu, sq, off);
           norm += sqrtf(sq);
         }
-      if (live) {
+      if constexpr (parts > 1) {
+        float* mine = partials + ((part - 1) * items + item) * 17;
+        if (part > 0 && part < parts) {
+#pragma unroll
+          for (int i = 0; i < 8; ++i) mine[i] = c1[i], mine[8 + i] = c2[i];
+          mine[16] = norm;
+        }
+        __syncthreads();
+        if (part == 0)
+#pragma unroll 1
+          for (int q = 1; q < parts; ++q) {
+            const float* other = partials + ((q - 1) * items + item) * 17;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) c1[i] += other[i], c2[i] += other[8 + i];
+            norm += other[16];
+          }
+      }
+      if (live && part == 0) {
         // Rows 2t and 2t + 1 (hi and lo) of each checksum, 8 dims as one 16-byte store each.
         auto store = [&](const float(&x)[8], int row) {
           u32 hi[4], lo[4];
@@ -185,7 +214,7 @@ __device__ __forceinline__ void checksum_prologue(const AttentionParams& p) {
         store(c1, 2 * t);
         if constexpr (Pr::correct) store(c2, 8 + 2 * t);
       }
-      if (item < items && chunk == 0) knorm[n_block * 4 + t] = norm;
+      if (part == 0 && item < items && chunk == 0) knorm[n_block * 4 + t] = norm;
     }
   }
 }
