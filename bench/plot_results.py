@@ -115,6 +115,33 @@ def tile_sweep(folder, name):
     save(fig, folder, name + ".png")
 
 
+def tiles_vs_f16(folder, name):
+    """Each 8-bit tile's end-to-end speed over f16's default in the same run, one group of bars
+    per (precision, head dim, mask, seqlen)."""
+    data = rows(folder, name + ".csv")
+    if not data:
+        return
+    key = lambda r: (int(r["head_dim"]), r["causal"], int(r["seqlen"]))
+    f16 = {key(r): float(r["ms"]) for r in data if r["dtype"] == "f16"}
+    other = [r for r in data if r["dtype"] != "f16"]
+    tile = lambda r: "_".join(r["config"].split("_")[-4:-2])
+    tiles = sorted({tile(r) for r in other})
+    groups = sorted({(r["dtype"],) + key(r) for r in other})
+    fig, ax = plt.subplots(figsize=(max(9, 0.6 * len(groups)), 4))
+    width = 0.8 / len(tiles)
+    for i, t in enumerate(tiles):
+        ratio = {(r["dtype"],) + key(r): f16[key(r)] / float(r["ms"]) for r in other if tile(r) == t}
+        ax.bar([g + i * width for g in range(len(groups))], [ratio.get(g, 0) for g in groups],
+               width, label=t)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks([g + 0.4 - width / 2 for g in range(len(groups))])
+    ax.set_xticklabels([f"{p} d{d} {'causal' if c == '1' else 'none'} {s // 1024}k"
+                        for p, d, c, s in groups], rotation=60, fontsize=7)
+    ax.set_ylabel("speed over f16 (same run)")
+    ax.legend(fontsize=7)
+    save(fig, folder, name + ".png")
+
+
 def build_ab_tiles(folder, name):
     """Two builds on the same tiles (ws_tiles.csv: main against warp_specialized), TFLOP/s as the
     median of the rounds, one panel per shape."""
@@ -183,6 +210,8 @@ def main():
     speed_vs_f16(folder, "pasa_ws_speed")
     protect_overhead(folder, "protect_overhead_ws")
     protect_overhead(folder, "protect_overhead_abft_ws", schemes=("flash_abft",))
+    protect_overhead(folder, "protect_overhead_ws_efta")
+    tiles_vs_f16(folder, "q8_ws_tiles")
     tile_sweep(folder, "abft_ws_tiles")
     build_ab_tiles(folder, "ws_tiles")
     tile_sweep(folder, "q8_tiles")
