@@ -13,7 +13,35 @@ using namespace ftattn;
 
 namespace {
 const Arch kSm90a{90, true};
+
+// What every warp-specialised unit shows: the kernel `skeleton` at 384 threads, the producer's
+// registers handed to the consumers, copies arriving on mbarriers (Q, K, V), turns passed by
+// named barrier, no mma.sync and no serialised wgmma. Returns the unit's symbol, PTX and ptxas
+// log for the caller's own checks.
+struct WsUnit {
+  std::string symbol;
+  runtime::NvrtcOutput out;
+};
+WsUnit check_ws_unit(const KernelConfig& c, const std::string& skeleton) {
+  REQUIRE(warp_specialized(c));
+  INFO(c.name());
+  const codegen::KernelSource src = codegen::generate(c);
+  CHECK(src.text.find(skeleton + "<Traits>") != std::string::npos);
+  CHECK(src.text.find("__launch_bounds__(Traits::launch_threads, 1)") != std::string::npos);
+  runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
+  CHECK(out.ptx.find(".maxntid 384, 1, 1") != std::string::npos);
+  CHECK(test::count(out.ptx, "setmaxnreg.dec.sync.aligned.u32 56") == 1);
+  CHECK(test::count(out.ptx, "setmaxnreg.inc.sync.aligned.u32 224") == 1);
+  CHECK(test::count(out.ptx, "cp.async.mbarrier.arrive.noinc.shared::cta.b64") >= 3);
+  CHECK(test::count(out.ptx, "mbarrier.try_wait.parity") >= 3);
+  CHECK(test::count(out.ptx, "bar.arrive") >= 1);
+  CHECK(test::count(out.ptx, "mma.sync") == 0);
+  INFO(out.log);
+  CHECK(out.log.find("C751") == std::string::npos);  // wgmma serialised
+  CHECK(out.log.find("C752") == std::string::npos);  // e.g. C7520: under a branch
+  return {src.symbol, std::move(out)};
 }
+}  // namespace
 
 TEST_CASE("warp_specialized: two consumer warpgroups of 16-bit tiles on sm_90a", "[ws][codegen]") {
   for (Precision p : {Precision::f16, Precision::bf16, Precision::f16_pasa})
@@ -119,18 +147,10 @@ TEST_CASE("warp_specialized units: producer and consumers, no spills, no seriali
     for (Mask m : {Mask::none, Mask::causal}) {
       const KernelConfig c =
           test::tile_config(d, 128, 64, 8, 3, kSm90a, Precision::f16, m, Protection::flash_abft);
-      REQUIRE(warp_specialized(c));
-      INFO(c.name());
-      const codegen::KernelSource src = codegen::generate(c);
-      const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
-      CHECK(out.ptx.find(".maxntid 384, 1, 1") != std::string::npos);
-      CHECK(test::count(out.ptx, "wgmma.mma_async.sync.aligned.m64n" + std::to_string(d + 8) +
-                                     "k16.f32.") == 3 * (64 / 16));
-      CHECK(test::count(out.ptx, "mma.sync") == 0);
-      const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
-      CHECK(r.spill_stores == 0);
-      CHECK(out.log.find("C751") == std::string::npos);
-      CHECK(out.log.find("C752") == std::string::npos);
+      const WsUnit u = check_ws_unit(c, "attention_fwd_ws_sm90");
+      CHECK(test::count(u.out.ptx, "wgmma.mma_async.sync.aligned.m64n" + std::to_string(d + 8) +
+                                       "k16.f32.") == 3 * (64 / 16));
+      CHECK(runtime::parse_ptxas_log(u.out.log, u.symbol).spill_stores == 0);
     }
   // EFTA: the producer copies the checksum rows below the keys (GEMM I one n8 tile wider) and the
   // V checksum chunks (GEMM II one, efta_correct two, n8 tiles wider); the consumers run the
@@ -141,45 +161,27 @@ TEST_CASE("warp_specialized units: producer and consumers, no spills, no seriali
         for (int n : {64, 128})
           for (Mask m : {Mask::none, Mask::causal}) {
             const KernelConfig c = test::tile_config(d, 128, n, 8, 2, kSm90a, p, m, prot);
-            REQUIRE(warp_specialized(c));
-            INFO(c.name());
-            const codegen::KernelSource src = codegen::generate(c);
-            CHECK(src.text.find("attention_fwd_ws_sm90<Traits>") != std::string::npos);
-            const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
-            CHECK(out.ptx.find(".maxntid 384, 1, 1") != std::string::npos);
+            const WsUnit u = check_ws_unit(c, "attention_fwd_ws_sm90");
             const std::string wgmma = "wgmma.mma_async.sync.aligned.m64n";
             const int v_atoms = prot == Protection::efta_correct ? 2 : 1;
-            CHECK(test::count(out.ptx, wgmma + std::to_string(n + 8) + "k16.f32.") >= 4 * (d / 16));
-            CHECK(test::count(out.ptx, wgmma + std::to_string(d + 8 * v_atoms) + "k16.f32.") >=
+            CHECK(test::count(u.out.ptx, wgmma + std::to_string(n + 8) + "k16.f32.") >=
+                  4 * (d / 16));
+            CHECK(test::count(u.out.ptx, wgmma + std::to_string(d + 8 * v_atoms) + "k16.f32.") >=
                   3 * (n / 16));
-            CHECK(test::count(out.ptx, "mma.sync") == 0);
-            const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
+            const ResourceUsage r = runtime::parse_ptxas_log(u.out.log, u.symbol);
             // efta_correct at 128 x 128, head dim 128, causal: 4 bytes, stored in the prologue and
             // read in the epilogue.
             const bool tight =
                 prot == Protection::efta_correct && d == 128 && n == 128 && m == Mask::causal;
             CHECK(r.spill_stores <= (tight ? 4 : 0));
-            CHECK(out.log.find("C751") == std::string::npos);
-            CHECK(out.log.find("C752") == std::string::npos);
           }
   for (Precision p : {Precision::f16, Precision::bf16, Precision::f16_pasa})
     for (int d : {64, 128})
       for (int n : {64, 128})
         for (Mask m : {Mask::none, Mask::causal}) {
           const KernelConfig c = test::tile_config(d, 128, n, 8, 2, kSm90a, p, m);
-          REQUIRE(warp_specialized(c));
-          INFO(c.name());
-          const codegen::KernelSource src = codegen::generate(c);
-          CHECK(src.text.find("attention_fwd_ws_sm90<Traits>") != std::string::npos);
-          const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
-          // 384 threads; the producer gives registers up, the consumers take them.
-          CHECK(out.ptx.find(".maxntid 384, 1, 1") != std::string::npos);
-          CHECK(test::count(out.ptx, "setmaxnreg.dec.sync.aligned.u32") == 1);
-          CHECK(test::count(out.ptx, "setmaxnreg.inc.sync.aligned.u32") == 1);
-          // Copies arrive on mbarriers (Q, K, V); the consumers pass their turn by named barrier.
-          CHECK(test::count(out.ptx, "cp.async.mbarrier.arrive.noinc.shared::cta.b64") >= 3);
-          CHECK(test::count(out.ptx, "mbarrier.try_wait.parity") >= 3);
-          CHECK(test::count(out.ptx, "bar.arrive") >= 1);
+          const WsUnit u = check_ws_unit(c, "attention_fwd_ws_sm90");
+          const runtime::NvrtcOutput& out = u.out;
           // GEMM I in four copies (first block or not, masked or not), GEMM II in three (the last
           // block's after the loop); PASA's recovery beside each GEMM I.
           const std::string wgmma = "wgmma.mma_async.sync.aligned.m64n";
@@ -188,13 +190,9 @@ TEST_CASE("warp_specialized units: producer and consumers, no spills, no seriali
           CHECK(test::count(out.ptx, wgmma + std::to_string(d) + "k16.f32.") >= 3 * (n / 16));
           if (p == Precision::f16_pasa)
             CHECK(test::count(out.ptx, wgmma + "8k16.f32.f16.f16") == 4 * (d / 16));
-          CHECK(test::count(out.ptx, "mma.sync") == 0);
-          const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
+          const ResourceUsage r = runtime::parse_ptxas_log(out.log, u.symbol);
           CHECK(r.spill_stores == 0);
           CHECK(r.spill_loads == 0);
-          INFO(out.log);
-          CHECK(out.log.find("C751") == std::string::npos);  // wgmma serialised
-          CHECK(out.log.find("C752") == std::string::npos);  // e.g. C7520: under a branch
         }
 }
 
@@ -206,22 +204,9 @@ TEST_CASE("warp_specialized 8-bit units: producer and consumers, no spills, no s
         for (Mask m : {Mask::none, Mask::causal}) {
           // Two stages, and three at 64-key blocks (whose tiles are smaller).
           const KernelConfig c = test::tile_config(d, 128, n, 8, n == 64 ? 3 : 2, kSm90a, p, m);
-          REQUIRE(warp_specialized(c));
-          INFO(c.name());
-          const codegen::KernelSource src = codegen::generate(c);
-          CHECK(src.text.find("ftattn/kernel/fwd_q8_ws_sm90.cuh") != std::string::npos);
-          CHECK(src.text.find("attention_fwd_q8_ws_sm90<Traits>") != std::string::npos);
-          CHECK(src.text.find("__launch_bounds__(Traits::launch_threads, 1)") != std::string::npos);
-          const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
-          // 384 threads; the producer gives registers up, the consumers take them.
-          CHECK(out.ptx.find(".maxntid 384, 1, 1") != std::string::npos);
-          CHECK(test::count(out.ptx, "setmaxnreg.dec.sync.aligned.u32 56") == 1);
-          CHECK(test::count(out.ptx, "setmaxnreg.inc.sync.aligned.u32 224") == 1);
-          // Copies arrive on mbarriers (Q, K, V); the consumers pass their turn by named barrier
-          // (and, with Q quantised in the kernel, each warpgroup syncs only itself).
-          CHECK(test::count(out.ptx, "cp.async.mbarrier.arrive.noinc.shared::cta.b64") >= 3);
-          CHECK(test::count(out.ptx, "mbarrier.try_wait.parity") >= 3);
-          CHECK(test::count(out.ptx, "bar.arrive") >= 1);
+          // With Q quantised in the kernel, each warpgroup syncs only itself before GEMM I.
+          const WsUnit u = check_ws_unit(c, "attention_fwd_q8_ws_sm90");
+          const runtime::NvrtcOutput& out = u.out;
           // GEMM I in four copies (first block or not, masked or not) of d / 32 k-steps, GEMM II
           // in three (the last block's after the loop) of n / 32; int8's S and P V in INT32.
           const std::string wgmma = "wgmma.mma_async.sync.aligned.m64n";
@@ -233,14 +218,10 @@ TEST_CASE("warp_specialized 8-bit units: producer and consumers, no spills, no s
             CHECK(test::count(out.ptx, wgmma + std::to_string(n) + acc) == gemm1);
             CHECK(test::count(out.ptx, wgmma + std::to_string(d) + acc) == gemm2);
           }
-          CHECK(test::count(out.ptx, "mma.sync") == 0);
-          const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
+          const ResourceUsage r = runtime::parse_ptxas_log(out.log, u.symbol);
           CHECK(r.registers > 0);
           CHECK(r.spill_stores == 0);
           CHECK(r.spill_loads == 0);
           CHECK(r.performance_notes.empty());
-          INFO(out.log);
-          CHECK(out.log.find("C751") == std::string::npos);  // wgmma serialised
-          CHECK(out.log.find("C752") == std::string::npos);  // e.g. C7520: under a branch
         }
 }
