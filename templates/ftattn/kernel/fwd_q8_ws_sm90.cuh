@@ -40,6 +40,8 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
   constexpr int kConsumersDone = 3;  // named barriers 1 and 2 pass the turn
   constexpr int kQuantised = 4;      // + group: a warpgroup's own Q rows are quantised
 
+  // The set-up is fwd_ws_sm90.cuh's, written out again: one helper for both moved the 16-bit
+  // efta_correct kernel's register allocation into a 4-byte spill.
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const u32 sQ = (sm80::smem_addr(smem_raw) + 1023u) & ~1023u;
   const u32 sK = sQ + T::q_bytes;
