@@ -78,11 +78,6 @@ struct FwdWgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, 
   static constexpr int launch_threads = NumWarps * 32 + (warp_specialized ? 128 : 0);
   static constexpr int tiles_bytes = loop_bytes > out_bytes ? loop_bytes : out_bytes;
   static constexpr int barrier_bytes = warp_specialized ? 256 : 0;
-  // setmaxnreg's split of the 168 registers per thread a 384-thread CTA launches with: what the
-  // producer gives up, the two consumer warpgroups take (at 40, 232 for the consumers, the
-  // producer's copy loops spilled 68 bytes).
-  static constexpr int producer_registers = 56;
-  static constexpr int consumer_registers = 168 + (168 - producer_registers) / 2;
   static constexpr int smem_bytes = tiles_bytes + barrier_bytes + 1024;
   // As many CTAs per SM as their shared memory allows (1 KB of an SM's 228 KB reserved per CTA),
   // up to 384 threads in all: ptxas then fits the registers to them, 168 or more per thread (at

@@ -95,7 +95,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
 
   if (threadIdx.x >= kConsumers) {
     // Producer: only copies, so it hands its registers to the consumers.
-    sm90::shrink_registers<T::producer_registers>();
+    sm90::shrink_registers<sm90::ws_producer_registers>();
     const int t = threadIdx.x - kConsumers;
     sm90::load_rows_swizzled<kProducers, T::block_m, kRowBytes>(sQ, in.q, p.q_seq_stride * 2,
                                                                 p.seqlen_q - row0, kRowBytes, t);
@@ -129,7 +129,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
     return;
   }
 
-  sm90::grow_registers<T::consumer_registers>();
+  sm90::grow_registers<sm90::ws_consumer_registers>();
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
   const int warp_row = warp * 16;
@@ -241,8 +241,8 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
         const u32 sKs = sK + (j % kStages) * T::k_tile_bytes;
         detail::EftaBlock<kST> efta;
         detail::efta_softmax<T, decltype(masked)::value>(
-            p, s, s_all[kST], efta, sQ, sKs, row0, warp_row, j, j, lane, diag, q_norm,
-            k_norm, row_max[0], row_sum[0], lower_bound, batch, head, inject);
+            p, s, s_all[kST], efta, sQ, sKs, row0, warp_row, j, j, lane, diag, q_norm, k_norm,
+            row_max[0], row_sum[0], lower_bound, batch, head, inject);
         if constexpr (kLateKRelease) {
           __syncwarp();  // every lane's weighted checksum has read the buffer
           if (lane == 0) pipe.release_k(j);

@@ -10,6 +10,12 @@
 
 namespace ftattn::sm90 {
 
+// setmaxnreg's split of the 168 registers per thread a 384-thread CTA (a producer and two
+// consumer warpgroups) launches with: what the producer gives up, the consumers take. At 40 (232
+// for the consumers) the 16-bit producer's copy loops spilled 68 bytes.
+inline constexpr int ws_producer_registers = 56;
+inline constexpr int ws_consumer_registers = 168 + (168 - ws_producer_registers) / 2;
+
 template <int Stages, int Producers, int ConsumerWarps>
 struct WsPipeline {
   static constexpr int barrier_bytes = 8 * (1 + 4 * Stages);
