@@ -93,6 +93,9 @@ def main(argv):
                     help="a build to time; the first is the baseline")
     ap.add_argument("--rounds", type=int, default=3, help="alternating sweeps (default 3)")
     ap.add_argument("--out", required=True, help="CSV to write; a PNG goes beside it")
+    ap.add_argument("--caches", metavar="DIR",
+                    help="kernel caches as DIR/NAME per build, kept (default: a temporary "
+                         "directory); a cache compiled beforehand keeps NVRTC out of the run")
     ap.add_argument("bench_args", nargs="*", help="after --: arguments for ftattn bench")
     args = ap.parse_args(argv)
     if args.rounds < 1:
@@ -101,7 +104,8 @@ def main(argv):
     names = [n for n, _ in bins]
 
     rows = []
-    with tempfile.TemporaryDirectory(prefix="ftattn-ab-") as caches:
+    with tempfile.TemporaryDirectory(prefix="ftattn-ab-") as temporary:
+        caches = args.caches or temporary
         for rnd in range(args.rounds):
             # Rotate the order each round: no build always runs first on a cold GPU.
             order = bins[rnd % len(bins):] + bins[:rnd % len(bins)]
