@@ -104,6 +104,24 @@ TEST_CASE("efta detects faults in P and the row sum, recompute repairs the outpu
     }
 }
 
+TEST_CASE("efta_correct's product check sees small flips of P that efta_detect's may not",
+          "[gpu][protect]") {
+  // efta_correct checks the exps against the exponents they were given (the scores already
+  // checked), to FP32 rounding: a few 1e-5 of the product. efta_detect's reference is GEMM I's
+  // checksum, which leaves 1e-3 to 1e-2 to its rounding. Mantissa bits 13-18 move P by 2^-10
+  // to 2^-5 of itself.
+  const Problem problem = Problem::bhsd(1, 2, 2, 256, 512, 128);
+  for (Mask m : {Mask::none, Mask::causal})
+    for (int bit = 13; bit <= 18; ++bit) {
+      const KernelConfig c =
+          protected_config(128, Precision::f16, m, Protection::efta_correct, true);
+      const Outcome seen = run(c, problem, plant(FaultSite::probs, 3, bit));
+      INFO(to_string(m) << " bit " << bit << ": " << seen.fault.summary());
+      CHECK(seen.fault.detected >= 1);
+      if (!seen.fault.events.empty()) CHECK(seen.fault.events[0].stage == FaultStage::probs);
+    }
+}
+
 TEST_CASE("efta sees a masked probability that is not zero, and efta_correct zeroes it",
           "[gpu][protect]") {
   // Causal, CTA 0 (the last query block, run first), its last key block: lane 0's element of

@@ -787,8 +787,8 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
           detail::efta_probs_row<T, kMasked>(
               p, s[mt], p_packed[mt], r, mx, shift,
               sc[mt][0][2 * r] + sc[mt][0][2 * r + 1] - masked_sum[mt][r], n_valid[mt][r], q_norm,
-              k_norm, row_sum[mt][r], rescale[mt][r], alarms, 1u << (2 * mt + r), alarm_dev,
-              alarm_tol,
+              k_norm, detail::ScoreGroupSums<kST, false>{}, row_sum[mt][r], rescale[mt][r], alarms,
+              1u << (2 * mt + r), alarm_dev, alarm_tol,
               [&](int nt, int c, float& x) {
                 inject_at(fault_site_probs, it, (mt * kST + nt) * 4 + 2 * r + c, kMT * kST * 4, x);
               },

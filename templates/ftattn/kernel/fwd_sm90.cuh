@@ -250,16 +250,20 @@ __device__ __forceinline__ void efta_softmax(const AttentionParams& p, float (&s
   using Protect = typename T::Protect;
   const int quad_t = lane % 4;
   auto global_row = [&](int r) { return row0 + rows + lane / 4 + r * 8; };
+  // efta_correct: the raw scores' sums per group of tiles, for the GEMM I check and then the
+  // product check's exponent sums (unmasked blocks).
+  ScoreGroupSums<kST, Protect::correct> raw_groups[2];
   if constexpr (Protect::correct) {
     const float tol = p.tol_scores * q_norm * k_norm + p.tol_floor;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const float ref = sc[2 * r] + sc[2 * r + 1];
-      const float e1 = ref - thread_row_sum(s, r);
+      const float e1 = ref - sum_score_groups(s, r, raw_groups[r]);
       if (!(fabsf(e1) <= tol)) {
         const float sw = weighted_score_checksum<T, protect::IsBf16<typename T::Precision>::value>(
             sQ, sKs, rows + lane / 4 + r * 8, quad_t);
         const int bad = protect::correct_row(s, r, e1, ref, sw);
+        sum_score_groups(s, r, raw_groups[r]);  // with the rebuilt score
         record_fault(p.fault_log, batch, head, global_row(r),
                      bad >= 0 ? n_block * T::block_n + protect::row_group_column(bad, quad_t) : -1,
                      fault_stage_scores, bad >= 0, fabsf(e1), tol);
@@ -296,8 +300,8 @@ __device__ __forceinline__ void efta_softmax(const AttentionParams& p, float (&s
         snvr_lower_bound(lower_bound[r], out.rescale[r], block_max[r], p.scale_log2, shift[r]);
     efta_probs_row<T, kMasked>(
         p, s, out.p_packed, r, row_max[r], shift[r], sc[2 * r] + sc[2 * r + 1] - masked_sum[r],
-        n_valid[r], q_norm, k_norm, row_sum[r], out.rescale[r], out.alarms, 1u << r, out.alarm_dev,
-        out.alarm_tol,
+        n_valid[r], q_norm, k_norm, raw_groups[r], row_sum[r], out.rescale[r], out.alarms, 1u << r,
+        out.alarm_dev, out.alarm_tol,
         [&](int nt, int c, float& x) {
           if constexpr (T::inject)
             inject_value_at(p.fault, fault_site_probs, it, nt * 4 + 2 * r + c, kST * 4, x);

@@ -21,14 +21,49 @@ namespace ftattn::detail {
 // in `alarms` and its deviation and bound in `alarm_dev` and `alarm_tol`, for the caller to report
 // after GEMM II. `inject_p(nt, c, x)` is the probabilities' injection point, `on_stray(j, x)`
 // reports a masked P that is not 0 (element j).
-template <class T, bool kMasked, int kST, class InjectP, class OnStray>
+// efta_correct's product check: the most negative sum of exponents a group of factors may have
+// for its partial products to stay in FP32's normal range (see efta_probs_row).
+inline constexpr float kGroupExponentFloor = 100.f;
+
+// The product check's groups of score tiles: kGroup tiles, 2 kGroup factors of a row half.
+template <int kST>
+inline constexpr int kScoreGroup = kST >= 4 ? 4 : kST;
+
+// The raw scores of a row half summed per group, where efta_correct's GEMM I check has them
+// (Given): the product check then takes each group's exponent sum from them, one FMA per group
+// instead of an add per score. Not given: it sums the exponents itself.
+template <int kST, bool Given>
+struct ScoreGroupSums {
+  static constexpr bool given = Given;
+  static constexpr int count = kST / kScoreGroup<kST>;
+  float sum[Given ? count : 1];
+};
+
+// Row half r of s summed per group of score tiles, and their total.
+template <int kST>
+__device__ __forceinline__ float sum_score_groups(const float (&s)[kST][4], int r,
+                                                  ScoreGroupSums<kST, true>& out) {
+  constexpr int kGroup = kScoreGroup<kST>;
+  float total = 0.f;
+#pragma unroll
+  for (int g = 0; g < ScoreGroupSums<kST, true>::count; ++g) {
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = g * kGroup; nt < (g + 1) * kGroup; ++nt) sum += s[nt][2 * r] + s[nt][2 * r + 1];
+    out.sum[g] = sum;
+    total += sum;
+  }
+  return total;
+}
+
+template <class T, bool kMasked, int kST, class Groups, class InjectP, class OnStray>
 __device__ __forceinline__ void efta_probs_row(const AttentionParams& p, float (&s)[kST][4],
                                                u32 (&packed)[kST][2], int r, float mx, float shift,
                                                float ref, int n, float q_norm, float k_norm,
-                                               float& row_sum, float rescale, unsigned& alarms,
-                                               unsigned alarm_bit, float& alarm_dev,
-                                               float& alarm_tol, InjectP&& inject_p,
-                                               OnStray&& on_stray) {
+                                               const Groups& raw_groups, float& row_sum,
+                                               float rescale, unsigned& alarms, unsigned alarm_bit,
+                                               float& alarm_dev, float& alarm_tol,
+                                               InjectP&& inject_p, OnStray&& on_stray) {
   using P = typename T::Precision;
   // Off the mask n is the constant 2 * kST (a power of two: the division is a multiply).
   const float num = ref * p.scale_log2 - n * shift;
@@ -39,6 +74,42 @@ __device__ __forceinline__ void efta_probs_row(const AttentionParams& p, float (
   const float norm = check ? fast_exp2(-mean) : 1.f;
   const float norm2 = norm * norm;
   float sum = 0.f, prod = 1.f;
+  // efta_correct: the exponents first, in place, summed per group of kGroup tiles (masked keys
+  // stay -inf, out of the sums), and a factor 2^-k per group, k the group's mean exponent
+  // rounded (see below).
+  constexpr int kGroup = kScoreGroup<kST>;
+  constexpr int kGroups = kST / kGroup;
+  static_assert(kST % kGroup == 0, "whole groups of tiles");
+  // Off the mask with the raw sums given, each group's exponent sum is one FMA of its raw sum.
+  constexpr bool kFromRaw = Groups::given && !kMasked;
+  [[maybe_unused]] float t_sum = 0.f, residual = 0.f, group_norm2[kGroups];
+  [[maybe_unused]] bool in_range = true;
+  if constexpr (T::Protect::correct) {
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      float t_group = 0.f;
+#pragma unroll
+      for (int nt = g * kGroup; nt < (g + 1) * kGroup; ++nt) {
+        float pair = 0.f;
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          float& x = s[nt][2 * r + c];
+          const bool masked = kMasked && x == neg_inf();
+          x = fmaf(x, p.scale_log2, -shift);
+          if constexpr (!kFromRaw) pair += masked ? 0.f : x;
+        }
+        if constexpr (!kFromRaw) t_group += pair;
+      }
+      if constexpr (kFromRaw)
+        t_group = fmaf(raw_groups.sum[g], p.scale_log2, -(2 * kGroup) * shift);
+      t_sum += t_group;
+      in_range = in_range && t_group >= -kGroupExponentFloor;
+      // k in [-13, 0] while in range (out of range, the factor's bits are never checked).
+      const int k = __float2int_rn(t_group * (0.5f / kGroup));
+      residual += t_group - float(2 * kGroup * k);
+      group_norm2[g] = __int_as_float((127 - 2 * k) << 23);  // 2^-2k, exact
+    }
+  }
   int stray = -1;  // a masked P that is not 0: its index among the thread's row values
   float stray_p = 0.f;
 #pragma unroll
@@ -48,7 +119,10 @@ __device__ __forceinline__ void efta_probs_row(const AttentionParams& p, float (
     for (int c = 0; c < 2; ++c) {
       float& x = s[nt][2 * r + c];
       masked[c] = kMasked && x == neg_inf();
-      x = fast_exp2(fmaf(x, p.scale_log2, -shift));
+      if constexpr (T::Protect::correct)
+        x = fast_exp2(x);  // already the exponent
+      else
+        x = fast_exp2(fmaf(x, p.scale_log2, -shift));
       inject_p(nt, c, x);
       if constexpr (kMasked) {
         // A masked probability is exactly 0 and outside the product check, and GEMM II's
@@ -62,11 +136,20 @@ __device__ __forceinline__ void efta_probs_row(const AttentionParams& p, float (
       }
     }
     const float x0 = s[nt][2 * r], x1 = s[nt][2 * r + 1];
-    // One normalisation per pair off the mask (three multiplies for two factors).
-    if constexpr (kMasked)
+    if constexpr (T::Protect::correct) {
+      // Every factor, a masked one as 1, times its group's 2^-mean: each group's product is
+      // 2^0 exactly (up to rounding), whatever the mask.
+      const float n2 = group_norm2[nt / kGroup];
+      if constexpr (kMasked)
+        prod *= (masked[0] ? 1.f : x0) * ((masked[1] ? 1.f : x1) * n2);
+      else
+        prod *= x0 * (x1 * n2);
+    } else if constexpr (kMasked) {
+      // One normalisation per pair off the mask (three multiplies for two factors).
       prod *= (masked[0] ? 1.f : x0 * norm) * (masked[1] ? 1.f : x1 * norm);
-    else
+    } else {
       prod *= x0 * (x1 * norm2);
+    }
     // l is the ones column (the 16-bit P that O was multiplied with); this FP32 sum of the
     // unrounded P checks it (efta_row_sum).
     packed[nt][r] = P::pack(x0, x1);
@@ -82,8 +165,41 @@ __device__ __forceinline__ void efta_probs_row(const AttentionParams& p, float (
   // 2^y - 1 = e^z - 1 <= z + z^2 for z = y ln 2 <= 1: no exp2 on the special-function unit,
   // which the softmax keeps busy.
   const float z = 0.6931472f * p.scale_log2 * (p.tol_probs * q_norm * k_norm + p.tol_floor);
-  const float tol = (z < 1.f ? fmaf(z, z, z) : -neg_inf()) + n * 4e-7f + 1e-5f;
-  const float dev = fabsf(prod - 1.f);
+  float tol = (z < 1.f ? fmaf(z, z, z) : -neg_inf()) + n * 4e-7f + 1e-5f;
+  float dev = fabsf(prod - 1.f);
+  if constexpr (T::Protect::correct) {
+    // efta_correct has already checked (and corrected) the scores against their checksum, so
+    // the product's reference is the exponents the exps were given. Each factor, a masked one as
+    // 1, is scaled by its group's 2^-k (exact), so prod must be 2^residual, residual = the sum
+    // over groups of (exponents - 2 kGroup k), at most kGroup each: to within the exps' error
+    // (2^-22 each, one more for 2^residual), the 1.5 n multiplies' rounding and the group sums'
+    // (a few 2^-24 |t_sum|: every exponent is <= 0). That catches a flip of P down to a few
+    // 1e-5 of it, where the checksum's reference leaves 1e-3 to 1e-2 (z) to GEMM I's rounding;
+    // the exponents are then held to the checksum's sum with that budget. No partial product
+    // leaves FP32's normal range while every group's exponents sum to at least
+    // -kGroupExponentFloor (a prefix of a group is within 2^(+-(that + kGroup)) of the groups
+    // before it, which are within 2^(kGroup each) of 1; a pair within 2^-that and 2^(that /
+    // kGroup + 1)): then a product that is 0, inf or NaN is a fault too. A row with a group
+    // below that (outliers) is left to the exponent check.
+    const float expected = fast_exp2(residual);
+    // The group sums' rounding in exponent units (u = 2^-24 < 6e-8): summed from the
+    // exponents, a few roundings of partial sums of like-signed terms; from the raw sums, also
+    // 2 kGroup - 1 roundings of sum |s| scale <= |t| + |shift| per score.
+    const float shift_term = kFromRaw ? n * (2 * kGroup - 1) * fabsf(shift) : 0.f;
+    const float rounding = 6e-8f * ((2 * kGroup + 2) * fabsf(t_sum) + shift_term + fabsf(num));
+    tol = (n * 5e-7f + 1e-5f + 0.6931472f * rounding) * expected;
+    dev = fabsf(prod - expected);
+    const float apart = fabsf(t_sum - num);
+    const float budget = z * 1.4426950f + rounding;  // z in base-2 exponent units
+    const bool exponents_ok = apart <= budget;
+    if (!exponents_ok) dev = apart, tol = budget;  // what the report then shows
+    const bool live = n > 0 && mx != neg_inf();
+    const bool alarm = live && (!exponents_ok || (in_range && !(dev <= tol)));
+    alarms |= alarm ? alarm_bit : 0u;
+    alarm_dev = alarm ? dev : alarm_dev;
+    alarm_tol = alarm ? tol : alarm_tol;
+    return;
+  }
   // Selects, not a branch: the caller reports after GEMM II, so that nothing splits the softmax
   // from GEMM II's MMAs.
   const bool alarm = check && prod != 0.f && fabsf(prod) < -neg_inf() && !(dev <= tol);
