@@ -11,16 +11,6 @@
 
 namespace ftattn::detail {
 
-// P = 2^(S * scale - shift) for row half r of this thread's kST score tiles, in place, packed once
-// as GEMM II's A operand into packed[nt][r]. EFTA's product check is fused into the exps: prod
-// over the thread's P of this row equals 2^(the sum of their exponents), and that sum is the GEMM
-// I checksum `ref` (the masked raw scores taken out) scaled, less n * max, n the unmasked
-// elements. Each factor is multiplied by 2^-(mean exponent) so the product stays near 1 instead
-// of underflowing; masked elements (P == 0, not in n) count as 1. The FP32 sum of P goes into
-// this thread's share of l, `row_sum`, rescaled by `rescale` first. A failed check sets `alarm_bit`
-// in `alarms` and its deviation and bound in `alarm_dev` and `alarm_tol`, for the caller to report
-// after GEMM II. `inject_p(nt, c, x)` is the probabilities' injection point, `on_stray(j, x)`
-// reports a masked P that is not 0 (element j).
 // efta_correct's product check: the most negative sum of exponents a group of factors may have
 // for its partial products to stay in FP32's normal range (see efta_probs_row).
 inline constexpr float kGroupExponentFloor = 100.f;
@@ -56,6 +46,18 @@ __device__ __forceinline__ float sum_score_groups(const float (&s)[kST][4], int 
   return total;
 }
 
+// P = 2^(S * scale - shift) for row half r of this thread's kST score tiles, in place, packed once
+// as GEMM II's A operand into packed[nt][r]. EFTA's product check is fused into the exps: prod
+// over the thread's P of this row equals 2^(the sum of their exponents), and that sum is the GEMM
+// I checksum `ref` (the masked raw scores taken out) scaled, less n * max, n the unmasked
+// elements. Each factor is multiplied by 2^-(mean exponent) so the product stays near 1 instead
+// of underflowing; masked elements (P == 0, not in n) count as 1. The FP32 sum of P goes into
+// this thread's share of l, `row_sum`, rescaled by `rescale` first. A failed check sets `alarm_bit`
+// in `alarms` and its deviation and bound in `alarm_dev` and `alarm_tol`, for the caller to report
+// after GEMM II. `inject_p(nt, c, x)` is the probabilities' injection point, `on_stray(j, x)`
+// reports a masked P that is not 0 (element j). efta_correct checks the exps against the
+// exponents they were given instead (`raw_groups`, where given, sums them per group; see the
+// end), and the exponents against the checksum's sum.
 template <class T, bool kMasked, int kST, class Groups, class InjectP, class OnStray>
 __device__ __forceinline__ void efta_probs_row(const AttentionParams& p, float (&s)[kST][4],
                                                u32 (&packed)[kST][2], int r, float mx, float shift,
