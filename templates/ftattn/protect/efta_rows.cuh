@@ -106,10 +106,13 @@ __device__ __forceinline__ void efta_probs_row(const AttentionParams& p, float (
         t_group = fmaf(raw_groups.sum[g], p.scale_log2, -(2 * kGroup) * shift);
       t_sum += t_group;
       in_range = in_range && t_group >= -kGroupExponentFloor;
-      // k in [-13, 0] while in range (out of range, the factor's bits are never checked).
-      const int k = __float2int_rn(t_group * (0.5f / kGroup));
-      residual += t_group - float(2 * kGroup * k);
-      group_norm2[g] = __int_as_float((127 - 2 * k) << 23);  // 2^-2k, exact
+      // k = the group's mean exponent rounded, in [-13, 0] while in range (out of range, the
+      // factor's bits are never checked): by adding 1.5 * 2^23, whose float then holds k in its
+      // low bits, on the FMA pipe (a float-int conversion would take the exps' pipe).
+      const float biased = fmaf(t_group, 0.5f / kGroup, 12582912.f);
+      const int k = __float_as_int(biased) - 0x4B400000;
+      residual += fmaf(-2.f * kGroup, biased - 12582912.f, t_group);
+      group_norm2[g] = __int_as_float((127 << 23) - k * (1 << 24));  // 2^-2k, exact
     }
   }
   int stray = -1;  // a masked P that is not 0: its index among the thread's row values
