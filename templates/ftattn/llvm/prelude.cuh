@@ -66,7 +66,6 @@ __device__ __forceinline__ float __shfl_sync(unsigned mask, float x, int lane) {
   return __nvvm_shfl_sync_idx_f32(mask, x, lane, 0x1f);
 }
 __device__ __forceinline__ float __fdividef(float a, float b) { return __nvvm_div_approx_f(a, b); }
-__device__ __forceinline__ int __float2int_rn(float x) { return __nvvm_f2i_rn(x); }
 __device__ __forceinline__ bool __any_sync(unsigned mask, int predicate) {
   return __nvvm_vote_any_sync(mask, predicate);
 }

@@ -142,8 +142,8 @@ __device__ __forceinline__ void efta_probs_row(const AttentionParams& p, float (
     }
     const float x0 = s[nt][2 * r], x1 = s[nt][2 * r + 1];
     if constexpr (T::Protect::correct) {
-      // Every factor, a masked one as 1, times its group's 2^-mean: each group's product is
-      // 2^0 exactly (up to rounding), whatever the mask.
+      // Every factor, a masked one as 1, times its group's 2^-k (exact): the product is
+      // 2^residual, whatever the mask.
       const float n2 = group_norm2[nt / kGroup];
       if constexpr (kMasked)
         prod *= (masked[0] ? 1.f : x0) * ((masked[1] ? 1.f : x1) * n2);
