@@ -1,7 +1,9 @@
 #include "ftattn/protect_model.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 
@@ -215,6 +217,60 @@ int int8_strided_repair(Int8StridedRow& row, uint32_t bias) {
   if (j < 0 || j >= static_cast<long long>(row.x.size())) return -1;
   row.x[j] -= static_cast<uint32_t>(e1);
   return static_cast<int>(j);
+}
+
+ProductCheck efta_correct_product_check(std::span<const float> scores, float scale_log2,
+                                        float shift, int group, double num_exact, float budget,
+                                        void (*fault)(int, float&)) {
+  const int n = static_cast<int>(scores.size());
+  if (group < 2 || group % 2 != 0 || n % group != 0)
+    throw std::invalid_argument("the product check takes whole groups of an even size");
+  ProductCheck c;
+  c.smallest = std::numeric_limits<float>::infinity();
+  auto seen = [&](float x) {
+    c.smallest = std::min(c.smallest, std::abs(x));
+    c.largest = std::max(c.largest, std::abs(x));
+  };
+  const float num = static_cast<float>(num_exact);
+  float t_sum = 0.f, residual = 0.f, prod = 1.f;
+  for (int g = 0; g < n / group; ++g) {
+    // The GEMM I check's raw sum of the group, pairwise as the kernel adds a tile's two values.
+    float raw = 0.f;
+    for (int j = g * group; j < (g + 1) * group; j += 2) raw += scores[j] + scores[j + 1];
+    const float t_group = std::fma(raw, scale_log2, -static_cast<float>(group) * shift);
+    t_sum += t_group;
+    c.in_range = c.in_range && t_group >= -100.f;
+    const float biased = std::fma(t_group, 1.f / static_cast<float>(group), 12582912.f);
+    int bits;
+    std::memcpy(&bits, &biased, sizeof bits);
+    const int k = bits - 0x4B400000;
+    residual += std::fma(-static_cast<float>(group), biased - 12582912.f, t_group);
+    const int norm2_bits = (127 << 23) - k * (1 << 24);
+    float norm2;
+    std::memcpy(&norm2, &norm2_bits, sizeof norm2);
+    for (int j = g * group; j < (g + 1) * group; j += 2) {
+      float x[2];
+      for (int c2 = 0; c2 < 2; ++c2) {
+        x[c2] = std::exp2(std::fma(scores[j + c2], scale_log2, -shift));
+        if (fault != nullptr) fault(j + c2, x[c2]);
+      }
+      const float half = x[1] * norm2;
+      const float pair = x[0] * half;
+      prod *= pair;
+      seen(half);
+      seen(pair);
+      seen(prod);
+    }
+  }
+  c.prod = prod;
+  c.expected = std::exp2(residual);
+  const float rounding =
+      6e-8f * ((group + 2) * std::abs(t_sum) + n * (group - 1) * std::abs(shift) + std::abs(num));
+  c.tol = (n * 5e-7f + 1e-5f + 0.6931472f * rounding) * c.expected;
+  c.dev = std::abs(prod - c.expected);
+  const bool exponents_ok = std::abs(t_sum - num) <= budget + rounding;
+  c.alarm = !exponents_ok || (c.in_range && !(c.dev <= c.tol));
+  return c;
 }
 
 }  // namespace ftattn::protect_model

@@ -117,4 +117,24 @@ uint32_t int8_strided_diff(const Int8StridedRow& row, uint32_t bias);
 // errors, a hit checksum).
 int int8_strided_repair(Int8StridedRow& row, uint32_t bias);
 
+// --- efta_correct's product check (protect/efta_rows.cuh), in FP32 as the kernel computes it ---
+//
+// One thread's row of an unmasked key block: the raw scores s_j (in the kernel's order, a group
+// being `group` consecutive values), their exponents t_j = s_j scale - shift, P_j = 2^t_j. Each
+// group's exponent sum comes from its raw sum (one FMA), each factor is scaled by the group's
+// 2^-k (k its mean exponent rounded, exact), and the product must be 2^residual to within the
+// exps' error and FP32 rounding; separately the exponent sum must match the checksum's, `num`,
+// within `budget` (the kernel's tol_probs |q| sum|k| term, in base-2 units, plus rounding).
+// `fault(j, p)` may change P_j after its exp, as a flipped bit would.
+struct ProductCheck {
+  bool in_range = true;  // every group's exponents sum to at least -100
+  bool alarm = false;
+  float prod = 0.f, expected = 0.f, dev = 0.f, tol = 0.f;
+  // The smallest and largest magnitude of every partial product and pair the check forms.
+  float smallest = 0.f, largest = 0.f;
+};
+ProductCheck efta_correct_product_check(std::span<const float> scores, float scale_log2,
+                                        float shift, int group, double num, float budget,
+                                        void (*fault)(int, float&) = nullptr);
+
 }  // namespace ftattn::protect_model

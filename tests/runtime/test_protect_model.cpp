@@ -286,3 +286,92 @@ TEST_CASE("fp8 efta_correct: a flipped score is located only with the weighted s
   CHECK(located > seen * 9 / 10);
   CHECK(mislocated_hi_only > 0);  // why the lo row exists
 }
+
+namespace {
+
+// One unmasked row of 32 scores at head dim 128 (scale log2(e) / sqrt(128)), shifted by its own
+// max as the kernel's running max would, checked against the exact checksum reference.
+ProductCheck product_check(const std::vector<float>& scores, void (*fault)(int, float&) = nullptr) {
+  const float scale = 1.4426950f / std::sqrt(128.f);
+  const float shift = *std::max_element(scores.begin(), scores.end()) * scale;
+  double num = 0.0;
+  for (float s : scores) num += s;
+  num = num * scale - static_cast<double>(scores.size()) * shift;
+  return efta_correct_product_check(scores, scale, shift, 8, num, 1e-3f, fault);
+}
+
+// Scores whose exponents (score * scale, the max 0) are `t`.
+std::vector<float> scores_of(const std::vector<float>& t) {
+  const float scale = 1.4426950f / std::sqrt(128.f);
+  std::vector<float> s(t.size());
+  for (size_t j = 0; j < t.size(); ++j) s[j] = t[j] / scale;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("efta_correct's product check: clean rows pass, partial products stay normal in range",
+          "[protect]") {
+  std::mt19937 rng(11);
+  // Unit q and k at head dim 128: scores of standard deviation sqrt(128).
+  std::normal_distribution<float> normal(0.f, std::sqrt(128.f));
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::vector<float> s(32);
+    for (float& x : s) x = normal(rng);
+    const ProductCheck c = product_check(s);
+    INFO("trial " << trial << ": dev " << c.dev << " tol " << c.tol);
+    REQUIRE(c.in_range);
+    CHECK_FALSE(c.alarm);
+    CHECK(c.dev < c.tol / 4);  // the bound is not tight, and is not meant to be
+  }
+  // Rows whose groups' exponents spread as far as the range bound allows (sums down to -100,
+  // split unevenly, in random order): no partial product or pair leaves FP32's normal range.
+  std::uniform_real_distribution<float> unit(0.f, 1.f);
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::vector<float> t(32);
+    for (int g = 0; g < 4; ++g) {
+      const float total = -100.f * unit(rng);
+      float w[8], w_sum = 0.f;
+      for (float& x : w) x = std::pow(unit(rng), 4.f), w_sum += x;  // a few large shares
+      for (int j = 0; j < 8; ++j) t[8 * g + j] = total * w[j] / w_sum;
+      std::shuffle(t.begin() + 8 * g, t.begin() + 8 * g + 8, rng);
+    }
+    t[rng() % 32] = 0.f;  // the row's max
+    const ProductCheck c = product_check(scores_of(t));
+    INFO("trial " << trial << ": smallest " << c.smallest << " largest " << c.largest);
+    if (!c.in_range) continue;  // rounding took a group just past -100
+    CHECK(c.smallest >= std::numeric_limits<float>::min());
+    CHECK(c.largest <= 0x1p126f);
+    CHECK_FALSE(c.alarm);
+  }
+  // The extreme split: one exponent of -99.5 and seven of 0 per group, both orders.
+  for (bool last : {false, true}) {
+    std::vector<float> t(32, 0.f);
+    for (int g = 0; g < 4; ++g) t[8 * g + (last ? 7 : 0)] = -99.5f;
+    const ProductCheck c = product_check(scores_of(t));
+    REQUIRE(c.in_range);
+    CHECK(c.smallest >= std::numeric_limits<float>::min());
+    CHECK_FALSE(c.alarm);
+  }
+  // Past the floor the product is not checked (only the exponents against the checksum).
+  std::vector<float> t(32, 0.f);
+  t[3] = -120.f;
+  CHECK_FALSE(product_check(scores_of(t)).in_range);
+}
+
+TEST_CASE("efta_correct's product check sees P flips of 2^-11 of P and more", "[protect]") {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.f, std::sqrt(128.f));
+  static int target, bit;
+  for (int trial = 0; trial < 600; ++trial) {
+    std::vector<float> s(32);
+    for (float& x : s) x = normal(rng);
+    target = static_cast<int>(rng() % 32);
+    bit = 13 + trial % 10;  // mantissa bits 13-22: 2^-11 to 2^-1 of P
+    const ProductCheck c = product_check(s, [](int j, float& p) {
+      if (j == target) p = std::bit_cast<float>(std::bit_cast<uint32_t>(p) ^ (1u << bit));
+    });
+    INFO("trial " << trial << " bit " << bit << ": dev " << c.dev << " tol " << c.tol);
+    CHECK(c.alarm);
+  }
+}
