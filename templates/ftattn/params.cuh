@@ -83,7 +83,8 @@ struct AttentionParams {
   int sparse_block_n;
 
   // Protection (unused by kernels without it). Thresholds are relative: a check fails when
-  // |checksum - recomputed| > tol * (sum of the absolute values it adds up) + floor.
+  // |checksum - recomputed| > tol * (a bound on the rounding of what it adds up) + floor (each
+  // check's bound: protect/checksum.cuh, fwd_sm80.cuh's check_output, README).
   FaultLog* fault_log;  // may be null: detections are then only corrected, not reported
   float tol_scores, tol_probs, tol_output, tol_row_sum;
   float tol_floor;
