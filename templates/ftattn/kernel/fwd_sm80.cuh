@@ -385,8 +385,8 @@ __device__ __forceinline__ float thread_row_sum(const float (&x)[kN][4], int r) 
 //   tol = tol_output * ((blocks + 16) * min(sum |o| + |checksum|, 2 B) + B) + floor.
 // Where nothing cancels (PASA's biased inputs) sum |o| and |checksum| reach B and this is the old
 // bound. Locating needs the weighted discrepancy to be clean to 1/(2 * 32) of e1, so correction
-// waits for a discrepancy over the threshold with the values at their bound, B; between the two,
-// the fault is detected and reported (recompute fixes it).
+// waits for a discrepancy over the threshold with the values at their bound (2 B); between the
+// two, the fault is detected and reported (recompute fixes it).
 // `row_of(mt, r)` is the global query row of this thread's row half r of tile mt.
 template <class T, int kMT, int kOT, int kAtoms, class RowOf>
 __device__ __forceinline__ void check_output(const AttentionParams& p, float (&o)[kMT][kOT][4],
