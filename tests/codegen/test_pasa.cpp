@@ -17,32 +17,12 @@
 #include "runtime/pasa_shift.hpp"
 #include "runtime/protected_launch.hpp"
 #include "tests/support/configs.hpp"
+#include "tests/support/sample_rows.hpp"
 
 using namespace ftattn;
+using test::dot;
 
 namespace {
-
-// Rows of f16-exact floats: N(0, 1) from reference::random_tensor, PASA's uniform(30, 0.5) and
-// hybrid(30, 10) from the campaign's generators.
-std::vector<float> rows(const char* dist, int n, int d, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  const Strides s{1LL * n * d, 1LL * n * d, d};
-  const std::string name = dist;
-  const reference::Tensor16 t =
-      name == "normal"
-          ? reference::random_tensor(rng, Precision::f16, s, 1, 1, n, d)
-          : campaign::pasa_tensor(name == "uniform30", 30.0, name == "uniform30" ? 0.5 : 10.0, rng,
-                                  Precision::f16, s, 1, 1, n, d);
-  std::vector<float> out(static_cast<size_t>(n) * d);
-  for (int i = 0; i < n * d; ++i) out[i] = reference::from_bits(t.data[i], Precision::f16);
-  return out;
-}
-
-double dot(const float* a, const float* b, int d) {
-  double s = 0.0;
-  for (int x = 0; x < d; ++x) s += double(a[x]) * b[x];
-  return s;
-}
 
 // softmax(q K^T * scale) V in FP64.
 std::vector<double> golden_row(const float* q, const std::vector<float>& k,
@@ -65,7 +45,8 @@ struct ModelError {
 };
 
 ModelError model_error(const char* dist, int rows_q, int n, int d, int block_n) {
-  const auto q = rows(dist, rows_q, d, 1), k = rows(dist, n, d, 2), v = rows(dist, n, d, 3);
+  const auto q = test::sample_rows(dist, rows_q, d, 1), k = test::sample_rows(dist, n, d, 2),
+             v = test::sample_rows(dist, n, d, 3);
   const double beta = codegen::pasa_beta(block_n);
   const float scale = 1.f / std::sqrt(float(d));
   double err2 = 0.0, ref2 = 0.0;
@@ -91,8 +72,8 @@ TEST_CASE("PASA shift: K' = c (K - r) with r = fl16(beta * block mean), recovere
   const int d = 32;
   for (int n : {16, 5}) {  // a whole block and a short tail block
     INFO("n = " << n);
-    const auto k = rows("uniform30", n, d, 7);
-    const auto q = rows("uniform30", 1, d, 8);
+    const auto k = test::sample_rows("uniform30", n, d, 7);
+    const auto q = test::sample_rows("uniform30", 1, d, 8);
     const double beta = codegen::pasa_beta(16);
     const float c = 1.f / std::sqrt(float(d)) * float(M_LOG2E);
     const pasa::ShiftedBlock sb = pasa::shift_block(k.data(), n, d, beta, c);
@@ -135,7 +116,8 @@ TEST_CASE("PASA host model: FP16 scores without overflow, error against FP64", "
     CHECK(e.rel_l2 < 2e-3);
   }
   // The unshifted scores of those inputs do overflow f16.
-  const auto q = rows("uniform30", 1, 128, 1), k = rows("uniform30", 1, 128, 2);
+  const auto q = test::sample_rows("uniform30", 1, 128, 1),
+             k = test::sample_rows("uniform30", 1, 128, 2);
   CHECK(std::abs(dot(q.data(), k.data(), 128)) > 65504.0);
 }
 
@@ -383,7 +365,8 @@ TEST_CASE(
   const int n = 69, block_n = 64, rows_q = 16;
   for (const char* dist : {"normal", "uniform30", "hybrid30"})
     for (int d : {64, 128}) {
-      const std::vector<float> q = rows(dist, rows_q, d, 91), k = rows(dist, n, d, 92);
+      const std::vector<float> q = test::sample_rows(dist, rows_q, d, 91),
+                               k = test::sample_rows(dist, n, d, 92);
       const float scale_log2 = static_cast<float>(1.0 / std::sqrt(d) * 1.4426950408889634);
       double worst = 0.0;  // the largest |e1| / bound seen
       int flips = 0, flips_seen = 0;
