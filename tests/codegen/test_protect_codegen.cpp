@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "ftattn/codegen.hpp"
@@ -16,6 +18,7 @@
 #include "runtime/nvrtc_compiler.hpp"
 #include "runtime/protected_launch.hpp"
 #include "tests/support/configs.hpp"
+#include "tests/support/sample_rows.hpp"
 
 using namespace ftattn;
 
@@ -221,6 +224,10 @@ TEST_CASE("thresholds: calibrated defaults per precision, overridable field by f
   CHECK(bf16.row_sum >= 0x1p-8f);
   CHECK(bf16.row_sum < 0x1p-7f);
   CHECK(f16.scores < 1e-5f);  // 5x the largest residual seen, not the derived worst case
+  // bf16's checksum split keeps 16 bits: its GEMM I check needs more, but not the old bound's
+  // reach (|q| sum |k| is 6-11x the bound at head dims 64-128 on N(0, 1) rows).
+  CHECK(bf16.scores > f16.scores);
+  CHECK(bf16.scores < 2e-5f);
   Thresholds mine;
   mine.output = 1e-3f;
   const Thresholds t =
@@ -316,4 +323,100 @@ TEST_CASE("the row-sum threshold covers rounding P to 16 bits, and no more", "[p
       CHECK(row_sum_alarm(p, precision, twice));
     }
   }
+}
+
+TEST_CASE(
+    "efta_correct score check: FP32 scores stay inside the default bound, which follows the "
+    "scores and sees flips that |q| sum |k| let through",
+    "[protect]") {
+  // Host model of the 16-bit kernels' GEMM I check (protect/efta_rows.cuh, score_check_tol): a
+  // thread's raw scores over its keys of a block (keys 8 i + 2 t, 8 i + 2 t + 1), each an FP32
+  // accumulation rounded once per 16-wide k-step, summed in FP32, against q times the keys'
+  // FP32 checksum split into f16 hi + lo, accumulated the same way. Bound: tol_scores *
+  // (max(|ref|, sum |s|) + |q| sum |k| / sqrt(d)) + floor; before: tol_scores * |q| sum |k| +
+  // floor.
+  const float tol = runtime::default_thresholds(Precision::f16).scores;
+  auto fp32_dot = [](const float* a, const float* b, int d) {
+    float acc = 0.f;
+    for (int step = 0; step < d / 16; ++step)
+      acc += static_cast<float>(test::dot(a + 16 * step, b + 16 * step, 16));
+    return acc;
+  };
+  for (const char* dist : {"normal", "uniform30", "hybrid30"})
+    for (int d : {64, 128})
+      for (int block_n : {64, 128}) {
+        const int rows_q = 16;
+        const std::vector<float> q = test::sample_rows(dist, rows_q, d, 31),
+                                 k = test::sample_rows(dist, block_n, d, 32);
+        double worst = 0.0;  // the largest |e1| / bound on clean rows
+        int flips = 0, seen = 0, seen_before = 0, low_flips = 0, low_seen_before = 0;
+        for (int r = 0; r < rows_q; ++r) {
+          const float* qr = &q[r * d];
+          const float q_norm = static_cast<float>(std::sqrt(test::dot(qr, qr, d)));
+          for (int t = 0; t < 4; ++t) {
+            std::vector<float> c(d, 0.f), s;
+            float k_norm = 0.f;
+            for (int j = 0; j < block_n; ++j) {
+              if ((j % 8) / 2 != t) continue;
+              for (int x = 0; x < d; ++x) c[x] += k[j * d + x];
+              k_norm += static_cast<float>(std::sqrt(test::dot(&k[j * d], &k[j * d], d)));
+              s.push_back(fp32_dot(qr, &k[j * d], d));
+            }
+            std::vector<float> hi(d), lo(d);
+            for (int x = 0; x < d; ++x) {
+              hi[x] =
+                  reference::from_bits(reference::to_bits(c[x], Precision::f16), Precision::f16);
+              lo[x] = reference::from_bits(reference::to_bits(c[x] - hi[x], Precision::f16),
+                                           Precision::f16);
+            }
+            const float ref = fp32_dot(qr, hi.data(), d) + fp32_dot(qr, lo.data(), d);
+            float sum = 0.f, abs_sum = 0.f;
+            for (float x : s) {
+              sum += x;
+              abs_sum += std::abs(x);
+            }
+            // The kernel passes a row within either magnitude: |ref| first, then sum |s|.
+            const double walk = q_norm * k_norm / std::sqrt(double(d));
+            auto bound_with = [&](double magnitude) {
+              return tol * (std::max<double>(std::abs(ref), magnitude) + walk) + 1e-6;
+            };
+            const double bound = bound_with(abs_sum);
+            const double bound_before = tol * q_norm * k_norm + 1e-6;
+            worst = std::max(worst, std::abs(double(ref) - sum) / bound);
+            if (std::string(dist) != "normal") continue;
+            // Flips of mantissa bits 12-22 (2^-11 of a score and up) of scores of 4 or more,
+            // the size whose flips moved outputs past their tolerance on the H100.
+            for (float x : s) {
+              if (std::abs(x) < 4.f) continue;
+              for (int bit = 12; bit <= 22; ++bit) {
+                uint32_t u;
+                std::memcpy(&u, &x, 4);
+                u ^= 1u << bit;
+                float y;
+                std::memcpy(&y, &u, 4);
+                const double e1 = double(ref) - (double(sum) - x + y);
+                // The kernel's threshold takes the flipped score's magnitude.
+                const double b = bound_with(abs_sum - std::abs(x) + std::abs(y));
+                ++flips;
+                seen += std::abs(e1) > b;
+                seen_before += std::abs(e1) > bound_before;
+                if (bit <= 13) {
+                  ++low_flips;
+                  low_seen_before += std::abs(e1) > bound_before;
+                }
+              }
+            }
+          }
+        }
+        INFO(dist << " d" << d << " block_n " << block_n << ": worst |e1| / bound " << worst
+                  << "; flips seen " << seen << " (before " << seen_before << ") of " << flips
+                  << ", of bits 12-13 seen before " << low_seen_before << " of " << low_flips);
+        CHECK(worst < 0.5);   // no false alarm, with margin for the tensor cores' own rounding
+        CHECK(worst > 1e-3);  // and not vacuous
+        if (std::string(dist) == "normal") {
+          REQUIRE(flips > 0);
+          CHECK(seen == flips);
+          CHECK(low_seen_before < low_flips);  // the old bound missed some (most at d128)
+        }
+      }
 }

@@ -169,10 +169,9 @@ TEST_CASE("warp_specialized units: producer and consumers, no spills, no seriali
             CHECK(test::count(u.out.ptx, wgmma + std::to_string(d + 8 * v_atoms) + "k16.f32.") >=
                   3 * (n / 16));
             const ResourceUsage r = runtime::parse_ptxas_log(u.out.log, u.symbol);
-            // efta_correct at 128 x 128, head dim 128, causal: 4 bytes, stored in the prologue and
-            // read in the epilogue.
-            const bool tight =
-                prot == Protection::efta_correct && d == 128 && n == 128 && m == Mask::causal;
+            // efta_correct at 128 x 128, causal: 4 bytes, stored in the prologue and read in the
+            // epilogue (SASS: STL before the key loop, LDL after it).
+            const bool tight = prot == Protection::efta_correct && n == 128 && m == Mask::causal;
             CHECK(r.spill_stores <= (tight ? 4 : 0));
           }
   for (Precision p : {Precision::f16, Precision::bf16, Precision::f16_pasa})

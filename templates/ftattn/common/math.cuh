@@ -31,4 +31,19 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x;
 }
 
+// Sum of this thread's elements of row half r across n8 accumulator tiles: what a per-thread
+// (EFTA) checksum column covers. `Abs` sums their magnitudes instead.
+template <bool Abs = false, int kN>
+__device__ __forceinline__ float thread_row_sum(const float (&x)[kN][4], int r) {
+  float sum = 0.f;
+#pragma unroll
+  for (int nt = 0; nt < kN; ++nt) {
+    if constexpr (Abs)
+      sum += fabsf(x[nt][2 * r]) + fabsf(x[nt][2 * r + 1]);
+    else
+      sum += x[nt][2 * r] + x[nt][2 * r + 1];
+  }
+  return sum;
+}
+
 }  // namespace ftattn

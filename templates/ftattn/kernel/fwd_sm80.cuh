@@ -357,21 +357,6 @@ __device__ __forceinline__ float q_rows_norm(u32 sQ, int warp_row, int lane) {
   return q_norm;
 }
 
-// Sum of this thread's elements of row half r across n8 accumulator tiles: what a per-thread
-// (EFTA) checksum column covers. `Abs` sums their magnitudes instead.
-template <bool Abs = false, int kN>
-__device__ __forceinline__ float thread_row_sum(const float (&x)[kN][4], int r) {
-  float sum = 0.f;
-#pragma unroll
-  for (int nt = 0; nt < kN; ++nt) {
-    if constexpr (Abs)
-      sum += fabsf(x[nt][2 * r]) + fabsf(x[nt][2 * r + 1]);
-    else
-      sum += x[nt][2 * r] + x[nt][2 * r + 1];
-  }
-  return sum;
-}
-
 // GEMM II check: the O checksum columns against the O elements they sum (per thread for EFTA,
 // per row for Flash-ABFT); efta_correct rebuilds a single faulty element.
 //
@@ -712,12 +697,15 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
     if constexpr (Protect::correct) {
       float e1[kMT][2];
       bool failed = false;
+      const float walk_tol = detail::score_walk_tol<T::head_dim>(p, q_norm, k_norm);
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          e1[mt][r] = sc[mt][0][2 * r] + sc[mt][0][2 * r + 1] - detail::thread_row_sum(s[mt], r);
-          failed |= !(fabsf(e1[mt][r]) <= p.tol_scores * q_norm * k_norm + p.tol_floor);
+          e1[mt][r] = sc[mt][0][2 * r] + sc[mt][0][2 * r + 1] - thread_row_sum(s[mt], r);
+          float tol;
+          failed |= !detail::scores_within(p, s[mt], r, e1[mt][r],
+                                           sc[mt][0][2 * r] + sc[mt][0][2 * r + 1], walk_tol, tol);
         }
       // The weighted checksum locates a faulty element; faults are rare, so its MMAs run only
       // when a check of the warp failed (Q and the K checksum rows are still in shared memory),
@@ -730,8 +718,8 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const float ref = sc[mt][0][2 * r] + sc[mt][0][2 * r + 1];
-            const float tol = p.tol_scores * q_norm * k_norm + p.tol_floor;
-            if (fabsf(e1[mt][r]) <= tol) continue;
+            float tol;
+            if (detail::scores_within(p, s[mt], r, e1[mt][r], ref, walk_tol, tol)) continue;
             const int bad =
                 protect::correct_row(s[mt], r, e1[mt][r], ref, sw[mt][2 * r] + sw[mt][2 * r + 1]);
             record_fault(
