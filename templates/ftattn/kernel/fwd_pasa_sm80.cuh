@@ -533,8 +533,8 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int r = 0; r < 2; ++r)
-          failed |= !detail::scores_ok(sc[mt][2 * r] + sc[mt][2 * r + 1] - ssum[mt][2 * r],
-                                       pasa::scores_tol<T>(p, sabs[mt][2 * r], walk));
+          failed |= !protect::scores_ok(sc[mt][2 * r] + sc[mt][2 * r + 1] - ssum[mt][2 * r],
+                                        pasa::scores_tol<T>(p, sabs[mt][2 * r], walk));
       if constexpr (Protect::correct) {
         // The weighted checksum locates the element; its MMAs run only when a check of the warp
         // failed (Q and the K checksum rows are still in shared memory).
@@ -549,7 +549,7 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
               float sum, abs_sum;
               pasa::own_sums(s[mt], r, sum, abs_sum);
               const float e1 = ref - sum, tol = pasa::scores_tol<T>(p, abs_sum, walk);
-              if (detail::scores_ok(e1, tol)) continue;
+              if (protect::scores_ok(e1, tol)) continue;
               const int bad =
                   pasa::correct_scores(s[mt], r, ref, sw[mt][2 * r] + sw[mt][2 * r + 1]);
               record_fault(
@@ -567,7 +567,7 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
             pasa::own_sums(s[mt], r, sum, abs_sum);
             const float e1 = sc[mt][2 * r] + sc[mt][2 * r + 1] - sum;
             const float tol = pasa::scores_tol<T>(p, abs_sum, walk);
-            if (!detail::scores_ok(e1, tol))
+            if (!protect::scores_ok(e1, tol))
               record_fault(p.fault_log, batch, head, global_row(mt, r), -1, fault_stage_scores,
                            false, fabsf(e1), tol);
           }

@@ -697,15 +697,20 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
     if constexpr (Protect::correct) {
       float e1[kMT][2];
       bool failed = false;
-      const float walk_tol = detail::score_walk_tol<T::head_dim>(p, q_norm, k_norm);
+      const float walk_tol =
+          protect::score_walk_tol<T::head_dim>(p.tol_scores, p.tol_floor, q_norm * k_norm);
+      auto within = [&](int mt, int r, float ref, float& tol) {
+        return protect::scores_within(
+            p.tol_scores, e1[mt][r], ref, walk_tol, [&] { return thread_row_sum<true>(s[mt], r); },
+            tol);
+      };
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           e1[mt][r] = sc[mt][0][2 * r] + sc[mt][0][2 * r + 1] - thread_row_sum(s[mt], r);
           float tol;
-          failed |= !detail::scores_within(p, s[mt], r, e1[mt][r],
-                                           sc[mt][0][2 * r] + sc[mt][0][2 * r + 1], walk_tol, tol);
+          failed |= !within(mt, r, sc[mt][0][2 * r] + sc[mt][0][2 * r + 1], tol);
         }
       // The weighted checksum locates a faulty element; faults are rare, so its MMAs run only
       // when a check of the warp failed (Q and the K checksum rows are still in shared memory),
@@ -719,7 +724,7 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
           for (int r = 0; r < 2; ++r) {
             const float ref = sc[mt][0][2 * r] + sc[mt][0][2 * r + 1];
             float tol;
-            if (detail::scores_within(p, s[mt], r, e1[mt][r], ref, walk_tol, tol)) continue;
+            if (within(mt, r, ref, tol)) continue;
             const int bad =
                 protect::correct_row(s[mt], r, e1[mt][r], ref, sw[mt][2 * r] + sw[mt][2 * r + 1]);
             record_fault(

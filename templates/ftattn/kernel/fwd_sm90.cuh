@@ -254,13 +254,15 @@ __device__ __forceinline__ void efta_softmax(const AttentionParams& p, float (&s
   // product check's exponent sums (unmasked blocks).
   ScoreGroupSums<kST, Protect::correct> raw_groups[2];
   if constexpr (Protect::correct) {
-    const float walk_tol = score_walk_tol<T::head_dim>(p, q_norm, k_norm);
+    const float walk_tol =
+        protect::score_walk_tol<T::head_dim>(p.tol_scores, p.tol_floor, q_norm * k_norm);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const float ref = sc[2 * r] + sc[2 * r + 1];
       const float e1 = ref - sum_score_groups(s, r, raw_groups[r]);
       float tol;
-      if (!scores_within(p, s, r, e1, ref, walk_tol, tol)) {
+      if (!protect::scores_within(
+              p.tol_scores, e1, ref, walk_tol, [&] { return thread_row_sum<true>(s, r); }, tol)) {
         const float sw = weighted_score_checksum<T, protect::IsBf16<typename T::Precision>::value>(
             sQ, sKs, rows + lane / 4 + r * 8, quad_t);
         const int bad = protect::correct_row(s, r, e1, ref, sw);

@@ -26,6 +26,50 @@ __device__ __forceinline__ u32 split_hi_lo(float x) {
   return P::pack(x, x - hi);
 }
 
+// 1 / sqrt(n), evaluated by the compiler (Newton's iteration on a constant).
+constexpr float inv_sqrt(int n) {
+  double r = n;
+  for (int i = 0; i < 64; ++i) r = 0.5 * (r + n / r);
+  return static_cast<float>(1.0 / r);
+}
+
+// A GEMM I check's discrepancy e1 within its threshold, which must itself be finite: a score
+// flipped to infinity makes a threshold that follows the scores infinite.
+__device__ __forceinline__ bool scores_ok(float e1, float tol) {
+  return fabsf(e1) <= tol && tol <= 3.402823466e38f;
+}
+
+// efta_correct's GEMM I check (16-bit): a thread's scores of a row half over its keys of a
+// block summed in FP32 against their checksum `ref`, e1 = ref - sum; `tol` gets the threshold
+// applied. Both sides round in proportion to their running sums: the scores themselves where they
+// add up (q and k aligned, PASA's biased inputs), and inside dot products that cancel about
+// |q| |k| / sqrt(head_dim) per key, a random walk's. So the threshold is tol_scores * (sum |s| +
+// walk) + floor, `walk_tol` = score_walk_tol's; on unbiased inputs about sqrt(head_dim) below
+// |q| sum |k| (Cauchy-Schwarz, the bound before), so flips of the scores' lower mantissa bits
+// are seen there. sum |s| (`abs_sum()`) costs an add per score; |ref|, no larger for fault-free
+// scores, costs nothing, so the sum runs only where the check fails with |ref| (faults, or scores
+// that cancel across keys). tol_scores is calibrated (runtime/protected_launch.cpp). fp8 keeps
+// its sum of absolute contributions: there this bound corrected more flips but saw no more
+// silent ones, and cost its EFTA kernels 1-8% (README, Protection).
+template <class AbsSum>
+__device__ __forceinline__ bool scores_within(float tol_scores, float e1, float ref, float walk_tol,
+                                              AbsSum&& abs_sum, float& tol) {
+  tol = fmaf(tol_scores, fabsf(ref), walk_tol);
+  if (scores_ok(e1, tol)) return true;
+  tol = fmaf(tol_scores, abs_sum(), walk_tol);
+  return scores_ok(e1, tol);
+}
+
+// The threshold's random-walk term and floor, once per block: tol_scores * contributions /
+// sqrt(head_dim) + floor, `contributions` a bound on the sum of |q_d k_d| over the thread's keys
+// (|q| sum |k|).
+template <int kHeadDim>
+__device__ __forceinline__ float score_walk_tol(float tol_scores, float tol_floor,
+                                                float contributions) {
+  constexpr float walk = inv_sqrt(kHeadDim);
+  return tol_scores * walk * contributions + tol_floor;
+}
+
 // Rebuilds element `bad` of `x` from the checksum: x[bad] = ref - sum of the others. Robust to a
 // non-finite faulty value, unlike adding the discrepancy.
 template <int N>

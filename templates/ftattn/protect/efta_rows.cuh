@@ -46,49 +46,6 @@ __device__ __forceinline__ float sum_score_groups(const float (&s)[kST][4], int 
   return total;
 }
 
-// 1 / sqrt(n), evaluated by the compiler (Newton's iteration on a constant).
-constexpr float inv_sqrt(int n) {
-  double r = n;
-  for (int i = 0; i < 64; ++i) r = 0.5 * (r + n / r);
-  return static_cast<float>(1.0 / r);
-}
-
-// A GEMM I check's discrepancy e1 within its threshold, which must itself be finite: a score
-// flipped to infinity makes a threshold that follows the scores infinite.
-__device__ __forceinline__ bool scores_ok(float e1, float tol) {
-  return fabsf(e1) <= tol && tol <= 3.402823466e38f;
-}
-
-// efta_correct's GEMM I check of row half r of this thread's raw scores s (over its keys of the
-// block), e1 = the checksum `ref` less their sum; `tol` gets the threshold applied. Both sides
-// (the scores' FP32 sum, the checksum MMA's FP32 accumulation) round in proportion to their
-// running sums: the scores themselves where they add up (q and k aligned, PASA's biased inputs),
-// |q| |k| / sqrt(head_dim) per key, a random walk's, inside dot products that cancel. So the
-// threshold is tol_scores * (sum |s| + |q| sum |k| / sqrt(head_dim)) + floor (q_norm = |q|,
-// k_norm = sum |k| over the thread's keys); on unbiased inputs about sqrt(head_dim) below
-// |q| sum |k| (Cauchy-Schwarz, the bound before), so flips of the scores' lower mantissa bits
-// are seen there. sum |s| costs an add per score; |ref| <= sum |s| of the fault-free scores costs
-// nothing, so the sum runs only where the check fails with |ref| (faults, or scores that cancel
-// across keys). tol_scores is calibrated (runtime/protected_launch.cpp).
-// `walk_tol` is score_walk_tol's, once per block.
-template <int kST>
-__device__ __forceinline__ bool scores_within(const AttentionParams& p, const float (&s)[kST][4],
-                                              int r, float e1, float ref, float walk_tol,
-                                              float& tol) {
-  tol = fmaf(p.tol_scores, fabsf(ref), walk_tol);
-  if (scores_ok(e1, tol)) return true;
-  tol = fmaf(p.tol_scores, thread_row_sum<true>(s, r), walk_tol);
-  return scores_ok(e1, tol);
-}
-
-// The threshold's random-walk term and floor: tol_scores * |q| sum |k| / sqrt(head_dim) + floor.
-template <int kHeadDim>
-__device__ __forceinline__ float score_walk_tol(const AttentionParams& p, float q_norm,
-                                                float k_norm) {
-  constexpr float walk = inv_sqrt(kHeadDim);
-  return p.tol_scores * walk * q_norm * k_norm + p.tol_floor;
-}
-
 // P = 2^(S * scale - shift) for row half r of this thread's kST score tiles, in place, packed once
 // as GEMM II's A operand into packed[nt][r]. EFTA's product check is fused into the exps: prod
 // over the thread's P of this row equals 2^(the sum of their exponents), and that sum is the GEMM
