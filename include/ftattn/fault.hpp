@@ -59,7 +59,8 @@ struct FaultReport {
 // Thresholds of the checks, relative to the sum of absolute values each check adds up; 0 takes
 // the calibrated default for the kernel's precision (see docs in the README).
 struct Thresholds {
-  float scores = 0.0f;   // GEMM I checksum
+  float scores = 0.0f;   // GEMM I checksum (efta_correct, 16-bit: relative to
+                         // max(|checksum|, sum |s|) + |q| sum |k| / sqrt(head_dim))
   float probs = 0.0f;    // exp product check: its exponent sum, relative to |q| sum |k|
   float output = 0.0f;   // GEMM II / output checksum
   float row_sum = 0.0f;  // l against the ones column (relative to l)
