@@ -19,7 +19,7 @@ namespace ftattn::runtime {
 // row sum (EFTA) compares the ones column, a sum of 16-bit P, with the FP32 sum of the unrounded
 // P: half an ulp per term (2^-11 for f16, 2^-8 for bf16) plus 1e-4 of FP32 accumulation.
 // efta_correct's GEMM I check is relative to sum |s| + |q| sum |k| / sqrt(head_dim)
-// (protect/efta_rows.cuh, scores_within): clean runs needed at most 4.3e-7 (f16) and 3.0e-6
+// (protect/checks.cuh, scores_within): clean runs needed at most 4.3e-7 (f16) and 3.0e-6
 // (bf16) on the H100 (head dims 64-256, both masks, 1k-8k keys, block_n 64 and 128, five
 // distributions: bench/results/nvidia-h100/calibration_scores.csv), so the defaults sit 4.6x
 // and 4.9x above. bf16's is larger because its checksum's hi + lo split keeps 16 bits, and that

@@ -329,7 +329,7 @@ TEST_CASE(
     "efta_correct score check: FP32 scores stay inside the default bound, which follows the "
     "scores and sees flips that |q| sum |k| let through",
     "[protect]") {
-  // Host model of the 16-bit kernels' GEMM I check (protect/efta_rows.cuh, score_check_tol): a
+  // Host model of the 16-bit kernels' GEMM I check (protect/checks.cuh, scores_within): a
   // thread's raw scores over its keys of a block (keys 8 i + 2 t, 8 i + 2 t + 1), each an FP32
   // accumulation rounded once per 16-wide k-step, summed in FP32, against q times the keys'
   // FP32 checksum split into f16 hi + lo, accumulated the same way. Bound: tol_scores *
