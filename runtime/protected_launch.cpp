@@ -8,7 +8,8 @@
 
 namespace ftattn::runtime {
 
-// Relative to the bounds the kernel forms (|q| sum|k| for S; for the 16-bit kernels' O check,
+// Relative to the bounds the kernel forms (|q| sum|k| for S, but efta_correct's 16-bit check
+// below; for the 16-bit kernels' O check,
 // (blocks + 16) * (sum |o| + |checksum|) + l * max sum |v|, the running values' magnitudes grown
 // per 128-key block plus the bound once: fwd_sm80.cuh's check_output). Derived from the rounding
 // of what each check compares: FP32 tensor-core accumulation (about 2^-23 per step over

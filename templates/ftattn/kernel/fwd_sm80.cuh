@@ -708,9 +708,10 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          e1[mt][r] = sc[mt][0][2 * r] + sc[mt][0][2 * r + 1] - thread_row_sum(s[mt], r);
+          const float ref = sc[mt][0][2 * r] + sc[mt][0][2 * r + 1];
+          e1[mt][r] = ref - thread_row_sum(s[mt], r);
           float tol;
-          failed |= !within(mt, r, sc[mt][0][2 * r] + sc[mt][0][2 * r + 1], tol);
+          failed |= !within(mt, r, ref, tol);
         }
       // The weighted checksum locates a faulty element; faults are rare, so its MMAs run only
       // when a check of the warp failed (Q and the K checksum rows are still in shared memory),

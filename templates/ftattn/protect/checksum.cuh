@@ -17,7 +17,8 @@
 //
 // The checksums of a KV head are computed once per call by checksum_prologue() (EFTA's
 // "checksum generation", hoisted out of every CTA) into the workspace of protect/workspace.cuh.
-// Thresholds are relative to a bound on the sum of absolute contributions (|q| sum|k| for S;
+// Thresholds are relative to a bound on the sum of absolute contributions (|q| sum|k| for S,
+// but efta_correct's 16-bit check follows the scores: protect/checks.cuh, scores_within;
 // for O, the values' magnitudes per key block plus B = l * max sum|v| once, fwd_sm80.cuh's
 // check_output); see params.cuh and the README for their derivation and defaults.
 #pragma once
