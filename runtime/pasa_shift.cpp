@@ -18,7 +18,9 @@ PasaLayout PasaLayout::of(const Problem& problem, int block_n) {
   PasaLayout l;
   l.k_shifted = 0;
   l.shift = align_up(heads * problem.seqlen_k * d * 2);
-  l.bytes = align_up(l.shift + heads * n_blocks * d * 2);
+  // The Hopper kernels load the shift vectors of eight blocks at a time (FwdWgmmaTraits::
+  // recovery_blocks), up to seven past the last head's; those rows are never used.
+  l.bytes = align_up(l.shift + (heads * n_blocks + 7) * d * 2);
   return l;
 }
 

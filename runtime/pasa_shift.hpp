@@ -12,7 +12,7 @@ namespace ftattn::runtime {
 
 // Bytes of the shift workspace for `problem` and key blocks of `block_n`: the shifted keys
 // (dense f16, batch x heads_kv x seqlen_k x head_dim) then the shift vectors (batch x heads_kv x
-// ceil(seqlen_k / block_n) x head_dim), each 256-byte aligned.
+// ceil(seqlen_k / block_n) x head_dim, and 7 rows of slack), each 256-byte aligned.
 struct PasaLayout {
   std::size_t k_shifted = 0, shift = 0, bytes = 0;
   static PasaLayout of(const Problem& problem, int block_n);

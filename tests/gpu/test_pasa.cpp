@@ -129,19 +129,14 @@ struct OverflowRun {
   FaultReport fault;
 };
 
-// One of PASA's overflow cases (uniform or hybrid with bias x0 and amplitude am), run through
-// Kernel::run with `protect`, against the FP64 reference.
-OverflowRun overflow_run(Runtime& rt, const KernelConfig& c, const Problem& pr, bool uniform,
-                         double x0, double am, const ProtectOptions& protect) {
-  const int d = pr.head_dim;
-  std::mt19937_64 rng(d + (uniform ? 1 : 2));
-  auto gen = [&](int heads, int seqlen, const Strides& s) {
-    return campaign::pasa_tensor(uniform, x0, am, rng, Precision::f16, s, pr.batch, heads, seqlen,
-                                 d);
-  };
-  const auto q = gen(pr.heads_q, pr.seqlen_q, pr.q);
-  const auto k = gen(pr.heads_kv, pr.seqlen_k, pr.k);
-  const auto v = gen(pr.heads_kv, pr.seqlen_k, pr.v);
+// Inputs from `gen(heads, seqlen, strides, is_key)` run through Kernel::run with `protect`,
+// against the FP64 reference.
+template <class Gen>
+OverflowRun run_inputs(Runtime& rt, const KernelConfig& c, const Problem& pr, Gen&& gen,
+                       const ProtectOptions& protect) {
+  const auto q = gen(pr.heads_q, pr.seqlen_q, pr.q, false);
+  const auto k = gen(pr.heads_kv, pr.seqlen_k, pr.k, true);
+  const auto v = gen(pr.heads_kv, pr.seqlen_k, pr.v, false);
   runtime::DeviceBuffer dq(q.data.size() * 2), dk(k.data.size() * 2), dv(v.data.size() * 2),
       dout(q.data.size() * 2);
   dq.upload(q.data.data(), dq.bytes());
@@ -166,6 +161,18 @@ OverflowRun overflow_run(Runtime& rt, const KernelConfig& c, const Problem& pr, 
   }
   out.rel_l2 = std::sqrt(err2 / ref2);
   return out;
+}
+
+// One of PASA's overflow cases (uniform or hybrid with bias x0 and amplitude am).
+OverflowRun overflow_run(Runtime& rt, const KernelConfig& c, const Problem& pr, bool uniform,
+                         double x0, double am, const ProtectOptions& protect) {
+  const int d = pr.head_dim;
+  std::mt19937_64 rng(d + (uniform ? 1 : 2));
+  auto gen = [&](int heads, int seqlen, const Strides& s, bool) {
+    return campaign::pasa_tensor(uniform, x0, am, rng, Precision::f16, s, pr.batch, heads, seqlen,
+                                 d);
+  };
+  return run_inputs(rt, c, pr, gen, protect);
 }
 
 }  // namespace
@@ -319,4 +326,56 @@ TEST_CASE("f16_pasa EFTA detects a flip at every site, recompute repairs the out
       CHECK(fixed.result.report.passed);
       if (fixed.fault.detected > fixed.fault.corrected) CHECK(fixed.fault.recomputed_tiles >= 1);
     }
+}
+
+TEST_CASE("f16_pasa on Hopper: every key block's own recovery, keys biased block by block",
+          "[gpu][pasa][wgmma16]") {
+  Runtime& rt = pasa_runtime();
+  const Arch device = rt.device_arch();
+  if (device.sm != 90 || !device.arch_specific) {
+    WARN("the wgmma skeleton needs sm_90a, not " << device.to_string() << ": not run");
+    return;
+  }
+  // The wgmma kernels compute q . r_j for eight key blocks with one MMA and take column j % 8:
+  // keys whose bias jumps from block to block (PASA's shift removes a different mean in each)
+  // make every block's column count, so a block that read a neighbour's recovery, a stale tile
+  // or a shift row of the wrong chunk is far off. Key counts end at every position of a chunk
+  // (1 to 8 blocks into the last one) and in a short tail block.
+  for (int d : {64, 128})
+    for (auto [m, n, w, st] :
+         std::vector<std::array<int, 4>>{{64, 128, 4, 2}, {128, 128, 8, 2}, {128, 64, 8, 2}})
+      for (Mask mask : {Mask::none, Mask::causal})
+        for (int blocks : {9, 12, 16, 23}) {
+          const int seqlen_k = blocks * n - (blocks % 3 == 0 ? n / 2 : 0);
+          const Problem pr = Problem::bhsd(1, 2, 2, 256, seqlen_k, d);
+          KernelConfig c = pasa_config(d, mask);
+          c.block_m = m, c.block_n = n, c.num_warps = w, c.num_stages = st;
+          c.arch = device;
+          REQUIRE(uses_wgmma(c));
+          std::mt19937_64 rng(blocks * 1000 + d + n);
+          std::normal_distribution<double> normal(0.0, 1.0);
+          auto gen = [&](int heads, int seqlen, const Strides& s, bool is_key) {
+            reference::Tensor16 t;
+            t.strides = s;
+            t.data.assign(reference::span_elements(s, pr.batch, heads, seqlen, d), 0);
+            for (int h = 0; h < heads; ++h)
+              for (int i = 0; i < seqlen; ++i) {
+                // Keys: a common bias of 4 (about 80 in log2 units of q . k: a stale or zero
+                // recovery is far off) and one of -0.6 ... 0.6 per block (a few units: each
+                // block's weight depends on its own column); channels alternate in sign.
+                const int block = i / n;
+                const double bias = is_key ? 4.0 + 0.15 * ((block * 5) % 9 - 4) : 2.0;
+                for (int x = 0; x < d; ++x)
+                  t.data[h * s.head + i * s.seq + x] = reference::to_bits(
+                      static_cast<float>(normal(rng) + (x % 2 == 0 ? bias : -0.5 * bias)),
+                      Precision::f16);
+              }
+            return t;
+          };
+          const OverflowRun r = run_inputs(rt, c, pr, gen, {});
+          INFO(c.name() << " seqlen_k " << seqlen_k << ": non-finite " << r.non_finite
+                        << ", rel L2 " << r.rel_l2);
+          CHECK(r.non_finite == 0);
+          CHECK(r.rel_l2 < 5e-3);
+        }
 }

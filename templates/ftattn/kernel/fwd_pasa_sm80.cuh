@@ -262,6 +262,24 @@ __device__ __forceinline__ int correct_scores(u32 (&s)[kST][2], int r, float ref
   return bad;
 }
 
+// The wgmma skeletons' recovery of key block j: one m64n8k16 MMA per k-step against the shift
+// rows of blocks j - j % 8 ... j - j % 8 + 7 leaves q . r_j in column j % 8 of its FP32 tile
+// `table` (the m16n8 accumulator layout per warp: register 2 r + c of lane l is row half r,
+// column 2 (l % 4) + c). The lane of the row's quad that holds the column sends it to all four;
+// rc[2 r] and rc[2 r + 1] are row half r's, as bias() reads them.
+template <int kBlocks>
+__device__ __forceinline__ void block_recovery(const float (&table)[4], int j, int lane,
+                                               float (&rc)[4]) {
+  static_assert(kBlocks == 8, "an n8 tile has eight columns");
+  const int col = j % kBlocks;
+  const int src = (lane & ~3) | (col >> 1);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float mine = (col & 1) ? table[2 * r + 1] : table[2 * r];
+    rc[2 * r] = rc[2 * r + 1] = __shfl_sync(0xffffffffu, mine, src);
+  }
+}
+
 // One key block's softmax on the Hopper PASA kernels (fwd_pasa_sm90.cuh, fwd_ws_sm90.cuh) for a
 // warp's 16 rows in the wgmma accumulator layout: keys past the sequence end and, for causal, past
 // each row's diagonal -inf; the max with the recovered bias; P = 2^(S'' - b) in place of S''; l

@@ -6,8 +6,11 @@
 //            of FP32 scores, and register 2 nt + r of a thread is row half r of its n8 tile nt,
 //            already packed as GEMM II's A fragment.
 //   recovery q . r_j by one m64n8k16 wgmma per k-step with FP32 accumulators (an f16 sum would
-//            overflow where PASA's biased inputs need it most) against 8 copies of the block's
-//            shift row, loaded below the keys of each K stage (FwdWgmmaTraits::k_rows).
+//            overflow where PASA's biased inputs need it most) against the shift rows of eight
+//            consecutive blocks, loaded below the keys of every eighth block's K stage
+//            (FwdWgmmaTraits::recovery_blocks): its tile serves those eight blocks, each taking
+//            its column (pasa::block_recovery), where an MMA per block against 8 copies of r_j
+//            cost about 8% of the kernel at head dim 128.
 //   softmax  pasa::bias and pasa::prob of the sm80 kernel: the max, b = m - rec and
 //            P = 2^(S'' - b) on f16x2, l summed pairwise in f16 then FP32.
 //   GEMM II  O += P V, m64n{head_dim}k16 with P from registers, FP32 accumulators, as f16's.
@@ -31,6 +34,9 @@ struct PasaWgmmaTraits : FwdWgmmaTraits<HeadDim, BlockM, BlockN, NumWarps, NumSt
                                         precision::F16Pasa, ProtectT, Causal, BlockSparse, Inject> {
   static constexpr int shift_threads = 128;  // the shift kernel's CTA (pasa_shift_sm80)
   static_assert(!ProtectT::enabled && !Inject, "protected PASA runs the sm80 skeleton");
+  // The recovery tile of blocks 8c ... 8c + 7 is computed on block 8c: every block from the
+  // first is visited, in order.
+  static_assert(!BlockSparse, "block-sparse PASA runs the sm80 skeleton");
 };
 
 template <class T>
@@ -66,14 +72,16 @@ __device__ __forceinline__ void attention_fwd_pasa_sm90(const AttentionParams& p
   const u16* shift = static_cast<const u16*>(p.k_shift) +
                      (static_cast<i64>(batch) * p.heads_kv + head_kv) * n_blocks_all * T::head_dim;
 
-  // One cp.async group per key block: K' rows, 8 copies of r_j below them, then V rows; rows
-  // past the sequence are zeros (their scores are masked, their P is 0).
+  // One cp.async group per key block: K' rows, on every eighth block the next eight shift rows
+  // below them, then V rows; rows past the sequence are zeros (their scores are masked, their P
+  // is 0).
   auto load_kv = [&](int stage, int n_block) {
     const int key0 = n_block * T::block_n;
     const u32 dk = sK + stage * T::k_tile_bytes;
     sm90::load_rows_swizzled<T::threads, T::block_n, kRowBytes, T::k_rows>(
         dk, k + key0 * p.k_seq_stride, p.k_seq_stride * 2, p.seqlen_k - key0, kRowBytes);
-    detail::load_shift_rows<T, T::threads>(dk, shift + n_block * T::head_dim, threadIdx.x);
+    if (n_block % T::recovery_blocks == 0)
+      detail::load_shift_rows<T, T::threads>(dk, shift, n_block, threadIdx.x);
     sm90::load_rows_swizzled<T::threads, T::block_n, kRowBytes>(
         sV + stage * T::v_tile_bytes, v + key0 * p.v_seq_stride, p.v_seq_stride * 2,
         p.seqlen_k - key0, kRowBytes);
@@ -90,28 +98,54 @@ __device__ __forceinline__ void attention_fwd_pasa_sm90(const AttentionParams& p
   float row_max[1][2];  // base 2, absolute (the recovered logits)
   float row_sum[1][2];  // this thread's share; the quad is summed at the end
   detail::clear_accumulators(o, row_max, row_sum);
+  float rc_table[4] = {0.f, 0.f, 0.f, 0.f};  // q . r_j of the current eight blocks, column j % 8
 
   auto step = [&](const int it, const int n_block, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
     const int stage = it % kStages;
     pipeline.begin_step(it, load_kv);
 
-    // GEMM I in FP16 and the recovery in FP32, one commit group.
+    // GEMM I in FP16 and, on every eighth block, the recovery in FP32, one commit group. Which
+    // MMAs run is fixed at compile time in each branch: a wgmma under a branch can make ptxas
+    // serialise them all (C7520).
     const u32 sKs = sK + stage * T::k_tile_bytes;
     u32 s[kST][2];
-    float rc[4];
-    sm90::wgmma_fence();
+    auto gemm1 = [&](auto recovery) {
+      float rc_tile[4];
+      sm90::wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < T::head_dim / 16; ++ks) {
-      const u64 qd = sm90::k_step_descriptor<kRowBytes>(sQ, T::block_m, group_row, ks);
-      sm90::wgmma_f16acc_ss(reinterpret_cast<u32(&)[kST * 2]>(s), qd,
-                            sm90::k_step_descriptor<kRowBytes>(sKs, T::k_rows, 0, ks), ks > 0);
-      sm90::wgmma_16bit_ss<false>(
-          rc, qd, sm90::k_step_descriptor<kRowBytes>(sKs, T::k_rows, T::shift_row, ks), ks > 0);
-    }
-    sm90::wgmma_commit();
-    sm90::wgmma_wait<0>();  // GEMM I, and the previous GEMM II (O is rescaled below)
+      for (int ks = 0; ks < T::head_dim / 16; ++ks) {
+        const u64 qd = sm90::k_step_descriptor<kRowBytes>(sQ, T::block_m, group_row, ks);
+        sm90::wgmma_f16acc_ss(reinterpret_cast<u32(&)[kST * 2]>(s), qd,
+                              sm90::k_step_descriptor<kRowBytes>(sKs, T::k_rows, 0, ks), ks > 0);
+        if constexpr (decltype(recovery)::value)
+          sm90::wgmma_16bit_ss<false>(
+              rc_tile, qd, sm90::k_step_descriptor<kRowBytes>(sKs, T::k_rows, T::shift_row, ks),
+              ks > 0);
+      }
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<0>();  // GEMM I, and the previous GEMM II (O is rescaled below)
+      // The tile leaves the MMA's registers here: read after this branch, they made ptxas
+      // serialise every wgmma (C7514).
+      if constexpr (decltype(recovery)::value) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          rc_table[i] = rc_tile[i];
+          asm volatile("" : "+f"(rc_table[i]));
+        }
+      }
+    };
+    // The previous GEMM II is waited for before the branch: left in flight through it, ptxas
+    // spilled 12-56 bytes at three CTAs per SM, and on the H100 it ran 1-2% slower at 4k keys
+    // (pasa_recovery_tile_ab.csv, "nowait").
+    sm90::wgmma_wait<0>();
+    if (n_block % T::recovery_blocks == 0)
+      gemm1(detail::Bool<true>{});
+    else
+      gemm1(detail::Bool<false>{});
     pipeline.after_gemm1(it, load_kv);
+    float rc[4];
+    pasa::block_recovery<T::recovery_blocks>(rc_table, n_block, lane, rc);
 
     // Online softmax with the recovered bias; P replaces S'' and becomes GEMM II's A operand.
     u32 pa[kST / 2][4];

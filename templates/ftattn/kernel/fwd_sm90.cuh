@@ -58,10 +58,12 @@ struct FwdWgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, 
   static constexpr int q_bytes = align(BlockM * row_bytes);
   // EFTA: 8 checksum rows per K atom below the keys; GEMM I's N takes the plain ones (one more
   // 8-wide score tile), efta_correct's weighted ones are read only after a failed check.
-  // f16_pasa (kernel/fwd_pasa_sm90.cuh): 8 copies of the block's shift row r_j below the keys, an
-  // n8 B operand whose FP32 tile is q . r_j in every column.
+  // f16_pasa (kernel/fwd_pasa_sm90.cuh): the shift rows r_j of recovery_blocks consecutive
+  // blocks below the keys, an n8 B operand whose FP32 tile holds q . r_j of block j in column
+  // j % 8: one recovery MMA serves eight key blocks (loaded and run on every eighth block).
+  static constexpr int recovery_blocks = 8;
   static constexpr int shift_row = BlockN + 8 * ProtectT::k_atoms;
-  static constexpr int k_rows = shift_row + (PrecisionT::pasa ? 8 : 0);
+  static constexpr int k_rows = shift_row + (PrecisionT::pasa ? recovery_blocks : 0);
   static constexpr int score_checksum_tiles = ProtectT::k_atoms > 0 ? 1 : 0;
   static constexpr int k_tile_bytes = align(k_rows * row_bytes);
   static constexpr int kv_tile_bytes = align(BlockN * row_bytes);
@@ -159,17 +161,21 @@ __device__ __forceinline__ float weighted_score_checksum(u32 sQ, u32 sKs, int q_
 }
 
 // Copies (cp.async, 16-byte chunks) by `Threads` threads, `thread` the caller's index among them;
-// the caller commits the group or arrives on its barrier. f16_pasa: 8 copies of the block's shift
-// row `r` below the keys of the K tile at `dk` (FwdWgmmaTraits::shift_row). Checksum schemes: each
-// key's checksum chunks `src` in the atom after its head_dim ones in the V tile at `dv`.
+// the caller commits the group or arrives on its barrier. f16_pasa: the shift rows r_j of the
+// T::recovery_blocks blocks from `first` below the keys of the K tile at `dk`
+// (FwdWgmmaTraits::shift_row), from this KV head's `shift` rows; past its last block they read
+// the next head's rows or the workspace's slack (runtime::PasaLayout), whose recoveries are never
+// used. Checksum schemes: each key's checksum chunks `src` in the atom after its head_dim ones in
+// the V tile at `dv`.
 template <class T, int Threads>
-__device__ __forceinline__ void load_shift_rows(u32 dk, const u16* r, int thread) {
-  constexpr int chunks = 8 * T::chunks_per_row;
+__device__ __forceinline__ void load_shift_rows(u32 dk, const u16* shift, int first, int thread) {
+  constexpr int chunks = T::recovery_blocks * T::chunks_per_row;
+  const u16* src = shift + first * T::head_dim;
   for (int c = thread; c < chunks; c += Threads)
     sm80::cp_async_16(
         dk + sm90::tile_offset<T::row_bytes>(T::k_rows, T::shift_row + c / T::chunks_per_row,
                                              c % T::chunks_per_row),
-        r + (c % T::chunks_per_row) * 8, true);
+        src + c * 8, true);
 }
 template <class T, int Threads>
 __device__ __forceinline__ void load_v_checksum_chunks(u32 dv, const unsigned char* src,

@@ -113,8 +113,8 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
             cs_base + cs.k_offset + cs_head * cs.k_per_head +
                 static_cast<long long>(j) * 8 * T::Protect::k_atoms * T::chunks_per_row * 16,
             t);
-      if constexpr (kPasa)  // 8 copies of the block's shift row r_j below the keys
-        detail::load_shift_rows<T, kProducers>(dk, shift + j * T::head_dim, t);
+      if constexpr (kPasa)  // every eighth block: the next eight shift rows below the keys
+        if (j % T::recovery_blocks == 0) detail::load_shift_rows<T, kProducers>(dk, shift, j, t);
       pipe.commit_k(j);
       pipe.acquire_v(j);
       const u32 dv = sV + s * T::v_tile_bytes;
@@ -171,17 +171,19 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
     token.start();  // warpgroup 0 goes first
 
     u32 pa[kST / 2][4];  // the previous block's P, GEMM II's A operand
-    // This block's S, then P (PASA: and the recovery q . r_j in FP32; EFTA: and the checksum
-    // tile after it).
+    // This block's S, then P (EFTA: and the checksum tile after it). PASA: the recovery tile
+    // q . r_j in FP32 of the eight blocks from 8 (j / 8), computed on the first of them.
     typename detail::ScoreTile<kPasa, kST + kSC>::type s_all;
     auto& s = reinterpret_cast<typename detail::ScoreTile<kPasa, kST>::type&>(s_all);
-    [[maybe_unused]] float rc[4];
-    // One turn on the tensor cores: GEMM II of block j - 1 (PV), GEMM I of block j into s (QK);
-    // returns once both are done and their buffers released. Which MMAs run is fixed at compile
-    // time: a wgmma under a branch made ptxas serialise them all (C7520).
-    auto turn = [&](int j, auto pv, auto qk) {
+    [[maybe_unused]] float rc_table[4];
+    // One turn on the tensor cores: GEMM II of block j - 1 (PV), GEMM I of block j into s (QK),
+    // PASA's recovery tile (REC); returns once all are done and their buffers released. Which
+    // MMAs run is fixed at compile time: a wgmma under a branch made ptxas serialise them all
+    // (C7520).
+    auto turn = [&](int j, auto pv, auto qk, auto rec) {
       using PV = decltype(pv);
       using QK = decltype(qk);
+      [[maybe_unused]] float rc_tile[4];
       if (QK::value) pipe.wait_k(j);
       if (PV::value) pipe.wait_v(j - 1);
       sm90::fence_async_shared();  // the producer's copies, seen by the tensor cores
@@ -202,9 +204,10 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
           const u64 kd = sm90::k_step_descriptor<kRowBytes>(sKs, T::k_rows, 0, ks);
           if constexpr (kPasa) {
             sm90::wgmma_f16acc_ss(reinterpret_cast<u32(&)[kST * 2]>(s), qd, kd, ks > 0);
-            sm90::wgmma_16bit_ss<false>(
-                rc, qd, sm90::k_step_descriptor<kRowBytes>(sKs, T::k_rows, T::shift_row, ks),
-                ks > 0);
+            if constexpr (decltype(rec)::value)
+              sm90::wgmma_16bit_ss<false>(
+                  rc_tile, qd, sm90::k_step_descriptor<kRowBytes>(sKs, T::k_rows, T::shift_row, ks),
+                  ks > 0);
           } else {
             sm90::wgmma_16bit_ss<kBf16>(reinterpret_cast<float(&)[(kST + kSC) * 4]>(s_all), qd, kd,
                                         ks > 0);
@@ -218,16 +221,30 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
         if (QK::value && !kLateKRelease) pipe.release_k(j);
         if (PV::value) pipe.release_v(j - 1);
       }
+      // PASA's tile leaves the MMA's registers here: read after the branch that chose this
+      // turn, they made ptxas serialise every wgmma (C7514).
+      if constexpr (decltype(rec)::value) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          rc_table[i] = rc_tile[i];
+          asm volatile("" : "+f"(rc_table[i]));
+        }
+      }
     };
 
     auto step = [&](int, const int j, auto masked) {
       // EFTA's sum of |k| over this thread's keys of the block: loaded while the turn runs.
       [[maybe_unused]] float k_norm = 0.f;
       if constexpr (kEfta) k_norm = k_norms[j * 4 + lane % 4];
+      constexpr detail::Bool<true> yes{};
+      constexpr detail::Bool<false> no{};
       if (j == 0) {
-        turn(j, detail::Bool<false>{}, detail::Bool<true>{});
+        turn(j, no, yes, detail::Bool<kPasa>{});
       } else {
-        turn(j, detail::Bool<true>{}, detail::Bool<true>{});
+        if (kPasa && j % T::recovery_blocks == 0)
+          turn(j, yes, yes, detail::Bool<kPasa>{});
+        else
+          turn(j, yes, yes, no);
         inject_output(j - 1);
       }
       if constexpr (T::inject) {  // not f16_pasa
@@ -260,6 +277,8 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
         }
         detail::efta_report_alarms(p, efta, global_row(0), batch, head);
       } else if constexpr (kPasa) {
+        float rc[4];
+        pasa::block_recovery<T::recovery_blocks>(rc_table, j, lane, rc);
         pasa::wgmma_softmax<T, decltype(masked)::value>(p, s, rc, row0 + warp_row, j * T::block_n,
                                                         lane, diag, row_max[0], row_sum[0], o[0],
                                                         pa);
@@ -295,7 +314,8 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
     };
     detail::walk_key_blocks<T>(
         p.seqlen_k, row0, diag, n_blocks, [](int b) { return b; }, step);
-    turn(n_blocks, detail::Bool<true>{}, detail::Bool<false>{});  // the last block's GEMM II
+    turn(n_blocks, detail::Bool<true>{}, detail::Bool<false>{},
+         detail::Bool<false>{});  // the last block's GEMM II
     inject_output(n_blocks - 1);
   }
 
