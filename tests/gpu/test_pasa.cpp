@@ -118,6 +118,13 @@ TEST_CASE("f16_pasa block-sparse masks match the reference", "[gpu][pasa]") {
     const auto r = gpu_test::run_case(rt, pasa_config(64, m), pr, true, 0, 31, false, &mask);
     INFO(r.config_name << ": " << r.report.summary());
     CHECK(r.report.passed);
+    // Eight warps of one 16-row tile each and 32-key blocks: 25 key blocks, half of them
+    // skipped, each visited one with its own shift row.
+    KernelConfig c = pasa_config(64, m);
+    c.block_m = 128, c.block_n = 32, c.num_warps = 8, c.num_stages = 2;
+    const auto t = gpu_test::run_case(rt, c, pr, true, 0, 37, false, &mask);
+    INFO(t.config_name << ": " << t.report.summary());
+    CHECK(t.report.passed);
   }
 }
 
@@ -328,30 +335,39 @@ TEST_CASE("f16_pasa EFTA detects a flip at every site, recompute repairs the out
     }
 }
 
-TEST_CASE("f16_pasa on Hopper: every key block's own recovery, keys biased block by block",
+TEST_CASE("f16_pasa: every key block's own recovery, keys biased block by block",
           "[gpu][pasa][wgmma16]") {
   Runtime& rt = pasa_runtime();
   const Arch device = rt.device_arch();
-  if (device.sm != 90 || !device.arch_specific) {
-    WARN("the wgmma skeleton needs sm_90a, not " << device.to_string() << ": not run");
-    return;
-  }
-  // The wgmma kernels compute q . r_j for eight key blocks with one MMA and take column j % 8:
-  // keys whose bias jumps from block to block (PASA's shift removes a different mean in each)
-  // make every block's column count, so a block that read a neighbour's recovery, a stale tile
-  // or a shift row of the wrong chunk is far off. Key counts end at every position of a chunk
-  // (1 to 8 blocks into the last one) and in a short tail block.
-  for (int d : {64, 128})
-    for (auto [m, n, w, st] :
-         std::vector<std::array<int, 4>>{{64, 128, 4, 2}, {128, 128, 8, 2}, {128, 64, 8, 2}})
+  // The wgmma kernels compute q . r_j for eight key blocks with one MMA and take column j % 8
+  // (the mma.sync ones compute it per block): keys whose bias jumps from block to block (PASA's
+  // shift removes a different mean in each) make every block's recovery count, so a block that
+  // read a neighbour's recovery, a stale tile or a shift row of the wrong chunk is far off. Key
+  // counts end at every position of a chunk (1 to 8 blocks into the last one) and in a short
+  // tail block. On sm_90a both skeletons run (the mma.sync one as sm_90); elsewhere the mma.sync
+  // tiles only.
+  struct Tile {
+    int m, n, w, st;
+    bool wgmma;
+  };
+  std::vector<Tile> tiles = {{128, 64, 8, 1, false}, {64, 32, 4, 2, false}, {128, 64, 4, 1, false}};
+  if (device.sm == 90 && device.arch_specific)
+    for (Tile t :
+         {Tile{64, 128, 4, 2, true}, Tile{128, 128, 8, 2, true}, Tile{128, 64, 8, 2, true}})
+      tiles.push_back(t);
+  for (int d : {64, 128, 256})
+    for (const Tile& tile : tiles)
       for (Mask mask : {Mask::none, Mask::causal})
         for (int blocks : {9, 12, 16, 23}) {
+          // Head dim 256: the mma.sync skeleton, one 16-row tile per warp (registers).
+          if (d == 256 && (tile.wgmma || tile.m > 16 * tile.w)) continue;
+          const int n = tile.n;
           const int seqlen_k = blocks * n - (blocks % 3 == 0 ? n / 2 : 0);
           const Problem pr = Problem::bhsd(1, 2, 2, 256, seqlen_k, d);
           KernelConfig c = pasa_config(d, mask);
-          c.block_m = m, c.block_n = n, c.num_warps = w, c.num_stages = st;
-          c.arch = device;
-          REQUIRE(uses_wgmma(c));
+          c.block_m = tile.m, c.block_n = n, c.num_warps = tile.w, c.num_stages = tile.st;
+          c.arch = tile.wgmma ? device : Arch{device.sm, false};
+          REQUIRE(uses_wgmma(c) == tile.wgmma);
           std::mt19937_64 rng(blocks * 1000 + d + n);
           std::normal_distribution<double> normal(0.0, 1.0);
           auto gen = [&](int heads, int seqlen, const Strides& s, bool is_key) {
