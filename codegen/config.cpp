@@ -343,7 +343,10 @@ bool warp_specialized(const KernelConfig& c) {
   // 8-bit (kernel/fwd_q8_ws_sm90.cuh, Q8WgmmaTraits): on the wgmma skeleton, which is
   // unprotected, at head_dim 64 and 128.
   const bool q8 = element_bytes(c.precision) == 1 && c.head_dim <= 128;
-  return uses_wgmma(c) && (element_bytes(c.precision) == 2 || q8) && c.num_warps == 8;
+  // f16_pasa also with three consumer warpgroups (num_warps 12): its FP16 scores leave the
+  // registers for a third.
+  const bool three = c.num_warps == 12 && c.precision == Precision::f16_pasa;
+  return uses_wgmma(c) && (element_bytes(c.precision) == 2 || q8) && (c.num_warps == 8 || three);
 }
 
 int launch_threads(const KernelConfig& c) {

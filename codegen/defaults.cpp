@@ -204,13 +204,17 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
       if (d == 64 && !is_causal(c.mask)) c.num_stages = 2;
     }
     // Unprotected on sm_90a: the wgmma skeleton (kernel/fwd_pasa_sm90.cuh), two stages, 128-key
-    // blocks (FP16 scores: half the registers of f16's), one warpgroup at head dim 64 and two at
-    // 128. H100 sweep over 5 tiles, 4k-16k keys, both masks (bench/results/nvidia-h100/
-    // pasa_wgmma_tiles.csv): 64 x 128 w4s2 at 64 (fastest by 5% or more), 128 x 128 w8s2 at
-    // 128 (by 13% or more).
+    // blocks (FP16 scores: half the registers of f16's). H100 sweep over 5 tiles, 4k-16k keys,
+    // both masks (bench/results/nvidia-h100/pasa_wgmma_tiles.csv): 64 x 128 w4s2 at 64 (fastest
+    // by 5% or more), 128 x 128 w8s2 at 128 (by 13% or more). Since then the warp-specialised
+    // kernel takes three consumer warpgroups (192 x 128 w12s2, FP16 scores leave the registers
+    // for a third): on the H100 (pasa_three_consumers.csv, three rounds, f16 beside it) 1.08-1.17x
+    // f16 at 128 where 128 x 128 w8s2 ran 0.94-1.01x, and 1.01-1.20x at 64 but for causal runs
+    // up to 4k keys (0.89x, where 64 x 128 w4s2 keeps 0.95x).
     KernelConfig wgmma_pasa = c;
-    wgmma_pasa.block_m = c.head_dim == 128 ? 128 : 64;
-    wgmma_pasa.num_warps = c.head_dim == 128 ? 8 : 4;
+    const bool three = c.head_dim == 128 || !is_causal(c.mask) || keys > 4096;
+    wgmma_pasa.block_m = three ? 192 : 64;
+    wgmma_pasa.num_warps = three ? 12 : 4;
     wgmma_pasa.block_n = 128;
     wgmma_pasa.num_stages = 2;
     if (uses_wgmma(wgmma_pasa)) c = wgmma_pasa;

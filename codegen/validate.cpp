@@ -172,8 +172,14 @@ void validate(const KernelConfig& c) {
     throw ConfigError(fmt::format(
         "head_dim {} is not supported: use one of 32, 64, 96, 128, 192, 256", c.head_dim));
   }
-  if (!contains(std::array{1, 2, 4, 8}, c.num_warps)) {
+  if (!contains(std::array{1, 2, 4, 8, 12}, c.num_warps)) {
     throw ConfigError(fmt::format("num_warps {} is not supported: use 1, 2, 4 or 8", c.num_warps));
+  }
+  if (c.num_warps == 12 && !warp_specialized(c)) {
+    throw ConfigError(
+        "num_warps 12 (three consumer warpgroups) is f16_pasa's warp-specialised kernel on "
+        "sm_90a (head dims 64 and 128, block_m 192, two or more stages, backend nvrtc, no "
+        "protection): use 1, 2, 4 or 8");
   }
   if (!contains(std::array{1, 2, 3}, c.num_stages)) {
     throw ConfigError(fmt::format("num_stages {} is not supported: use 1, 2 or 3", c.num_stages));

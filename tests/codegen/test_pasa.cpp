@@ -283,7 +283,9 @@ TEST_CASE("f16_pasa compiles at every head dim, spilling only where documented",
           CHECK(test::count(out.ptx, wgmma + std::to_string(d) + "k16.f32.f16.f16") ==
                 gemm2 * (c.block_n / 16));
           CHECK(test::count(out.ptx, "mma.sync") == 0);
-          CHECK(r.spill_stores == 0);
+          // Three consumer warpgroups leave the producer 32 registers (setmaxnreg; its copy
+          // loops' addresses spill) and each consumer 160.
+          CHECK(r.spill_stores <= (c.num_warps == 12 ? 96 : 0));
           CHECK(out.log.find("C751") == std::string::npos);
           continue;
         }
@@ -421,16 +423,27 @@ TEST_CASE(
 
 TEST_CASE("f16_pasa defaults: the wgmma skeleton on sm_90a when unprotected, mma.sync otherwise",
           "[pasa]") {
-  // The H100 sweep's tiles (codegen/defaults.cpp): 64 x 128 w4s2 at head dim 64, 128 x 128 w8s2
-  // at 128, both masks.
+  // The H100 runs' tiles (codegen/defaults.cpp): three consumer warpgroups, 192 x 128 w12s2, at
+  // head dim 128 and at 64 but for causal runs up to 4k keys, which keep 64 x 128 w4s2.
   for (Mask m : {Mask::none, Mask::causal}) {
     const KernelConfig d64 = test::default_config(64, Precision::f16_pasa, m, Arch{90, true});
     const KernelConfig d128 = test::default_config(128, Precision::f16_pasa, m, Arch{90, true});
     CHECK(uses_wgmma(d64));
     CHECK(uses_wgmma(d128));
-    CHECK((d64.block_m == 64 && d64.block_n == 128 && d64.num_warps == 4 && d64.num_stages == 2));
-    CHECK((d128.block_m == 128 && d128.block_n == 128 && d128.num_warps == 8 &&
+    CHECK(warp_specialized(d128));
+    CHECK((d128.block_m == 192 && d128.block_n == 128 && d128.num_warps == 12 &&
            d128.num_stages == 2));
+    if (m == Mask::causal) {  // no problem given: 4k keys
+      CHECK((d64.block_m == 64 && d64.block_n == 128 && d64.num_warps == 4 && d64.num_stages == 2));
+      KernelConfig open;
+      open.head_dim = 64, open.precision = Precision::f16_pasa, open.mask = m;
+      const Problem long_run = Problem::bhsd(1, 8, 8, 8192, 8192, 64);
+      const KernelConfig d64_long = with_defaults(open, Arch{90, true}, &long_run);
+      CHECK((d64_long.block_m == 192 && d64_long.num_warps == 12));
+    } else {
+      CHECK(
+          (d64.block_m == 192 && d64.block_n == 128 && d64.num_warps == 12 && d64.num_stages == 2));
+    }
     // sm_80, head dim 256, a checksum scheme or injection sites: the sm80 PASA kernel.
     CHECK_FALSE(uses_wgmma(test::default_config(128, Precision::f16_pasa, m, Arch{80, false})));
     CHECK_FALSE(uses_wgmma(test::default_config(256, Precision::f16_pasa, m, Arch{90, true})));

@@ -76,6 +76,18 @@ TEST_CASE("validate: head_dim, warps, stages, block_n", "[validate]") {
   REQUIRE_CONFIG_ERROR(validate(make(128, 128, 64, 3, 2)),
                        "num_warps 3 is not supported: use 1, 2, 4 or 8");
   REQUIRE_CONFIG_ERROR(validate(make(128, 256, 64, 16, 2)), "num_warps 16");
+  // 12 warps: f16_pasa's warp-specialised kernel with three consumer warpgroups, sm_90a only.
+  const Arch sm90a{90, true};
+  CHECK_NOTHROW(validate(make(128, 192, 128, 12, 2, sm90a, Precision::f16_pasa)));
+  CHECK_NOTHROW(validate(make(64, 192, 64, 12, 2, sm90a, Precision::f16_pasa)));
+  CHECK(warp_specialized(make(128, 192, 128, 12, 2, sm90a, Precision::f16_pasa)));
+  CHECK(launch_threads(make(128, 192, 128, 12, 2, sm90a, Precision::f16_pasa)) == 512);
+  REQUIRE_CONFIG_ERROR(validate(make(128, 192, 128, 12, 2, sm90a)),
+                       "num_warps 12 (three consumer warpgroups) is f16_pasa's");
+  REQUIRE_CONFIG_ERROR(validate(make(128, 192, 128, 12, 2, kSm80, Precision::f16_pasa)),
+                       "use 1, 2, 4 or 8");
+  REQUIRE_CONFIG_ERROR(validate(make(128, 192, 128, 12, 1, sm90a, Precision::f16_pasa)),
+                       "two or more stages");
   REQUIRE_CONFIG_ERROR(validate(make(64, 128, 64, 4, 4)),
                        "num_stages 4 is not supported: use 1, 2 or 3");
   REQUIRE_CONFIG_ERROR(validate(make(64, 128, 40, 4, 2)),

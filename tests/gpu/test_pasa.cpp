@@ -78,8 +78,13 @@ TEST_CASE("f16_pasa on Hopper: the wgmma skeleton matches the reference and mma.
   // long run (many CTAs per SM, 16-32 key blocks each: a pipelining bug, a first GEMM II that
   // read a stage outside the V tiles, passed the short ones and gave NaN here).
   for (int d : {64, 128})
-    for (auto [m, n, w, st] : std::vector<std::array<int, 4>>{
-             {64, 64, 4, 2}, {64, 128, 4, 2}, {128, 64, 8, 2}, {128, 128, 8, 2}, {64, 128, 4, 3}})
+    for (auto [m, n, w, st] : std::vector<std::array<int, 4>>{{64, 64, 4, 2},
+                                                              {64, 128, 4, 2},
+                                                              {128, 64, 8, 2},
+                                                              {128, 128, 8, 2},
+                                                              {64, 128, 4, 3},
+                                                              {192, 128, 12, 2},
+                                                              {192, 64, 12, 2}})
       for (Mask mask : {Mask::none, Mask::causal})
         for (const Problem& pr :
              {Problem::bhsd(2, 4, 2, 203, 517, d), Problem::bhsd(1, 2, 1, 300, 130, d),
@@ -352,8 +357,8 @@ TEST_CASE("f16_pasa: every key block's own recovery, keys biased block by block"
   };
   std::vector<Tile> tiles = {{128, 64, 8, 1, false}, {64, 32, 4, 2, false}, {128, 64, 4, 1, false}};
   if (device.sm == 90 && device.arch_specific)
-    for (Tile t :
-         {Tile{64, 128, 4, 2, true}, Tile{128, 128, 8, 2, true}, Tile{128, 64, 8, 2, true}})
+    for (Tile t : {Tile{64, 128, 4, 2, true}, Tile{128, 128, 8, 2, true}, Tile{128, 64, 8, 2, true},
+                   Tile{192, 128, 12, 2, true}})
       tiles.push_back(t);
   for (int d : {64, 128, 256})
     for (const Tile& tile : tiles)

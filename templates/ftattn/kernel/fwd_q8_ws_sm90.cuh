@@ -60,7 +60,7 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
 
   if (threadIdx.x >= kConsumers) {
     // Producer: only copies, so it hands its registers to the consumers.
-    sm90::shrink_registers<sm90::ws_producer_registers>();
+    sm90::shrink_registers<sm90::ws_producer_registers<2>>();
     const q8::Operands in = q8::operands<T>(p, batch, head, head / p.group_size, row0);
     const unsigned t = threadIdx.x - kConsumers;
     if (p.q_16bit == 0) {  // Q arrives quantised: copy it (else the consumers quantise theirs)
@@ -82,7 +82,7 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
     return;
   }
 
-  sm90::grow_registers<sm90::ws_consumer_registers>();
+  sm90::grow_registers<sm90::ws_consumer_registers<2>>();
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
   const int warp_row = warp * 16;
@@ -110,7 +110,7 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
   detail::clear_accumulators(o, row_max, row_sum);
 
   if (n_blocks > 0) {
-    const sm90::TurnToken<1, kConsumers> token{group};
+    const sm90::TurnToken<1, 2> token{group};
     token.start();  // warpgroup 0 goes first
 
     u32 pa[kST / 4][4];  // the previous block's P, GEMM II's A operand

@@ -76,7 +76,8 @@ struct FwdWgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, 
   // Two consumer warpgroups of 16-bit tiles run warp-specialised (kernel/fwd_ws_sm90.cuh): a
   // producer warpgroup loads, the consumers take turns on the tensor cores. Its mbarriers sit
   // after the tiles.
-  static constexpr bool warp_specialized = NumWarps == 8;
+  static constexpr bool warp_specialized =
+      NumWarps == 8 || (NumWarps == 12 && PrecisionT::pasa);  // two or three consumers
   static constexpr int launch_threads = NumWarps * 32 + (warp_specialized ? 128 : 0);
   static constexpr int tiles_bytes = loop_bytes > out_bytes ? loop_bytes : out_bytes;
   static constexpr int barrier_bytes = warp_specialized ? 256 : 0;

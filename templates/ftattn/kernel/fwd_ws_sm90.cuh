@@ -5,16 +5,17 @@
 // FP16 scores, the recovery MMA against the shift rows below the keys, PASA's softmax), scheduled
 // the way FlashAttention-3 schedules them.
 //
-//   producer   warpgroup 2 (threads 256-383, 56 registers each) copies Q once and then every key
-//              block's K and V tiles by cp.async into their own rings of num_stages buffers; the
-//              copies arrive on the buffer's "full" mbarrier as they land, and a buffer is
-//              refilled once both consumers have arrived on its "empty" one.
-//   consumers  warpgroups 0 and 1 (64 query rows each, 224 registers) take turns on the tensor
-//              cores: named barriers pass a token, and each turn issues the previous block's
-//              GEMM II (O += P V) and this block's GEMM I (S = Q K^T) back to back. While one
-//              warpgroup's MMAs run, the other runs its softmax, so the tensor cores no longer
-//              idle through it (in fwd_sm90.cuh both warpgroups met at a CTA barrier every key
-//              block and ran their softmax at the same time).
+//   producer   the last warpgroup (56 registers each; 32 beside three consumers) copies Q once
+//              and then every key block's K and V tiles by cp.async into their own rings of
+//              num_stages buffers; the copies arrive on the buffer's "full" mbarrier as they
+//              land, and a buffer is refilled once every consumer has arrived on its "empty" one.
+//   consumers  warpgroups 0 and 1 (64 query rows each, 224 registers; f16_pasa also 0 to 2 with
+//              160) take turns on the tensor cores: named barriers pass a token round them, and
+//              each turn issues the previous block's GEMM II (O += P V) and this block's GEMM I
+//              (S = Q K^T) back to back. While one warpgroup's MMAs run, the others run their
+//              softmax, so the tensor cores no longer idle through it (in fwd_sm90.cuh both
+//              warpgroups met at a CTA barrier every key block and ran their softmax at the same
+//              time).
 //
 // No CTA-wide barrier runs in the main loop: a consumer waits only for the buffers it reads.
 #pragma once
@@ -43,7 +44,8 @@ struct ScoreTile<true, kST> {
 
 template <class T>
 __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) {
-  static_assert(T::warp_specialized && T::num_warps == 8, "two consumer warpgroups");
+  static_assert(T::warp_specialized && (T::num_warps == 8 || T::num_warps == 12),
+                "two or three consumer warpgroups");
   using P = typename T::Precision;
   constexpr bool kBf16 = protect::IsBf16<P>::value;
   constexpr bool kPasa = P::pasa;
@@ -58,9 +60,10 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
   constexpr bool kLateKRelease = T::Protect::correct;
   constexpr int kStages = T::num_stages;
   constexpr int kRowBytes = T::row_bytes;
-  constexpr int kConsumers = T::threads;  // 256
+  constexpr int kConsumers = T::threads;  // 256 or 384
+  constexpr int kGroups = T::num_warps / 4;
   constexpr int kProducers = 128;
-  constexpr int kConsumersDone = 3;  // named barriers 1 and 2 pass the turn
+  constexpr int kConsumersDone = kGroups + 1;  // named barriers 1 ... kGroups pass the turn
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const u32 sQ = (sm80::smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -95,7 +98,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
 
   if (threadIdx.x >= kConsumers) {
     // Producer: only copies, so it hands its registers to the consumers.
-    sm90::shrink_registers<sm90::ws_producer_registers>();
+    sm90::shrink_registers<sm90::ws_producer_registers<kGroups>>();
     const int t = threadIdx.x - kConsumers;
     sm90::load_rows_swizzled<kProducers, T::block_m, kRowBytes>(sQ, in.q, p.q_seq_stride * 2,
                                                                 p.seqlen_q - row0, kRowBytes, t);
@@ -129,7 +132,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
     return;
   }
 
-  sm90::grow_registers<sm90::ws_consumer_registers>();
+  sm90::grow_registers<sm90::ws_consumer_registers<kGroups>>();
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
   const int warp_row = warp * 16;
@@ -167,7 +170,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
   // rows see no key still had its Q copied, and the late copy overwrote the staged zeros).
   sm90::mbarrier_wait(pipe.q_full(), 0);
   if (n_blocks > 0) {
-    const sm90::TurnToken<1, kConsumers> token{group};
+    const sm90::TurnToken<1, kGroups> token{group};
     token.start();  // warpgroup 0 goes first
 
     u32 pa[kST / 2][4];  // the previous block's P, GEMM II's A operand

@@ -10,11 +10,18 @@
 
 namespace ftattn::sm90 {
 
-// setmaxnreg's split of the 168 registers per thread a 384-thread CTA (a producer and two
-// consumer warpgroups) launches with: what the producer gives up, the consumers take. At 40 (232
-// for the consumers) the 16-bit producer's copy loops spilled 68 bytes.
-inline constexpr int ws_producer_registers = 56;
-inline constexpr int ws_consumer_registers = 168 + (168 - ws_producer_registers) / 2;
+// setmaxnreg's split of the registers per thread a CTA of a producer and `Consumers` consumer
+// warpgroups launches with (168 for two, 128 for three: 64K over its threads, in steps of 8):
+// what the producer gives up, the consumers take. At 40 (232 for two consumers) the 16-bit
+// producer's copy loops spilled 68 bytes.
+template <int Consumers = 2>
+inline constexpr int ws_producer_registers = Consumers == 2 ? 56 : 32;
+template <int Consumers>
+inline constexpr int ws_launch_registers = 65536 / (128 * (Consumers + 1)) / 8 * 8;
+template <int Consumers = 2>
+inline constexpr int ws_consumer_registers =
+    ws_launch_registers<Consumers> +
+    (ws_launch_registers<Consumers> - ws_producer_registers<Consumers>) / Consumers / 8 * 8;
 
 template <int Stages, int Producers, int ConsumerWarps>
 struct WsPipeline {
@@ -63,18 +70,24 @@ struct WsPipeline {
   __device__ __forceinline__ void release_v(int j) const { mbarrier_arrive(v_empty(j % Stages)); }
 };
 
-// Two consumer warpgroups of `Threads` threads in all take turns: warpgroup `group` waits on
-// named barrier FirstId + group, and passes the turn by arriving on the other one. Warpgroup 0
-// takes the first turn (start), warpgroup 1 keeps the token after its last.
-template <int FirstId, int Threads>
+// `Groups` consumer warpgroups take turns in order: warpgroup `group` waits on named barrier
+// FirstId + group (its 128 threads and the 128 of the warpgroup before it), and passes the turn
+// by arriving on the next one's. Warpgroup 0 takes the first turn (the last warpgroup arrives on
+// its barrier at start), the last warpgroup keeps the token after its last turn.
+template <int FirstId, int Groups>
 struct TurnToken {
+  static constexpr int kThreads = 256;
   int group;
   __device__ __forceinline__ void start() const {
-    if (group == 1) named_barrier_arrive(FirstId, Threads);
+    if (group == Groups - 1) named_barrier_arrive(FirstId, kThreads);
   }
-  __device__ __forceinline__ void wait() const { named_barrier_sync(FirstId + group, Threads); }
+  __device__ __forceinline__ void wait() const { named_barrier_sync(FirstId + group, kThreads); }
   __device__ __forceinline__ void pass(bool last) const {
-    if (group == 0 || !last) named_barrier_arrive(FirstId + 1 - group, Threads);
+    if constexpr (Groups == 2) {
+      if (group == 0 || !last) named_barrier_arrive(FirstId + 1 - group, kThreads);
+    } else if (group != Groups - 1 || !last) {
+      named_barrier_arrive(FirstId + (group == Groups - 1 ? 0 : group + 1), kThreads);
+    }
   }
 };
 
