@@ -10,29 +10,35 @@ namespace ftattn::tuner {
 
 Pruned enumerate(const Family& family, const Knobs& knobs) {
   Pruned out;
+  // f16_pasa also runs three consumer warpgroups on sm_90a (192 rows, 12 warps; its default at
+  // head dims 64 and 128), so its space holds them too.
+  std::vector<std::pair<int, int>> rows_warps;
   for (int m : knobs.block_m)
+    for (int w : knobs.num_warps) rows_warps.emplace_back(m, w);
+  if (family.precision == Precision::f16_pasa && family.arch.sm == 90 && family.arch.arch_specific)
+    rows_warps.emplace_back(192, 12);
+  for (auto [m, w] : rows_warps)
     for (int n : knobs.block_n)
-      for (int w : knobs.num_warps)
-        for (int s : knobs.num_stages) {
-          KernelConfig c;
-          c.head_dim = family.head_dim;
-          c.block_m = m;
-          c.block_n = n;
-          c.num_warps = w;
-          c.num_stages = s;
-          c.precision = family.precision;
-          c.protection = family.protection;
-          c.mask = family.mask;
-          c.arch = family.arch;
-          // validate() holds every rule a kernel must obey (tiling, accumulator budget, the
-          // arch's shared memory); its message is the reason.
-          try {
-            validate(c);
-            out.kept.push_back(c);
-          } catch (const ConfigError& e) {
-            out.rejected.push_back({c, e.what()});
-          }
+      for (int s : knobs.num_stages) {
+        KernelConfig c;
+        c.head_dim = family.head_dim;
+        c.block_m = m;
+        c.block_n = n;
+        c.num_warps = w;
+        c.num_stages = s;
+        c.precision = family.precision;
+        c.protection = family.protection;
+        c.mask = family.mask;
+        c.arch = family.arch;
+        // validate() holds every rule a kernel must obey (tiling, accumulator budget, the
+        // arch's shared memory); its message is the reason.
+        try {
+          validate(c);
+          out.kept.push_back(c);
+        } catch (const ConfigError& e) {
+          out.rejected.push_back({c, e.what()});
         }
+      }
   return out;
 }
 

@@ -40,6 +40,30 @@ TEST_CASE("enumerate keeps exactly the configs validate accepts", "[tuner]") {
   CHECK(names.count(d.name()) == 1);
 }
 
+TEST_CASE("enumerate: f16_pasa on sm_90a also tries three consumer warpgroups", "[tuner]") {
+  for (int d : {64, 128})
+    for (Mask m : {Mask::none, Mask::causal}) {
+      const Family f{Arch{90, true}, Precision::f16_pasa, Protection::none, d, m};
+      const Pruned p = enumerate(f);
+      std::set<std::string> names;
+      for (const auto& c : p.kept) names.insert(c.name());
+      const KernelConfig d_config = with_defaults(
+          KernelConfig{.head_dim = d, .precision = Precision::f16_pasa, .mask = m}, f.arch);
+      CHECK(names.count(d_config.name()) == 1);  // the default is in the space
+      bool three = false;
+      for (const auto& c : p.kept) three |= c.num_warps == 12 && c.block_m == 192;
+      CHECK(three);
+    }
+  // Not for other precisions or arches.
+  for (const Family& f :
+       {Family{Arch{90, true}, Precision::f16, Protection::none, 128, Mask::none},
+        Family{Arch{80, false}, Precision::f16_pasa, Protection::none, 128, Mask::none}}) {
+    const Pruned p = enumerate(f);
+    for (const auto& c : p.kept) CHECK(c.num_warps != 12);
+    for (const auto& r : p.rejected) CHECK(r.config.num_warps != 12);
+  }
+}
+
 TEST_CASE("enumerate drops what does not fit a small arch's shared memory", "[tuner]") {
   const Family big{Arch{90, true}, Precision::bf16, Protection::none, 256, Mask::none};
   const Family small{Arch{86, false}, Precision::bf16, Protection::none, 256, Mask::none};
