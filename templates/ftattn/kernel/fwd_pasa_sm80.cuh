@@ -280,6 +280,16 @@ __device__ __forceinline__ void block_recovery(const float (&table)[4], int j, i
   }
 }
 
+// The recovery tile copied out of its MMA's registers into `table`, pinned there: read after the
+// branch that issued the MMA, the MMA's own registers made ptxas serialise every wgmma (C7514).
+__device__ __forceinline__ void keep_recovery_tile(const float (&tile)[4], float (&table)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    table[i] = tile[i];
+    asm volatile("" : "+f"(table[i]));
+  }
+}
+
 // One key block's softmax on the Hopper PASA kernels (fwd_pasa_sm90.cuh, fwd_ws_sm90.cuh) for a
 // warp's 16 rows in the wgmma accumulator layout: keys past the sequence end and, for causal, past
 // each row's diagonal -inf; the max with the recovered bias; P = 2^(S'' - b) in place of S''; l

@@ -125,15 +125,7 @@ __device__ __forceinline__ void attention_fwd_pasa_sm90(const AttentionParams& p
       }
       sm90::wgmma_commit();
       sm90::wgmma_wait<0>();  // GEMM I, and the previous GEMM II (O is rescaled below)
-      // The tile leaves the MMA's registers here: read after this branch, they made ptxas
-      // serialise every wgmma (C7514).
-      if constexpr (decltype(recovery)::value) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          rc_table[i] = rc_tile[i];
-          asm volatile("" : "+f"(rc_table[i]));
-        }
-      }
+      if constexpr (decltype(recovery)::value) pasa::keep_recovery_tile(rc_tile, rc_table);
     };
     // The previous GEMM II is waited for before the branch: left in flight through it, ptxas
     // spilled 12-56 bytes at three CTAs per SM, and on the H100 it ran 1-2% slower at 4k keys

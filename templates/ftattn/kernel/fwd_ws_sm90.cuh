@@ -224,15 +224,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
         if (QK::value && !kLateKRelease) pipe.release_k(j);
         if (PV::value) pipe.release_v(j - 1);
       }
-      // PASA's tile leaves the MMA's registers here: read after the branch that chose this
-      // turn, they made ptxas serialise every wgmma (C7514).
-      if constexpr (decltype(rec)::value) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          rc_table[i] = rc_tile[i];
-          asm volatile("" : "+f"(rc_table[i]));
-        }
-      }
+      if constexpr (decltype(rec)::value) pasa::keep_recovery_tile(rc_tile, rc_table);
     };
 
     auto step = [&](int, const int j, auto masked) {
