@@ -210,11 +210,14 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
     // kernel takes three consumer warpgroups (192 x 128 w12s2, FP16 scores leave the registers
     // for a third): on the H100 (pasa_three_consumers.csv, three rounds, f16 beside it) 1.08-1.17x
     // f16 at 128 where 128 x 128 w8s2 ran 0.94-1.01x, and 1.01-1.20x at 64 but for causal runs
-    // up to 4k keys (0.89x, where 64 x 128 w4s2 keeps 0.95x).
+    // up to 4k keys (0.89x, where 64 x 128 w4s2 keeps 0.95x). Shorter runs keep the earlier
+    // tiles (pasa_three_consumers_short.csv, 512-2k keys): at 128 below 2k keys the 192-row
+    // tile is level without a mask and 8-11% slower causal; at 64 it is slower up to 2k keys.
     KernelConfig wgmma_pasa = c;
-    const bool three = c.head_dim == 128 || !is_causal(c.mask) || keys > 4096;
-    wgmma_pasa.block_m = three ? 192 : 64;
-    wgmma_pasa.num_warps = three ? 12 : 4;
+    const bool three = c.head_dim == 128 ? keys >= 2048 : keys > (is_causal(c.mask) ? 4096 : 2048);
+    const bool two = c.head_dim == 128 && !three;
+    wgmma_pasa.block_m = three ? 192 : two ? 128 : 64;
+    wgmma_pasa.num_warps = three ? 12 : two ? 8 : 4;
     wgmma_pasa.block_n = 128;
     wgmma_pasa.num_stages = 2;
     if (uses_wgmma(wgmma_pasa)) c = wgmma_pasa;
