@@ -208,7 +208,7 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
     // both masks (bench/results/nvidia-h100/pasa_wgmma_tiles.csv): 64 x 128 w4s2 at 64 (fastest
     // by 5% or more), 128 x 128 w8s2 at 128 (by 13% or more). Since then the warp-specialised
     // kernel takes three consumer warpgroups (192 x 128 w12s2, FP16 scores leave the registers
-    // for a third): on the H100 (pasa_three_consumers.csv, three rounds, f16 beside it) 1.08-1.17x
+    // for a third): on the H100 (pasa_three_consumers.csv, three rounds, f16 beside it) 1.08-1.16x
     // f16 at 128 where 128 x 128 w8s2 ran 0.94-1.01x, and 1.01-1.20x at 64 but for causal runs
     // up to 4k keys (0.89x, where 64 x 128 w4s2 keeps 0.95x). Shorter runs keep the earlier
     // tiles (pasa_three_consumers_short.csv, 512-2k keys): at 128 below 2k keys the 192-row
