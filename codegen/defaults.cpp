@@ -175,6 +175,16 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
         c.head_dim == 128 && (keys <= 512 || (is_causal(c.mask) && keys <= 1024));
     wgmma16.num_stages = !ws_d128 && (short_d128 || long_d128) && !efta ? 3 : 2;
   }
+  // Unprotected at head dim 256: the warp-specialised kernel's one tile there, 128 x 64 w8s2 (O's
+  // 128 registers beside 64-key scores in each consumer). On the H100 at 4k-16k keys, both masks,
+  // 1.77-2.00x the mma.sync 128 x 128 w8s1 for f16 and bf16 (d256_ws.csv), and 1.4-2.0x the
+  // mma.sync tiles at 512-2k keys, short causal runs included (d256_ws_short.csv).
+  if (c.head_dim == 256 && c.protection == Protection::none) {
+    wgmma16.block_m = 128;
+    wgmma16.num_warps = 8;
+    if (open_n) wgmma16.block_n = 64;
+    if (open_s) wgmma16.num_stages = 2;
+  }
   if (sixteen_bit && open_m && open_w && uses_wgmma(wgmma16)) c = wgmma16;
 
   // f16_pasa: ptxas -v (sm_80 and sm_90a, masks none and causal) reports no spills with these
@@ -213,12 +223,17 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
     // up to 4k keys (0.89x, where 64 x 128 w4s2 keeps 0.95x). Shorter runs keep the earlier
     // tiles (pasa_three_consumers_short.csv, 512-2k keys): at 128 below 2k keys the 192-row
     // tile is level without a mask and 8-11% slower causal; at 64 it is slower up to 2k keys.
+    // Head dim 256: f16's warp-specialised 128 x 64 w8s2 (1.83-1.98x the mma.sync 128 x 128
+    // w8s1 on the H100 at 4k-16k keys, both masks, d256_ws.csv; 1.3-1.9x at 512-2k keys,
+    // d256_ws_short.csv).
     KernelConfig wgmma_pasa = c;
-    const bool three = c.head_dim == 128 ? keys >= 2048 : keys > (is_causal(c.mask) ? 4096 : 2048);
-    const bool two = c.head_dim == 128 && !three;
+    const bool three = c.head_dim == 128  ? keys >= 2048
+                       : c.head_dim == 64 ? keys > (is_causal(c.mask) ? 4096 : 2048)
+                                          : false;
+    const bool two = (c.head_dim == 128 && !three) || c.head_dim == 256;
     wgmma_pasa.block_m = three ? 192 : two ? 128 : 64;
     wgmma_pasa.num_warps = three ? 12 : two ? 8 : 4;
-    wgmma_pasa.block_n = 128;
+    wgmma_pasa.block_n = c.head_dim == 256 ? 64 : 128;
     wgmma_pasa.num_stages = 2;
     if (uses_wgmma(wgmma_pasa)) c = wgmma_pasa;
   }

@@ -455,9 +455,15 @@ TEST_CASE("f16_pasa defaults: the wgmma skeleton on sm_90a when unprotected, mma
       CHECK(
           (d64.block_m == 192 && d64.block_n == 128 && d64.num_warps == 12 && d64.num_stages == 2));
     }
-    // sm_80, head dim 256, a checksum scheme or injection sites: the sm80 PASA kernel.
+    // Head dim 256: f16's warp-specialised 128 x 64 w8s2.
+    const KernelConfig d256 = test::default_config(256, Precision::f16_pasa, m, Arch{90, true});
+    CHECK(warp_specialized(d256));
+    CHECK(
+        (d256.block_m == 128 && d256.block_n == 64 && d256.num_warps == 8 && d256.num_stages == 2));
+    // sm_80, a checksum scheme or injection sites: the sm80 PASA kernel.
     CHECK_FALSE(uses_wgmma(test::default_config(128, Precision::f16_pasa, m, Arch{80, false})));
-    CHECK_FALSE(uses_wgmma(test::default_config(256, Precision::f16_pasa, m, Arch{90, true})));
+    CHECK_FALSE(uses_wgmma(
+        test::default_config(256, Precision::f16_pasa, m, Arch{90, true}, Protection::flash_abft)));
     CHECK_FALSE(uses_wgmma(test::default_config(128, Precision::f16_pasa, m, Arch{90, true},
                                                 Protection::efta_correct)));
     CHECK_FALSE(uses_wgmma(test::default_config(128, Precision::f16_pasa, m, Arch{90, true},

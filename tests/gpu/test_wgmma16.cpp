@@ -53,16 +53,18 @@ TEST_CASE("f16 and bf16 on Hopper: the wgmma skeleton matches the reference and 
   // errors against the FP64 reference agree closely, while a wrong swizzle, descriptor or fragment
   // order (V read N-major above all) puts the wgmma one near 1. Tiles: one and two warpgroups,
   // 64- and 128-key blocks, two and three stages; odd lengths, GQA, seqlen_q > seqlen_k (causal
-  // rows that see no key), LSE.
+  // rows that see no key), LSE. Head dim 256: four swizzle atoms per row, GEMM II m64n256, on
+  // its one tile (128 x 64, two consumer warpgroups).
   const Arch sm90{90, false};
   for (Precision prec : {Precision::f16, Precision::bf16})
-    for (int d : {64, 128})
+    for (int d : {64, 128, 256})
       for (auto [m, n, w, st] : std::vector<std::array<int, 4>>{
                {64, 64, 4, 2}, {64, 128, 4, 2}, {128, 64, 8, 2}, {128, 128, 8, 2}, {64, 64, 4, 3}})
         for (Mask mask : {Mask::none, Mask::causal})
           for (const Problem& pr :
                {Problem::bhsd(2, 4, 2, 203, 517, d), Problem::bhsd(1, 2, 1, 300, 130, d),
                 Problem::bshd(1, 3, 3, 400, 333, d)}) {
+            if (d == 256 && !(m == 128 && n == 64)) continue;
             KernelConfig c;
             c.head_dim = d, c.precision = prec, c.mask = mask;
             c.block_m = m, c.block_n = n, c.num_warps = w, c.num_stages = st;
@@ -71,8 +73,8 @@ TEST_CASE("f16 and bf16 on Hopper: the wgmma skeleton matches the reference and 
             KernelConfig sync = c;
             sync.arch = sm90;
             // Two 16-row tiles per warp: mma.sync (64-key blocks: 128 would need 256
-            // accumulator registers at head dim 128).
-            sync.block_m = 128, sync.num_warps = 4, sync.block_n = 64;
+            // accumulator registers at head dim 128); one at 256.
+            sync.block_m = d == 256 ? 64 : 128, sync.num_warps = 4, sync.block_n = 64;
             REQUIRE_FALSE(uses_wgmma(sync));
             const uint64_t seed = 700 + d + pr.seqlen_q;
             const auto a = gpu_test::run_case(rt, c, pr, true, 0, seed);
@@ -96,12 +98,13 @@ TEST_CASE("f16 and bf16 on Hopper: the warp-specialised skeleton on long and rag
   // long runs (or hangs). Short and ragged ones cover CTAs with one key block, a partial last
   // block and, causal with seqlen_q > seqlen_k, CTAs with none.
   for (Precision prec : {Precision::f16, Precision::bf16})
-    for (int d : {64, 128})
+    for (int d : {64, 128, 256})
       for (auto [n, st] : std::vector<std::array<int, 2>>{{64, 2}, {64, 3}, {128, 2}})
         for (Mask mask : {Mask::none, Mask::causal})
           for (const Problem& pr :
                {Problem::bhsd(2, 8, 2, 2048, 2048, d), Problem::bhsd(1, 2, 1, 1000, 60, d),
                 Problem::bhsd(1, 3, 1, 129, 1111, d)}) {
+            if (d == 256 && !(n == 64 && st == 2)) continue;  // its one tile: 128 x 64 w8s2
             KernelConfig c;
             c.head_dim = d, c.precision = prec, c.mask = mask;
             c.block_m = 128, c.block_n = n, c.num_warps = 8, c.num_stages = st;
@@ -135,7 +138,7 @@ TEST_CASE("Checksum schemes warp-specialised: no false alarm on the five distrib
           c.block_m = 128, c.block_n = n, c.num_warps = 8, c.num_stages = st;
           c.arch = rt.device_arch();
           REQUIRE(warp_specialized(c));
-            for (campaign::Distribution dist : campaign::kDistributions) {
+          for (campaign::Distribution dist : campaign::kDistributions) {
             std::mt19937_64 rng(17);
             auto q = campaign::random_tensor(dist, rng, prec, pr.q, 1, 4, 1024, 128);
             auto k = campaign::random_tensor(dist, rng, prec, pr.k, 1, 4, 1024, 128);

@@ -306,6 +306,13 @@ __device__ __forceinline__ void wgmma_16bit_rs(float (&d)[68], const u32 (&a)[4]
                      FTATTN_WG_D68("+f", d), "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
                      "r"(1));
 }
+// m64n256k16: GEMM II at head dim 256 (O's 128 registers; unprotected, so no checksum tile).
+template <bool Bf16>
+__device__ __forceinline__ void wgmma_16bit_rs(float (&d)[128], const u32 (&a)[4], u64 b) {
+  FTATTN_WGMMA_16BIT("m64n256k16", FTATTN_WG_R128 ", {%128, %129, %130, %131}, %132, p, 1, 1, 1",
+                     "%133", FTATTN_WG_D128("+f", d), "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]),
+                     "l"(b), "r"(1));
+}
 template <bool Bf16>
 __device__ __forceinline__ void wgmma_16bit_rs(float (&d)[40], const u32 (&a)[4], u64 b) {
   FTATTN_WGMMA_16BIT("m64n80k16", FTATTN_WG_R40 ", {%40, %41, %42, %43}, %44, p, 1, 1, 1", "%45",
