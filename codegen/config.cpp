@@ -346,8 +346,9 @@ bool uses_wgmma(const KernelConfig& c) {
 bool warp_specialized(const KernelConfig& c) {
   // 16-bit (kernel/fwd_ws_sm90.cuh): any protection and injection build on the wgmma skeleton.
   // 8-bit (kernel/fwd_q8_ws_sm90.cuh, Q8WgmmaTraits): on the wgmma skeleton, which is
-  // unprotected, at head_dim 64 and 128.
-  const bool q8 = element_bytes(c.precision) == 1 && c.head_dim <= 128;
+  // unprotected, at head_dim 64 and 128, fp8 also at 256.
+  const bool q8 =
+      element_bytes(c.precision) == 1 && (c.head_dim <= 128 || c.precision == Precision::fp8_e4m3);
   // f16_pasa also with three consumer warpgroups (num_warps 12): its FP16 scores leave the
   // registers for a third.
   const bool three = c.num_warps == 12 && c.precision == Precision::f16_pasa;

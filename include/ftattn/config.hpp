@@ -118,8 +118,8 @@ bool quantises_q_in_kernel(const KernelConfig& config);
 
 // True when `config` runs a warp-specialised Hopper skeleton: uses_wgmma and num_warps 8 (two
 // consumer warpgroups), and either f16, bf16 or f16_pasa with any protection and injection build
-// uses_wgmma takes (kernel/fwd_ws_sm90.cuh), or int8 or fp8_e4m3 at head_dim 64 or 128
-// (kernel/fwd_q8_ws_sm90.cuh; the 8-bit wgmma skeleton is unprotected). Its CTA has a third,
+// uses_wgmma takes (kernel/fwd_ws_sm90.cuh), or int8 or fp8_e4m3 at head_dim 64 or 128, fp8 also
+// 256 (kernel/fwd_q8_ws_sm90.cuh; the 8-bit wgmma skeleton is unprotected). Its CTA has a third,
 // producer warpgroup: see launch_threads.
 bool warp_specialized(const KernelConfig& config);
 

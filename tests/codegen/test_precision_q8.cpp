@@ -364,7 +364,9 @@ TEST_CASE("8-bit on sm_90a: the wgmma skeleton, when it applies, and what it com
   CHECK_FALSE(with([](KernelConfig& c) { c.num_warps = 4; }));  // 32 rows per warp
   const KernelConfig wide = default_config(256, Precision::fp8_e4m3, Mask::none, kSm90a);
   CHECK(uses_wgmma(wide));
-  CHECK((wide.block_m == 64 && wide.block_n == 64 && wide.num_stages == 2));
+  // fp8 at 256: the warp-specialised 128 x 64 w8s3 (two consumers of 224 registers hold O).
+  CHECK((wide.block_m == 128 && wide.block_n == 64 && wide.num_warps == 8 && wide.num_stages == 3 &&
+         warp_specialized(wide)));
   CHECK_FALSE(uses_wgmma(default_config(256, Precision::int8, Mask::none, kSm90a)));
   // Kernel::launch fuses Q's quantisation into the wgmma kernel up to head dim 128 only.
   CHECK(quantises_q_in_kernel(wg));

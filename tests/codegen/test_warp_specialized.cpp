@@ -75,7 +75,7 @@ TEST_CASE("warp_specialized: two consumer warpgroups of 16-bit tiles on sm_90a",
     }
 }
 
-TEST_CASE("warp_specialized: two consumer warpgroups of int8 and fp8 tiles at head dims 64, 128",
+TEST_CASE("warp_specialized: two consumer warpgroups of int8 and fp8 tiles at head dims 64-256",
           "[ws][codegen][q8]") {
   for (Precision p : {Precision::int8, Precision::fp8_e4m3})
     for (int d : {64, 128})
@@ -103,11 +103,13 @@ TEST_CASE("warp_specialized: two consumer warpgroups of int8 and fp8 tiles at he
         sm90.arch = Arch{90, false};
         CHECK_FALSE(warp_specialized(sm90));
       }
-  // fp8 at head dim 256: the one-warpgroup skeleton's loop (O alone is 128 registers).
+  // fp8 at head dim 256 too (O alone is 128 registers: the consumers' 224 hold it); int8 there
+  // has no wgmma kernel (O and an INT32 P V tile of 128 registers each).
   const KernelConfig wide = test::tile_config(256, 128, 64, 8, 2, kSm90a, Precision::fp8_e4m3);
   CHECK(uses_wgmma(wide));
-  CHECK_FALSE(warp_specialized(wide));
-  CHECK(launch_threads(wide) == 256);
+  CHECK(warp_specialized(wide));
+  CHECK(launch_threads(wide) == 384);
+  CHECK_FALSE(uses_wgmma(test::tile_config(256, 128, 64, 8, 2, kSm90a, Precision::int8)));
 }
 
 TEST_CASE("warp_specialized: the mbarriers take 256 bytes after the tiles", "[ws][codegen]") {

@@ -41,10 +41,12 @@ struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, P
   static constexpr int o_stride = HeadDim * 2 + 16;  // the epilogue stages 16-bit O rows
   static constexpr int loop_bytes = q_bytes + NumStages * (k_stage_bytes + v_stage_bytes);
   static constexpr int out_bytes = BlockM * o_stride;
-  // Two consumer warpgroups at head_dim 64 or 128 run warp-specialised (kernel/
+  // Two consumer warpgroups at head_dim 64 or 128 (fp8 also 256) run warp-specialised (kernel/
   // fwd_q8_ws_sm90.cuh): a producer warpgroup loads, the consumers take turns on the tensor
-  // cores. Its mbarriers sit after the tiles.
-  static constexpr bool warp_specialized = NumWarps == 8 && HeadDim <= 128;
+  // cores. Its mbarriers sit after the tiles. int8 at 256 would hold O and an INT32 P V tile of
+  // 128 registers each.
+  static constexpr bool warp_specialized =
+      NumWarps == 8 && (HeadDim <= 128 || PrecisionT::pv_into_output);
   static constexpr int launch_threads = NumWarps * 32 + (warp_specialized ? 128 : 0);
   static constexpr int tiles_bytes = loop_bytes > out_bytes ? loop_bytes : out_bytes;
   static constexpr int barrier_bytes = warp_specialized ? 256 : 0;
