@@ -214,6 +214,7 @@ def main():
     tiles_vs_f16(folder, "fp8_three_consumers")
     tiles_vs_f16(folder, "fp8_ws_d256")
     speed_vs_f16(folder, "precision_speed_d256_fp8_ws", goals=(1.5,))
+    protect_overhead(folder, "protect_overhead_d256")
     protect_overhead(folder, "protect_overhead_ws")
     protect_overhead(folder, "protect_overhead_abft_ws", schemes=("flash_abft",))
     protect_overhead(folder, "protect_overhead_ws_efta")
