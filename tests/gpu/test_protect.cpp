@@ -192,3 +192,45 @@ TEST_CASE("no false alarms on PASA's biased and hybrid inputs", "[gpu][protect]"
         CHECK(r.clean());
       }
 }
+
+// Flash-ABFT on the warp-specialised kernel sums V's checksums in the attention kernel
+// (protect/kernel_checksums.cuh). Each shape runs twice in a row on one kernel object with
+// different V (seeds 1, 2): a block whose flag were read before its sums landed would check
+// against the first run's sums and alarm. Shapes: the runtime's own pick (as many CTAs per KV
+// head as key blocks), and forced in-kernel with one query tile against 32 key blocks, so most
+// blocks are claimed and summed by the producer of a CTA that needs them; tails, GQA, both masks.
+TEST_CASE("flash_abft's kernel checksums: clean, no stale sums, faults seen", "[gpu][protect]") {
+  struct Shape {
+    Problem problem;
+    ChecksumSource source;
+  };
+  const Shape shapes[] = {
+      {Problem::bhsd(2, 8, 2, 1000, 1000, 128), ChecksumSource::automatic},
+      {Problem::bhsd(1, 4, 4, 128, 4000, 128), ChecksumSource::in_kernel},
+      {Problem::bhsd(2, 4, 1, 77, 4096, 128), ChecksumSource::in_kernel},
+  };
+  for (Precision p : {Precision::f16, Precision::bf16})
+    for (Mask m : {Mask::none, Mask::causal})
+      for (const Shape& s : shapes) {
+        const KernelConfig c = protected_config(128, p, m, Protection::flash_abft);
+        REQUIRE(computes_v_checksums(protect_runtime().resolve(c, &s.problem)));
+        ProtectOptions options;
+        options.checksums = s.source;
+        for (uint64_t seed : {1, 2}) {
+          const Outcome o = run(c, s.problem, options, seed);
+          INFO(o.result.config_name << " seqlen_q " << s.problem.seqlen_q << " seed " << seed
+                                    << ": " << o.result.report.summary() << "; "
+                                    << o.fault.summary());
+          CHECK(o.result.report.passed);
+          CHECK(o.fault.clean());
+        }
+        // An output flip (exponent bit) is seen as with the prologue's sums.
+        ProtectOptions planted = plant(FaultSite::output, 2, 30);
+        planted.checksums = s.source;
+        const Outcome f =
+            run(protected_config(128, p, m, Protection::flash_abft, true), s.problem, planted);
+        INFO(f.result.config_name << " seqlen_q " << s.problem.seqlen_q << ": "
+                                  << f.fault.summary());
+        CHECK(f.fault.detected >= 1);
+      }
+}
