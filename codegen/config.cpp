@@ -355,11 +355,6 @@ bool warp_specialized(const KernelConfig& c) {
   return uses_wgmma(c) && (element_bytes(c.precision) == 2 || q8) && (c.num_warps == 8 || three);
 }
 
-bool computes_v_checksums(const KernelConfig& c) {
-  return c.protection == Protection::flash_abft && warp_specialized(c) &&
-         element_bytes(c.precision) == 2 && c.num_warps == 8 && c.head_dim % 32 == 0;
-}
-
 int launch_threads(const KernelConfig& c) {
   return 32 * c.num_warps + (warp_specialized(c) ? 128 : 0);
 }

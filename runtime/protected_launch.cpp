@@ -60,28 +60,6 @@ Thresholds effective_thresholds(Precision precision, Protection protection,
   return t;
 }
 
-bool checksums_in_kernel(const KernelConfig& config, const Problem& problem, ChecksumSource source,
-                         bool recompute) {
-  if (source == ChecksumSource::prologue) return false;
-  const bool able = computes_v_checksums(config);
-  if (source == ChecksumSource::in_kernel) {
-    if (!able)
-      throw ConfigError(fmt::format(
-          "{} cannot compute its checksums in the attention kernel: that needs flash_abft on the "
-          "warp-specialised Hopper kernel (sm_90a, f16, bf16 or f16_pasa, num_warps 8); ask "
-          "ChecksumSource::automatic or prologue",
-          config.name()));
-    return true;
-  }
-  if (!able || recompute) return false;
-  // Each CTA takes one block as it starts; with fewer CTAs than blocks the rest would be summed
-  // by CTAs that need them, one at a time, where the prologue sums them all in parallel.
-  const long long ctas_per_kv_head = static_cast<long long>(problem.heads_q / problem.heads_kv) *
-                                     ((problem.seqlen_q + config.block_m - 1) / config.block_m);
-  const long long key_blocks = (problem.seqlen_k + config.block_n - 1) / config.block_n;
-  return ctas_per_kv_head >= key_blocks;
-}
-
 void ProtectedLauncher::prepare(CUfunction prologue, const KernelConfig& config,
                                 const Problem& problem, AttentionParams& params, CUstream stream,
                                 const ProtectOptions& options) {
@@ -129,9 +107,6 @@ void ProtectedLauncher::prepare(CUfunction prologue, const KernelConfig& config,
     params.fault = FaultPlanParams{};
   }
 
-  params.checksums_in_kernel = 0;
-  if (options.checksums == ChecksumSource::in_kernel && config.protection != Protection::none)
-    checksums_in_kernel(config, problem, options.checksums, false);  // throws where it cannot
   // No prologue: the kernel's checksums come from elsewhere (int8's digit rows, built by the
   // quantised kernel object), or there are none.
   if (prologue == nullptr) return;
@@ -141,16 +116,11 @@ void ProtectedLauncher::prepare(CUfunction prologue, const KernelConfig& config,
                                                  config.head_dim, config.block_n, atoms.k, atoms.v);
   if (workspace_.bytes() < static_cast<std::size_t>(w.bytes))
     workspace_ = DeviceBuffer(static_cast<std::size_t>(w.bytes));
-  // The V maxima are built with atomicMax from zero; kernel checksums' flags and counters start
-  // at zero.
+  // The V maxima are built with atomicMax from zero.
   check(api.cuMemsetD8Async(workspace_.ptr() + w.vmax_offset, 0,
                             static_cast<std::size_t>(w.bytes - w.vmax_offset), stream),
         "cuMemsetD8Async");
   params.checksums = workspace_.data();
-  if (checksums_in_kernel(config, problem, options.checksums, params.tile_count > 0)) {
-    params.checksums_in_kernel = 1;  // the memset above zeroed its flags and counters
-    return;
-  }
   // The plan is the attention kernel's: the prologue has no source-level sites, and IR-level
   // instance counts are the attention kernel's alone (else a plan would flip in both kernels).
   AttentionParams prologue_params = params;

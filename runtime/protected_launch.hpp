@@ -28,13 +28,6 @@ Thresholds default_thresholds(Precision precision);
 Thresholds effective_thresholds(Precision precision, Protection protection,
                                 const Thresholds& given);
 
-// Whether a launch's checksums come from the attention kernel itself rather than the prologue
-// (ProtectOptions::checksums): automatic takes the kernel where computes_v_checksums(config), the
-// launch is not a recompute list and there are at least as many CTAs per KV head as key blocks.
-// Only checksum schemes are asked. ConfigError when in_kernel is asked of a config that cannot.
-bool checksums_in_kernel(const KernelConfig& config, const Problem& problem, ChecksumSource source,
-                         bool recompute);
-
 class ProtectedLauncher {
  public:
   // Fills the protection fields of `params` and enqueues on `stream` what must run before the

@@ -123,11 +123,6 @@ bool quantises_q_in_kernel(const KernelConfig& config);
 // producer warpgroup: see launch_threads.
 bool warp_specialized(const KernelConfig& config);
 
-// True when `config`'s attention kernel can compute V's Flash-ABFT checksums itself, with no
-// prologue (protect/kernel_checksums.cuh): flash_abft on the warp-specialised kernel with two
-// consumer warpgroups, 16-bit precisions.
-bool computes_v_checksums(const KernelConfig& config);
-
 // Threads per CTA of `config`'s attention kernel: 32 * num_warps, plus the producer warpgroup's
 // 128 when warp_specialized.
 int launch_threads(const KernelConfig& config);

@@ -66,19 +66,11 @@ struct Thresholds {
   float row_sum = 0.0f;  // l against the ones column (relative to l)
 };
 
-// Where a fused scheme's checksums of K and V come from: a prologue kernel that reads K and V
-// before the attention kernel, or the attention kernel itself (Flash-ABFT on the warp-specialised
-// Hopper kernel, codegen's computes_v_checksums). automatic takes the kernel where it can and
-// where the call has at least as many query tiles per KV head as key blocks (each CTA then sums
-// at most one block as it starts); a recompute relaunch, with few tiles, takes the prologue.
-enum class ChecksumSource { automatic, prologue, in_kernel };
-
 struct ProtectOptions {
   OnFault on_fault = OnFault::report;
   Thresholds thresholds;
-  std::optional<FaultPlan> inject;                       // needs a config with fault_injection
-  int max_events = 16;                                   // records kept by the kernel
-  ChecksumSource checksums = ChecksumSource::automatic;  // in_kernel: ConfigError where it can't
+  std::optional<FaultPlan> inject;  // needs a config with fault_injection
+  int max_events = 16;              // records kept by the kernel
 };
 
 }  // namespace ftattn

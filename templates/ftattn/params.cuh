@@ -121,11 +121,6 @@ struct AttentionParams {
   // mean of key block j), both written by the shift kernel: r is batch x heads_kv x
   // ceil(seqlen_k / block_n) x head_dim halves, dense. Unused by the other precisions.
   const void* k_shift;
-
-  // Flash-ABFT on the warp-specialised kernel (protect/kernel_checksums.cuh): 1 when the attention
-  // kernel computes V's checksums into `checksums` itself and no prologue ran; the workspace's
-  // maxima, flags and ticket counters are then zero at launch.
-  int checksums_in_kernel;
 };
 
 // The PASA shift kernel's parameters: K (16-bit, strides in elements) in; K' (dense, batch x

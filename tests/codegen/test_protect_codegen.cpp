@@ -90,8 +90,8 @@ TEST_CASE("checksum schemes generate a prologue and compile with their extra MMA
 TEST_CASE("Flash-ABFT on the wgmma skeleton: GEMM II carries the checksum tile",
           "[codegen][protect][nvrtc]") {
   // sm_90a, head dims 64 and 128, both 16-bit types and masks: GEMM II is one m64n{d + 8}k16
-  // wgmma per 16 keys (the checksum tile beside O), the prologue is there, nothing spills, and the
-  // injection build compiles into the same skeleton.
+  // wgmma per 16 keys (the checksum tile beside O), the prologue is there, nothing spills, and
+  // the injection build compiles into the same skeleton.
   for (Precision p : {Precision::f16, Precision::bf16})
     for (int d : {64, 128})
       for (Mask m : {Mask::none, Mask::causal})
@@ -111,64 +111,10 @@ TEST_CASE("Flash-ABFT on the wgmma skeleton: GEMM II carries the checksum tile",
           // and the last block's after it.
           CHECK(count(out.ptx, gemm2) == (warp_specialized(c) ? 3 : 2) * (c.block_n / 16));
           CHECK(warp_specialized(c) == (c.num_warps == 8));
-          // The warp-specialised kernel may sum V's checksums itself: m16n8k16 MMAs against
-          // ones (protect/kernel_checksums.cuh), the block flags read with acquire semantics
-          // (no fence on the reading side: it would wait for the producer's copies in flight).
-          CHECK(computes_v_checksums(c) == warp_specialized(c));
-          // All warps at the CTA's start, unrolled (four per 16-byte piece a lane loads, head_dim
-          // / 32 pieces), and the producer's rolled loop (two per 8-byte piece).
-          CHECK(count(out.ptx, "mma.sync") == (computes_v_checksums(c) ? 4 * (d / 32) + 2 : 0));
-          CHECK((out.ptx.find("ld.acquire.gpu.global.v4.u32") != std::string::npos) ==
-                computes_v_checksums(c));
-          CHECK(count(out.ptx, "fence.acq_rel.gpu") == (computes_v_checksums(c) ? 2 : 0));
+          CHECK(count(out.ptx, "mma.sync") == 0);
           CHECK(out.ptx.find("atom.global") != std::string::npos);  // the fault log
-          // The producer's 56 registers hold its copy loop and the checksums' fallback.
           CHECK(runtime::parse_ptxas_log(out.log, src.symbol).spill_stores == 0);
         }
-}
-
-TEST_CASE("Flash-ABFT's checksums come from the kernel where it has a CTA per key block",
-          "[protect]") {
-  using runtime::checksums_in_kernel;
-  const Arch hopper{90, true};
-  const KernelConfig ws =
-      test::default_config(128, Precision::f16, Mask::none, hopper, Protection::flash_abft);
-  REQUIRE(computes_v_checksums(ws));
-  // 2k keys, 128 x 128 tiles: 16 query tiles per KV head for 16 key blocks; GQA adds the group.
-  CHECK(checksums_in_kernel(ws, Problem::bhsd(8, 32, 32, 2048, 2048, 128),
-                            ChecksumSource::automatic, false));
-  CHECK(checksums_in_kernel(ws, Problem::bhsd(1, 32, 4, 512, 4096, 128), ChecksumSource::automatic,
-                            false));
-  // Fewer CTAs than key blocks, or a recompute list: the prologue, unless in_kernel is asked.
-  CHECK_FALSE(checksums_in_kernel(ws, Problem::bhsd(1, 32, 32, 1024, 4096, 128),
-                                  ChecksumSource::automatic, false));
-  CHECK_FALSE(checksums_in_kernel(ws, Problem::bhsd(8, 32, 32, 2048, 2048, 128),
-                                  ChecksumSource::automatic, true));
-  CHECK(checksums_in_kernel(ws, Problem::bhsd(1, 32, 32, 1024, 4096, 128),
-                            ChecksumSource::in_kernel, false));
-  CHECK_FALSE(checksums_in_kernel(ws, Problem::bhsd(8, 32, 32, 2048, 2048, 128),
-                                  ChecksumSource::prologue, false));
-  // Kernels that cannot: EFTA, the one-warpgroup wgmma kernel, sm_80, fp8.
-  const Problem p = Problem::bhsd(8, 32, 32, 2048, 2048, 128);
-  for (const KernelConfig& c :
-       {test::default_config(128, Precision::f16, Mask::none, hopper, Protection::efta_detect),
-        test::default_config(64, Precision::f16, Mask::none, hopper, Protection::flash_abft),
-        test::default_config(128, Precision::f16, Mask::none, Arch{80, false},
-                             Protection::flash_abft),
-        test::default_config(128, Precision::fp8_e4m3, Mask::none, hopper,
-                             Protection::flash_abft)}) {
-    INFO(c.name());
-    CHECK_FALSE(computes_v_checksums(c));
-    CHECK_FALSE(checksums_in_kernel(c, p, ChecksumSource::automatic, false));
-    REQUIRE_THROWS_AS(checksums_in_kernel(c, p, ChecksumSource::in_kernel, false), ConfigError);
-  }
-  try {
-    checksums_in_kernel(
-        test::default_config(128, Precision::f16, Mask::none, hopper, Protection::efta_correct), p,
-        ChecksumSource::in_kernel, false);
-  } catch (const ConfigError& e) {
-    CHECK(std::string(e.what()).find("ChecksumSource::automatic or prologue") != std::string::npos);
-  }
 }
 
 TEST_CASE("EFTA on the wgmma skeleton: GEMM I and II carry the checksum tiles",
@@ -254,13 +200,10 @@ TEST_CASE("the checksum workspace layout is aligned and sized per head", "[prote
   CHECK(w.v_per_head == 1024 * 16 * 2);      // 16 16-bit columns per key
   CHECK(w.k_per_head == 16 * 16 * 128 * 2);  // 16 rows of head_dim per key block
   CHECK(w.knorm_per_head == 16 * 4 * 4);     // 4 floats per key block
-  for (long long offset : {w.k_offset, w.knorm_offset, w.vmax_offset, w.flags_offset, w.bytes})
+  for (long long offset : {w.k_offset, w.knorm_offset, w.vmax_offset, w.bytes})
     CHECK(offset % 16 == 0);
   CHECK(w.k_offset == 8 * w.v_per_head);
-  CHECK(w.flags_offset == w.vmax_offset + 8 * 16);
-  // A flag per key block and the ticket counter, 17 words rounded up to 80 bytes per head.
-  CHECK(w.flags_per_head == 80);
-  CHECK(w.bytes == w.flags_offset + 8 * 80);
+  CHECK(w.bytes == w.vmax_offset + 8 * 16);
   // Flash-ABFT: V checksums only.
   const ChecksumWorkspace f = checksum_workspace(1, 1, 100, 64, 64, 0, 1);
   CHECK(f.k_per_head == 0);

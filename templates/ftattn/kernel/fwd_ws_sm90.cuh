@@ -18,11 +18,6 @@
 //              time).
 //
 // No CTA-wide barrier runs in the main loop: a consumer waits only for the buffers it reads.
-//
-// Flash-ABFT (two consumer warpgroups) may compute V's checksums here instead of in the prologue
-// (AttentionParams::checksums_in_kernel, protect/kernel_checksums.cuh): the CTA's warps sum the
-// key block of its ticket while its Q and first K tile are in flight, and the producer waits for
-// a block's flag before it copies the block's checksums.
 #pragma once
 
 #include "ftattn/arch/sm80/cp_async.cuh"
@@ -32,7 +27,6 @@
 #include "ftattn/arch/sm90/ws_pipeline.cuh"
 #include "ftattn/kernel/fwd_pasa_sm80.cuh"
 #include "ftattn/kernel/fwd_sm90.cuh"
-#include "ftattn/protect/kernel_checksums.cuh"
 
 namespace ftattn {
 
@@ -70,19 +64,16 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
   constexpr int kGroups = T::num_warps / 4;
   constexpr int kProducers = 128;
   constexpr int kConsumersDone = kGroups + 1;  // named barriers 1 ... kGroups pass the turn
-  constexpr int kProducersMeet = kGroups + 2;  // the producer warpgroup's own
-  constexpr bool kVSums = kCT > 0 && !kEfta && kGroups == 2;  // may compute V's checksums
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const u32 sQ = (sm80::smem_addr(smem_raw) + 1023u) & ~1023u;
   const u32 sK = sQ + T::q_bytes;
   const u32 sV = sK + kStages * T::k_tile_bytes;
   using Pipeline = sm90::WsPipeline<kStages, kProducers, T::num_warps>;
-  static_assert(Pipeline::barrier_bytes + 16 <= T::barrier_bytes, "the mbarriers follow the tiles");
+  static_assert(Pipeline::barrier_bytes <= T::barrier_bytes, "the mbarriers follow the tiles");
   const Pipeline pipe{sQ + T::tiles_bytes};
-  // After the mbarriers, four words the producer broadcasts through (kernel checksums).
-  [[maybe_unused]] u32* words = reinterpret_cast<u32*>(smem_raw + (sQ - sm80::smem_addr(smem_raw)) +
-                                                       T::tiles_bytes + Pipeline::barrier_bytes);
+  if (threadIdx.x == 0) pipe.init();
+  __syncthreads();
 
   int m_block, head, batch;
   detail::tile_coords<T>(p, m_block, head, batch);
@@ -97,121 +88,45 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
                                                   T::block_n, Protect::k_atoms, Protect::v_atoms);
   const long long cs_head = static_cast<long long>(batch) * p.heads_kv + head_kv;
   const unsigned char* cs_base = static_cast<const unsigned char*>(p.checksums);
-  // Kernel checksums: this KV head's block flags, V atoms and maxima.
-  const bool v_sums = kVSums && p.checksums_in_kernel != 0;
-  [[maybe_unused]] u32* flags = nullptr;
-  [[maybe_unused]] u32* v_atoms = nullptr;
-  [[maybe_unused]] float* v_max = nullptr;
-  const int n_blocks_all = (p.seqlen_k + T::block_n - 1) / T::block_n;
-  if constexpr (kVSums) {
-    unsigned char* base = const_cast<unsigned char*>(cs_base);
-    flags = reinterpret_cast<u32*>(base + cs.flags_offset + cs_head * cs.flags_per_head);
-    v_atoms = reinterpret_cast<u32*>(base + cs_head * cs.v_per_head);
-    v_max = reinterpret_cast<float*>(base + cs.vmax_offset + cs_head * cs.vmax_per_head);
-  }
-  if (threadIdx.x == 0) pipe.init();
-  __syncthreads();
   // f16_pasa: in.k is the shifted keys K' (the shift kernel's output), `shift` this KV head's r_j.
   [[maybe_unused]] const u16* shift = nullptr;
   if constexpr (kPasa) {
+    const int n_blocks_all = (p.seqlen_k + T::block_n - 1) / T::block_n;
     shift = static_cast<const u16*>(p.k_shift) +
             (static_cast<i64>(batch) * p.heads_kv + head_kv) * n_blocks_all * T::head_dim;
-  }
-
-  // The producer's copies of Q and of block j's K tile (with what rides below its keys).
-  int t = threadIdx.x - kConsumers;
-  auto copy_k = [&](int j) {
-    const int key0 = j * T::block_n;
-    pipe.acquire_k(j);
-    const u32 dk = sK + (j % kStages) * T::k_tile_bytes;
-    sm90::load_rows_swizzled<kProducers, T::block_n, kRowBytes, T::k_rows>(
-        dk, in.k + key0 * p.k_seq_stride, p.k_seq_stride * 2, p.seqlen_k - key0, kRowBytes, t);
-    if constexpr (kEfta)  // the block's checksum rows below the keys
-      detail::load_k_checksum_rows<T, kProducers>(
-          dk,
-          cs_base + cs.k_offset + cs_head * cs.k_per_head +
-              static_cast<long long>(j) * 8 * T::Protect::k_atoms * T::chunks_per_row * 16,
-          t);
-    if constexpr (kPasa)  // every eighth block: the next eight shift rows below the keys
-      if (j % T::recovery_blocks == 0) detail::load_shift_rows<T, kProducers>(dk, shift, j, t);
-    pipe.commit_k(j);
-  };
-  auto copy_q = [&] {
-    sm90::load_rows_swizzled<kProducers, T::block_m, kRowBytes>(sQ, in.q, p.q_seq_stride * 2,
-                                                                p.seqlen_q - row0, kRowBytes, t);
-    sm90::cp_async_arrive(pipe.q_full());
-  };
-  if constexpr (kVSums) {
-    // Kernel checksums: the CTA launched r-th among its KV head's owns key block r; every warp
-    // sums it while Q and the first K tile land (their copies go first), then one thread of the
-    // second consumer warpgroup (its first turn comes later) publishes it.
-    if (threadIdx.x >= kConsumers) {
-      copy_q();
-      if (n_blocks > 0) copy_k(0);
-    }
-    const int owned = protect::owned_block(p, head, n_blocks_all);
-    if (v_sums && owned >= 0) {
-      protect::v_block_checksums<T, kConsumers / 32 + 4, false>(p, in.v, v_atoms, v_max, owned,
-                                                                threadIdx.x / 32, threadIdx.x % 32);
-      __syncthreads();
-      if (threadIdx.x == 128) protect::publish(flags + owned);
-    }
   }
 
   if (threadIdx.x >= kConsumers) {
     // Producer: only copies, so it hands its registers to the consumers.
     sm90::shrink_registers<sm90::ws_producer_registers<kGroups>>();
-    if constexpr (!kVSums) copy_q();
-    // Kernel checksums: blocks below ready_upto are known published. Thread 0 reads the flags
-    // of the next four blocks and tells the warpgroup how far they are ready, or that this CTA
-    // claimed block j (then it computes it), or that block j is not ready yet (then ask again).
-    [[maybe_unused]] int ready_upto = 0;
-    [[maybe_unused]] int round = 0;
-    [[maybe_unused]] int waited = 0;  // rounds block j was neither ready nor claimed by us
-    // True once block j is published; false when this CTA claimed it (the caller sums it).
-    auto wait_ready = [&](int j) {
-      while (j >= ready_upto) {
-        u32* word = words + (round++ & 1);
-        if (t == 0) *word = static_cast<u32>(protect::blocks_ready_from(flags, j, waited));
-        sm90::named_barrier_sync(kProducersMeet, kProducers);
-        const int upto = static_cast<int>(*word);
-        if (upto < 0) return false;
-        ready_upto = upto;
-        waited = upto == j ? waited + 1 : 0;
-      }
-      return true;
-    };
-    // The copy loop stops at a block this CTA must sum itself and resumes after it: the sums run
-    // outside the loop, whose swizzled offsets (hoisted to its entry, after opaque) are not
-    // live across them. With both in the 56 registers at once ptxas spilled.
-    int j = 0;
-    while (j < n_blocks) {
-      if constexpr (kVSums) protect::opaque(t);
-      bool claimed = false;
-      for (; j < n_blocks; ++j) {
-        if constexpr (kVSums)
-          if (v_sums && !wait_ready(j)) {
-            claimed = true;
-            break;
-          }
-        const int key0 = j * T::block_n;
-        if (!kVSums || j > 0) copy_k(j);
-        pipe.acquire_v(j);
-        const u32 dv = sV + (j % kStages) * T::v_tile_bytes;
-        sm90::load_rows_swizzled<kProducers, T::block_n, kRowBytes>(
-            dv, in.v + key0 * p.v_seq_stride, p.v_seq_stride * 2, p.seqlen_k - key0, kRowBytes, t);
-        if constexpr (kCT > 0)  // each key's checksum chunk, in an atom after its head_dim ones
-          detail::load_v_checksum_chunks<T, kProducers>(
-              dv, cs_base + cs_head * cs.v_per_head + key0 * 16ll * kCT, t);
-        pipe.commit_v(j);
-      }
-      if constexpr (kVSums)
-        if (claimed) {
-          protect::v_block_checksums<T, 4, true>(p, in.v, v_atoms, v_max, j, t / 32, t % 32);
-          sm90::named_barrier_sync(kProducersMeet, kProducers);
-          if (t == 0) protect::publish(flags + j);
-          ready_upto = j + 1;
-        }
+    const int t = threadIdx.x - kConsumers;
+    sm90::load_rows_swizzled<kProducers, T::block_m, kRowBytes>(sQ, in.q, p.q_seq_stride * 2,
+                                                                p.seqlen_q - row0, kRowBytes, t);
+    sm90::cp_async_arrive(pipe.q_full());
+    for (int j = 0; j < n_blocks; ++j) {
+      const int s = j % kStages;
+      const int key0 = j * T::block_n;
+      pipe.acquire_k(j);
+      const u32 dk = sK + s * T::k_tile_bytes;
+      sm90::load_rows_swizzled<kProducers, T::block_n, kRowBytes, T::k_rows>(
+          dk, in.k + key0 * p.k_seq_stride, p.k_seq_stride * 2, p.seqlen_k - key0, kRowBytes, t);
+      if constexpr (kEfta)  // the block's checksum rows below the keys
+        detail::load_k_checksum_rows<T, kProducers>(
+            dk,
+            cs_base + cs.k_offset + cs_head * cs.k_per_head +
+                static_cast<long long>(j) * 8 * T::Protect::k_atoms * T::chunks_per_row * 16,
+            t);
+      if constexpr (kPasa)  // every eighth block: the next eight shift rows below the keys
+        if (j % T::recovery_blocks == 0) detail::load_shift_rows<T, kProducers>(dk, shift, j, t);
+      pipe.commit_k(j);
+      pipe.acquire_v(j);
+      const u32 dv = sV + s * T::v_tile_bytes;
+      sm90::load_rows_swizzled<kProducers, T::block_n, kRowBytes>(
+          dv, in.v + key0 * p.v_seq_stride, p.v_seq_stride * 2, p.seqlen_k - key0, kRowBytes, t);
+      if constexpr (kCT > 0)  // each key's checksum chunk, in an atom after its head_dim ones
+        detail::load_v_checksum_chunks<T, kProducers>(
+            dv, cs_base + cs_head * cs.v_per_head + key0 * 16ll * kCT, t);
+      pipe.commit_v(j);
     }
     sm80::cp_async_wait<0>();
     return;
@@ -412,16 +327,11 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
     else
       l[0][r] = quad_sum(row_sum[0][r]);
   }
-  if constexpr (kCT > 0) {  // the end-of-row output check, log and recompute list (fwd_sm80.cuh)
-    // Kernel checksums: the maxima grow while the kernel runs, through L2 (not a stale L1 line);
-    // every block this CTA read was published, its maximum in, before the producer copied it.
-    const float* vmax_head =
-        reinterpret_cast<const float*>(cs_base + cs.vmax_offset + cs_head * cs.vmax_per_head);
-    const float v_bound = v_sums ? protect::load_l2(vmax_head + lane % 4) : vmax_head[lane % 4];
+  if constexpr (kCT > 0)  // the end-of-row output check, log and recompute list (fwd_sm80.cuh)
     detail::check_output<T>(p, o, reinterpret_cast<const float(&)[1][kCT][4]>(acc[0][kOT]), l,
-                            v_bound, n_blocks, batch, head, lane,
-                            [&](int, int r) { return global_row(r); });
-  }
+                            reinterpret_cast<const float*>(cs_base + cs.vmax_offset +
+                                                           cs_head * cs.vmax_per_head)[lane % 4],
+                            n_blocks, batch, head, lane, [&](int, int r) { return global_row(r); });
   // PASA's running max is already the base-2 logit.
   detail::store_output<T>(p, o, l, row_max, kPasa ? 1.f : p.scale_log2, batch, head, row0, warp_row,
                           lane, sQ);

@@ -6,8 +6,6 @@
 //   K checksums  n_blocks x (8 * k_atoms) x head_dim 16-bit values: extra rows of each K tile
 //   K norms      n_blocks x 4 floats: per thread group t, the sum of |k|_2 over its keys
 //   V maxima     4 floats: per thread group t, max over keys of sum |v| over its columns
-//   block flags  n_blocks u32, then a ticket counter: where the attention kernel computes the
-//                checksums itself (protect/kernel_checksums.cuh)
 // where keys = n_blocks * block_n, and thread group t of an MMA quad owns the columns
 // {8l + 2t, 8l + 2t + 1} of every 8-wide tile.
 #pragma once
@@ -16,8 +14,7 @@ namespace ftattn {
 
 struct ChecksumWorkspace {
   long long v_per_head = 0, k_per_head = 0, knorm_per_head = 0, vmax_per_head = 0;
-  long long flags_per_head = 0;
-  long long k_offset = 0, knorm_offset = 0, vmax_offset = 0, flags_offset = 0, bytes = 0;
+  long long k_offset = 0, knorm_offset = 0, vmax_offset = 0, bytes = 0;
   int n_blocks = 0, keys = 0;
 };
 
@@ -34,12 +31,10 @@ inline ChecksumWorkspace checksum_workspace(int batch, int heads_kv, int seqlen_
   w.k_per_head = checksum_align16(static_cast<long long>(w.n_blocks) * 8 * k_atoms * head_dim * 2);
   w.knorm_per_head = k_atoms > 0 ? checksum_align16(static_cast<long long>(w.n_blocks) * 16) : 0;
   w.vmax_per_head = 16;
-  w.flags_per_head = checksum_align16((static_cast<long long>(w.n_blocks) + 1) * 4);
   w.k_offset = heads * w.v_per_head;
   w.knorm_offset = w.k_offset + heads * w.k_per_head;
   w.vmax_offset = w.knorm_offset + heads * w.knorm_per_head;
-  w.flags_offset = w.vmax_offset + heads * w.vmax_per_head;
-  w.bytes = w.flags_offset + heads * w.flags_per_head;
+  w.bytes = w.vmax_offset + heads * w.vmax_per_head;
   return w;
 }
 
