@@ -110,20 +110,32 @@ __device__ __forceinline__ void checksum_prologue(const AttentionParams& p) {
         ga[t] = fabsf(x0) + fabsf(x1);
       }
     }
+    // Row checks need only the key's totals: a lane adds its four groups before the shuffles
+    // (two values per level instead of twelve).
+    if constexpr (Pr::row_check) {
 #pragma unroll
-    for (int off = 1; off < lanes; off *= 2)
+      for (int t = 1; t < 4; ++t) g1[0] += g1[t], ga[0] += ga[t];
 #pragma unroll
-      for (int t = 0; t < 4; ++t) {
-        g1[t] += __shfl_xor_sync(0xffffffffu, g1[t], off);
-        g2[t] += __shfl_xor_sync(0xffffffffu, g2[t], off);
-        ga[t] += __shfl_xor_sync(0xffffffffu, ga[t], off);
+      for (int off = 1; off < lanes; off *= 2) {
+        g1[0] += __shfl_xor_sync(0xffffffffu, g1[0], off);
+        ga[0] += __shfl_xor_sync(0xffffffffu, ga[0], off);
       }
+    } else {
+#pragma unroll
+      for (int off = 1; off < lanes; off *= 2)
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          g1[t] += __shfl_xor_sync(0xffffffffu, g1[t], off);
+          g2[t] += __shfl_xor_sync(0xffffffffu, g2[t], off);
+          ga[t] += __shfl_xor_sync(0xffffffffu, ga[t], off);
+        }
+    }
     if (kk < N && chunk == 0) {
       u32* out = vc + kk * 4 * Pr::v_atoms;
       const float one = key < p.seqlen_k ? 1.f : 0.f;
       if constexpr (Pr::row_check) {
-        const u32 total = split_hi_lo<P>(g1[0] + g1[1] + g1[2] + g1[3]);
-        const float a = ga[0] + ga[1] + ga[2] + ga[3];
+        const u32 total = split_hi_lo<P>(g1[0]);
+        const float a = ga[0];
 #pragma unroll
         for (int t = 0; t < 4; ++t) {
           out[t] = Pr::ones_in_odd_groups && t % 2 == 1 ? P::pack(one, 0.f) : total;
