@@ -231,9 +231,8 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
     // w8s1 on the H100 at 4k-16k keys, both masks, d256_ws.csv; 1.3-1.9x at 512-2k keys,
     // d256_ws_short.csv).
     KernelConfig wgmma_pasa = c;
-    const bool three = c.head_dim == 128  ? keys >= 2048
-                       : c.head_dim == 64 ? keys > (is_causal(c.mask) ? 4096 : 2048)
-                                          : false;
+    const bool three = (c.head_dim == 128 && keys >= 2048) ||
+                       (c.head_dim == 64 && keys > (is_causal(c.mask) ? 4096 : 2048));
     const bool two = (c.head_dim == 128 && !three) || c.head_dim == 256;
     wgmma_pasa.block_m = three ? 192 : two ? 128 : 64;
     wgmma_pasa.num_warps = three ? 12 : two ? 8 : 4;
