@@ -6,6 +6,26 @@
 
 namespace ftattn::gpu_test {
 
+DeviceIo::DeviceIo(const reference::Tensor16& q_host, const reference::Tensor16& k_host,
+                   const reference::Tensor16& v_host)
+    : q(q_host.data.size() * 2),
+      k(k_host.data.size() * 2),
+      v(v_host.data.size() * 2),
+      o(q_host.data.size() * 2) {
+  q.upload(q_host.data.data(), q.bytes());
+  k.upload(k_host.data.data(), k.bytes());
+  v.upload(v_host.data.data(), v.bytes());
+  o.fill_bytes(0xFF);
+}
+
+reference::Tensor16 DeviceIo::output(const Problem& problem) const {
+  reference::Tensor16 out;
+  out.strides = problem.o;
+  out.data.resize(o.bytes() / 2);
+  o.download(out.data.data(), o.bytes());
+  return out;
+}
+
 CaseResult run_case(Runtime& rt, const KernelConfig& config, const Problem& problem, bool with_lse,
                     int rows, uint64_t seed, bool via_attention,
                     const std::vector<uint8_t>* block_mask, const ProtectOptions* protect,

@@ -4,6 +4,7 @@
 
 #include "ftattn/reference.hpp"
 #include "ftattn/runtime.hpp"
+#include "runtime/driver.hpp"
 
 namespace ftattn::gpu_test {
 
@@ -20,6 +21,16 @@ CaseResult run_case(Runtime& rt, const KernelConfig& config, const Problem& prob
                     int rows, uint64_t seed, bool via_attention = false,
                     const std::vector<uint8_t>* block_mask = nullptr,
                     const ProtectOptions* protect = nullptr, FaultReport* fault = nullptr);
+
+// Device copies of inputs the caller made, and an output of Q's size poisoned with NaN (0xFF
+// bytes, so an element the kernel does not write shows).
+struct DeviceIo {
+  runtime::DeviceBuffer q, k, v, o;
+  DeviceIo(const reference::Tensor16& q, const reference::Tensor16& k,
+           const reference::Tensor16& v);
+  // O downloaded, with `problem`'s O strides.
+  reference::Tensor16 output(const Problem& problem) const;
+};
 
 // A protected config on `problem` (with LSE, 256 rows checked): the reference check passes and
 // the fault report is clean.

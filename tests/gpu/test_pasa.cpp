@@ -152,19 +152,11 @@ OverflowRun run_inputs(Runtime& rt, const KernelConfig& c, const Problem& pr, Ge
   const auto q = gen(pr.heads_q, pr.seqlen_q, pr.q, false);
   const auto k = gen(pr.heads_kv, pr.seqlen_k, pr.k, true);
   const auto v = gen(pr.heads_kv, pr.seqlen_k, pr.v, false);
-  runtime::DeviceBuffer dq(q.data.size() * 2), dk(k.data.size() * 2), dv(v.data.size() * 2),
-      dout(q.data.size() * 2);
-  dq.upload(q.data.data(), dq.bytes());
-  dk.upload(k.data.data(), dk.bytes());
-  dv.upload(v.data.data(), dv.bytes());
-  dout.fill_bytes(0xFF);
+  const gpu_test::DeviceIo io(q, k, v);
   OverflowRun out;
-  out.fault = rt.kernel(c)->run(pr, dq.data(), dk.data(), dv.data(), dout.data(), nullptr, nullptr,
-                                nullptr, protect);
-  reference::Tensor16 o;
-  o.strides = pr.o;
-  o.data.resize(q.data.size());
-  dout.download(o.data.data(), dout.bytes());
+  out.fault = rt.kernel(c)->run(pr, io.q.data(), io.k.data(), io.v.data(), io.o.data(), nullptr,
+                                nullptr, nullptr, protect);
+  const reference::Tensor16 o = io.output(pr);
 
   const std::vector<float> got = campaign::dense_output(pr, Precision::f16, o);
   const std::vector<double> ref = campaign::reference_output(pr, Precision::f16, c.mask, q, k, v);
