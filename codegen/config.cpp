@@ -329,8 +329,8 @@ bool uses_wgmma(const KernelConfig& c) {
   const bool wide16 = (b16 || c.precision == Precision::f16_pasa) &&
                       c.protection == Protection::none && !c.fault_injection && c.num_warps == 8 &&
                       c.block_n == 64;
-  const bool head_dim_ok = c.head_dim == 64 || c.head_dim == 128 ||
-                           (c.head_dim == 256 && (c.precision == Precision::fp8_e4m3 || wide16));
+  const bool head_dim_ok =
+      c.head_dim == 64 || c.head_dim == 128 || (c.head_dim == 256 && (q8 || wide16));
   // The 16-bit skeleton also carries every checksum scheme and the fault-injection sites.
   const bool q8_ok = q8 && c.protection == Protection::none && !c.fault_injection;
   const bool b16_ok = b16 && !is_block_sparse(c.mask) && c.protection != Protection::decoupled;
@@ -346,13 +346,16 @@ bool uses_wgmma(const KernelConfig& c) {
 bool warp_specialized(const KernelConfig& c) {
   // 16-bit (kernel/fwd_ws_sm90.cuh): any protection and injection build on the wgmma skeleton.
   // 8-bit (kernel/fwd_q8_ws_sm90.cuh, Q8WgmmaTraits): on the wgmma skeleton, which is
-  // unprotected, at head_dim 64 and 128, fp8 also at 256.
-  const bool q8 =
-      element_bytes(c.precision) == 1 && (c.head_dim <= 128 || c.precision == Precision::fp8_e4m3);
+  // unprotected, at head_dims 64 to 256.
+  const bool q8 = element_bytes(c.precision) == 1;
   // f16_pasa also with three consumer warpgroups (num_warps 12): its FP16 scores leave the
   // registers for a third.
   const bool three = c.num_warps == 12 && c.precision == Precision::f16_pasa;
   return uses_wgmma(c) && (element_bytes(c.precision) == 2 || q8) && (c.num_warps == 8 || three);
+}
+
+bool lazy_int8_softmax(const KernelConfig& c) {
+  return c.precision == Precision::int8 && uses_wgmma(c);
 }
 
 int launch_threads(const KernelConfig& c) {

@@ -60,7 +60,8 @@ std::vector<double> dequantized_row(const std::vector<float>& x, Precision p, fl
 
 std::vector<double> attention_row(const Problem& pr, Precision p, Mask mask, int block_n,
                                   const reference::Tensor16& q, const reference::Tensor16& k,
-                                  const reference::Tensor16& v, int b, int h, int row) {
+                                  const reference::Tensor16& v, int b, int h, int row,
+                                  bool lazy_int8) {
   const int d = pr.head_dim;
   const int hk = h / (pr.heads_q / pr.heads_kv);
   const Precision storage = Precision::f16;
@@ -96,8 +97,13 @@ std::vector<double> attention_row(const Problem& pr, Precision p, Mask mask, int
     mx = std::max(mx, logits[j]);
   }
   // The kernel's online softmax over blocks of block_n keys: P is quantised against the running
-  // max of the blocks seen so far, and the earlier state is rescaled when the max grows.
-  const double p_log2_range = p == Precision::int8 ? std::log2(127.0) : 8.0;
+  // max of the blocks seen so far, and the earlier state is rescaled when the max grows. Lazy
+  // int8: against a whole-number reference that moves to a block's max's ceiling only when that
+  // max exceeds it, P = round(255 2^(logit - reference)).
+  const bool lazy = lazy_int8 && p == Precision::int8;
+  const double p_log2_range = lazy                   ? std::log2(255.0)
+                              : p == Precision::int8 ? std::log2(127.0)
+                                                     : 8.0;
   std::vector<double> vscale(d);
   for (int i = 0; i < d; ++i) vscale[i] = v_amax[i] / range(p);
   double l = 0, m = -std::numeric_limits<double>::infinity();
@@ -105,6 +111,11 @@ std::vector<double> attention_row(const Problem& pr, Precision p, Mask mask, int
     const int end = std::min(last + 1, key0 + block_n);
     double mn = m;
     for (int j = key0; j < end; ++j) mn = std::max(mn, logits[j]);
+    if (lazy) {
+      double block_max = -std::numeric_limits<double>::infinity();
+      for (int j = key0; j < end; ++j) block_max = std::max(block_max, logits[j]);
+      mn = block_max > m ? std::ceil(block_max) : m;
+    }
     const double rescale = std::exp2(m - mn);
     l *= rescale;
     for (double& x : out) x *= rescale;

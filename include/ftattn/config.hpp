@@ -103,9 +103,9 @@ void validate(const KernelConfig& config);
 // True when `config` runs a Hopper warpgroup-MMA skeleton (kernel/fwd_q8_sm90.cuh for fp8_e4m3 and
 // int8, unprotected and without fault injection; kernel/fwd_sm90.cuh for f16 and bf16, protection
 // none or flash_abft, masks none or causal): sm_90a, head_dim 64 or 128, block_n 64 or 128, 16
-// rows per warp in whole warpgroups (num_warps 4 or 8), two or more stages; head_dim 256 for fp8,
-// and for f16, bf16 and f16_pasa unprotected at block_n 64 with two consumer warpgroups (the
-// warp-specialised kernel, num_warps 8: O's 128 registers need its consumers' 224). Other
+// rows per warp in whole warpgroups (num_warps 4 or 8), two or more stages; head_dim 256 for int8
+// and fp8, and for f16, bf16 and f16_pasa unprotected at block_n 64 with two consumer warpgroups
+// (the warp-specialised kernel, num_warps 8: O's 128 registers need its consumers' 224). Other
 // configs run the mma.sync skeletons (on sm_90 ptxas emulates mma.sync e4m3 with f16 MMAs);
 // `--arch sm_90` keeps them.
 bool uses_wgmma(const KernelConfig& config);
@@ -118,10 +118,16 @@ bool quantises_q_in_kernel(const KernelConfig& config);
 
 // True when `config` runs a warp-specialised Hopper skeleton: uses_wgmma and num_warps 8 (two
 // consumer warpgroups), and either f16, bf16 or f16_pasa with any protection and injection build
-// uses_wgmma takes (kernel/fwd_ws_sm90.cuh), or int8 or fp8_e4m3 at head_dim 64 or 128, fp8 also
-// 256 (kernel/fwd_q8_ws_sm90.cuh; the 8-bit wgmma skeleton is unprotected). Its CTA has a third,
+// uses_wgmma takes (kernel/fwd_ws_sm90.cuh), or int8 or fp8_e4m3 (kernel/fwd_q8_ws_sm90.cuh; the
+// 8-bit wgmma skeleton is unprotected). Its CTA has a third,
 // producer warpgroup: see launch_threads.
 bool warp_specialized(const KernelConfig& config);
+
+// True when `config` runs int8's lazy softmax (kernel/fwd_q8_sm90.cuh, q8::lazy_softmax): int8 on
+// a wgmma skeleton, where O stays in INT32 and P is unsigned, round(255 * 2^(x - ref)) against a
+// whole-number reference that moves only when a key block's max exceeds it
+// (quant_model::attention_row models it).
+bool lazy_int8_softmax(const KernelConfig& config);
 
 // Threads per CTA of `config`'s attention kernel: 32 * num_warps, plus the producer warpgroup's
 // 128 when warp_specialized.

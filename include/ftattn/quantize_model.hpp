@@ -28,9 +28,13 @@ float range(Precision p);
 // One output row of `problem` as the int8 / fp8_e4m3 kernel computes it from 16-bit inputs
 // (f16 storage; Q scaled per token, K per codegen::k_scale_block keys, V per channel), in double
 // apart from the quantisation steps: the online softmax over blocks of
-// `block_n` keys, P quantised against the running max. Masks: none or causal.
+// `block_n` keys, P quantised against the running max. Masks: none or causal. `lazy_int8`: int8
+// as the Hopper wgmma kernels compute it (codegen::lazy_int8_softmax): P unsigned, round(255 *
+// 2^(logit - ref)) against a whole-number reference that moves to a block's max's ceiling only
+// when that max exceeds it.
 std::vector<double> attention_row(const Problem& problem, Precision p, Mask mask, int block_n,
                                   const reference::Tensor16& q, const reference::Tensor16& k,
-                                  const reference::Tensor16& v, int b, int h, int row);
+                                  const reference::Tensor16& v, int b, int h, int row,
+                                  bool lazy_int8 = false);
 
 }  // namespace ftattn::quant_model

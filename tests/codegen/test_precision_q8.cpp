@@ -285,11 +285,10 @@ TEST_CASE("NVRTC compiles every 8-bit config with 8-bit MMAs and no spills",
         const codegen::KernelSource src = codegen::generate(c);
         const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
         if (uses_wgmma(c)) {  // the wgmma skeleton's own case below has the rest
-          // Documented (README, precisions): int8 causal at head_dim 128 keeps its two row sums
-          // in local memory across each key block since Q is quantised in the kernel (24 bytes;
-          // the H100 ran it as fast as with Q's separate pass, fused_q_ab.csv).
+          // Documented (README, precisions): int8 causal at head_dim 128 spills in its masked
+          // (diagonal) key-block step only, 72 bytes stored and reloaded once per such block.
           const bool known = t.p == Precision::int8 && d == 128 && m == Mask::causal;
-          CHECK(runtime::parse_ptxas_log(out.log, src.symbol).spill_stores <= (known ? 24 : 0));
+          CHECK(runtime::parse_ptxas_log(out.log, src.symbol).spill_stores <= (known ? 72 : 0));
           continue;
         }
         const std::string mma = t.p == Precision::int8
@@ -354,7 +353,7 @@ TEST_CASE("8-bit on sm_90a: the wgmma skeleton, when it applies, and what it com
   }));
   CHECK_FALSE(with([](KernelConfig& c) { c.protection = Protection::flash_abft; }));
   CHECK(with([](KernelConfig& c) { c.head_dim = 256; }));  // two swizzle atoms per row
-  CHECK_FALSE(with([](KernelConfig& c) {                   // O and P V, 128 registers each, spill
+  CHECK(with([](KernelConfig& c) {  // int8's O is its only 128-register tile (lazy softmax)
     c.head_dim = 256;
     c.precision = Precision::int8;
   }));
@@ -364,10 +363,14 @@ TEST_CASE("8-bit on sm_90a: the wgmma skeleton, when it applies, and what it com
   CHECK_FALSE(with([](KernelConfig& c) { c.num_warps = 4; }));  // 32 rows per warp
   const KernelConfig wide = default_config(256, Precision::fp8_e4m3, Mask::none, kSm90a);
   CHECK(uses_wgmma(wide));
-  // fp8 at 256: the warp-specialised 128 x 64 w8s3 (two consumers of 224 registers hold O).
-  CHECK((wide.block_m == 128 && wide.block_n == 64 && wide.num_warps == 8 && wide.num_stages == 3 &&
-         warp_specialized(wide)));
-  CHECK_FALSE(uses_wgmma(default_config(256, Precision::int8, Mask::none, kSm90a)));
+  // 8-bit at 256: the warp-specialised 128 x 64 w8s3 (two consumers of 224 registers hold O).
+  for (Precision p : {Precision::fp8_e4m3, Precision::int8})
+    for (Mask m : {Mask::none, Mask::causal}) {
+      const KernelConfig c = default_config(256, p, m, kSm90a);
+      INFO(c.name());
+      CHECK((c.block_m == 128 && c.block_n == 64 && c.num_warps == 8 && c.num_stages == 3 &&
+             warp_specialized(c)));
+    }
   // Kernel::launch fuses Q's quantisation into the wgmma kernel up to head dim 128 only.
   CHECK(quantises_q_in_kernel(wg));
   CHECK(quantises_q_in_kernel(default_config(64, Precision::int8, Mask::none, kSm90a)));

@@ -103,13 +103,14 @@ TEST_CASE("warp_specialized: two consumer warpgroups of int8 and fp8 tiles at he
         sm90.arch = Arch{90, false};
         CHECK_FALSE(warp_specialized(sm90));
       }
-  // fp8 at head dim 256 too (O alone is 128 registers: the consumers' 224 hold it); int8 there
-  // has no wgmma kernel (O and an INT32 P V tile of 128 registers each).
-  const KernelConfig wide = test::tile_config(256, 128, 64, 8, 2, kSm90a, Precision::fp8_e4m3);
-  CHECK(uses_wgmma(wide));
-  CHECK(warp_specialized(wide));
-  CHECK(launch_threads(wide) == 384);
-  CHECK_FALSE(uses_wgmma(test::tile_config(256, 128, 64, 8, 2, kSm90a, Precision::int8)));
+  // Head dim 256 too (O alone is 128 registers, FP32 for fp8, INT32 for int8: the consumers' 224
+  // hold it).
+  for (Precision p : {Precision::int8, Precision::fp8_e4m3}) {
+    const KernelConfig wide = test::tile_config(256, 128, 64, 8, 2, kSm90a, p);
+    CHECK(uses_wgmma(wide));
+    CHECK(warp_specialized(wide));
+    CHECK(launch_threads(wide) == 384);
+  }
 }
 
 TEST_CASE("warp_specialized: the mbarriers take 256 bytes after the tiles", "[ws][codegen]") {
@@ -209,15 +210,18 @@ TEST_CASE("warp_specialized 8-bit units: producer and consumers, no spills, no s
           const WsUnit u = check_ws_unit(c, "attention_fwd_q8_ws_sm90");
           const runtime::NvrtcOutput& out = u.out;
           // GEMM I in four copies (first block or not, masked or not) of d / 32 k-steps, GEMM II
-          // in three (the last block's after the loop) of n / 32; int8's S and P V in INT32.
+          // in three (the last block's after the loop) of n / 32; int8's S and O in INT32, its P
+          // unsigned (the lazy softmax).
           const std::string wgmma = "wgmma.mma_async.sync.aligned.m64n";
-          const std::string acc = p == Precision::int8 ? "k32.s32.s8.s8" : "k32.f32.e4m3.e4m3";
+          const bool int8 = p == Precision::int8;
+          const std::string acc1 = int8 ? "k32.s32.s8.s8" : "k32.f32.e4m3.e4m3";
+          const std::string acc2 = int8 ? "k32.s32.u8.s8" : acc1;
           const int gemm1 = 4 * (d / 32), gemm2 = 3 * (n / 32);
-          if (n == d) {
-            CHECK(test::count(out.ptx, wgmma + std::to_string(n) + acc) == gemm1 + gemm2);
+          if (n == d && !int8) {
+            CHECK(test::count(out.ptx, wgmma + std::to_string(n) + acc1) == gemm1 + gemm2);
           } else {
-            CHECK(test::count(out.ptx, wgmma + std::to_string(n) + acc) == gemm1);
-            CHECK(test::count(out.ptx, wgmma + std::to_string(d) + acc) == gemm2);
+            CHECK(test::count(out.ptx, wgmma + std::to_string(n) + acc1) == gemm1);
+            CHECK(test::count(out.ptx, wgmma + std::to_string(d) + acc2) == gemm2);
           }
           const ResourceUsage r = runtime::parse_ptxas_log(out.log, u.symbol);
           CHECK(r.registers > 0);

@@ -56,6 +56,7 @@ struct Q8Traits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, Precis
   static constexpr int o_stride = HeadDim * 2 + 16;  // the epilogue stages 16-bit O rows
   static constexpr int loop_bytes = q_bytes + NumStages * (k_stage_bytes + v_stage_bytes);
   static constexpr int smem_bytes = loop_bytes > BlockM* o_stride ? loop_bytes : BlockM* o_stride;
+  static constexpr float p_log2_range = PrecisionT::p_log2_range;  // P = 2^(t + p_log2_range)
 
   static_assert(HeadDim % 32 == 0, "8-bit MMAs step head_dim by 32");
   static_assert(BlockN % 32 == 0, "8-bit MMAs step block_n by 32");
@@ -180,33 +181,47 @@ __device__ __forceinline__ float row_scale(const AttentionParams& p, int batch, 
   return fmaxf(qs, 1e-30f);
 }
 
-// The online softmax of row half r of a 16-row tile (x: its dequantised-by-key scores, masked
-// -inf): the new running max, rounded up so that t = x s_Q - max <= 0; P = 2^(t + p_log2_range)
-// into the A fragments pa[kc][2 h + r], one register per 4 keys, in the key order V^T is stored
-// in; this thread's share of the block's l is added to `sum`, the rescale of the old state goes
-// to `rescale`.
-template <class P, int kST>
-__device__ __forceinline__ void softmax_row(const float (&x)[kST][4], int r, float qs,
-                                            float& row_max, u32 (&pa)[kST / 4][4],
-                                            typename P::PSum& sum, float& rescale) {
+// The block's max of row half r times qs, rounded up (>= every x qs of the row), over the
+// row's quad.
+template <int kST>
+__device__ __forceinline__ float block_row_max(const float (&x)[kST][4], int r, float qs) {
   float mx = neg_inf();
 #pragma unroll
   for (int nt = 0; nt < kST; ++nt) mx = fmaxf(mx, fmaxf(x[nt][2 * r], x[nt][2 * r + 1]));
-  mx = fmaxf(row_max, __fmul_ru(quad_max(mx), qs));
-  const float shift = mx == neg_inf() ? 0.f : mx;  // fully masked so far: P stays 0
-  rescale = fast_exp2(row_max - shift);
-  row_max = mx;
-  const float offset = P::p_offset(shift);
+  return __fmul_ru(quad_max(mx), qs);
+}
+
+// Row half r's P from exponents x qs + offset into the A fragments pa[kc][2 h + r], one register
+// per 4 keys, in the key order V^T is stored in: word(t0, t1, t2, t3) packs four (the
+// precision's p_word, adding to the caller's sum).
+template <int kST, class Word>
+__device__ __forceinline__ void p_words(const float (&x)[kST][4], int r, float qs, float offset,
+                                        u32 (&pa)[kST / 4][4], Word&& word) {
 #pragma unroll
   for (int kc = 0; kc < kST / 4; ++kc)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // keys 0-15, then 16-31 of the chunk
       const float(&t0)[4] = x[4 * kc + 2 * h];
       const float(&t1)[4] = x[4 * kc + 2 * h + 1];
-      pa[kc][2 * h + r] =
-          P::p_word(fmaf(t0[2 * r], qs, offset), fmaf(t0[2 * r + 1], qs, offset),
-                    fmaf(t1[2 * r], qs, offset), fmaf(t1[2 * r + 1], qs, offset), sum);
+      pa[kc][2 * h + r] = word(fmaf(t0[2 * r], qs, offset), fmaf(t0[2 * r + 1], qs, offset),
+                               fmaf(t1[2 * r], qs, offset), fmaf(t1[2 * r + 1], qs, offset));
     }
+}
+
+// The online softmax of row half r of a 16-row tile (x: its dequantised-by-key scores, masked
+// -inf): the new running max, rounded up so that t = x s_Q - max <= 0; P = 2^(t + p_log2_range)
+// into the A fragments pa (p_words); this thread's share of the block's l is added to `sum`, the
+// rescale of the old state goes to `rescale`.
+template <class P, int kST>
+__device__ __forceinline__ void softmax_row(const float (&x)[kST][4], int r, float qs,
+                                            float& row_max, u32 (&pa)[kST / 4][4],
+                                            typename P::PSum& sum, float& rescale) {
+  const float mx = fmaxf(row_max, block_row_max(x, r, qs));
+  const float shift = mx == neg_inf() ? 0.f : mx;  // fully masked so far: P stays 0
+  rescale = fast_exp2(row_max - shift);
+  row_max = mx;
+  p_words(x, r, qs, P::p_offset(shift), pa,
+          [&](float t0, float t1, float t2, float t3) { return P::p_word(t0, t1, t2, t3, sum); });
 }
 
 // softmax_row for scores not yet dequantised by key, whose key scales are constant over kGroups
@@ -250,7 +265,7 @@ __device__ __forceinline__ void softmax_row_grouped(const float (&s)[kST][4], in
 }
 
 // The epilogue: O * s_V[channel] / l as f16 or bf16, staged in shared memory at sQ (every warp's
-// rows, T::o_stride bytes apart), written in 16-byte rows; LSE = max + log2(l) - p_log2_range,
+// rows, T::o_stride bytes apart), written in 16-byte rows; LSE = max + log2(l) - T::p_log2_range,
 // in natural-log units. Shared by the sm80 and sm90 8-bit skeletons (accumulators in the m16n8
 // layout: kMT tiles of 16 rows from warp_row).
 template <class T, int kMT, int kOT>
@@ -260,7 +275,6 @@ __device__ __forceinline__ void store_output(const AttentionParams& p,
                                              const float (&row_max)[kMT][2], u32 sQ, int row0,
                                              int warp_row, int lane, int batch, int head,
                                              int head_kv) {
-  using P = typename T::Precision;
   const float* v_scale = p.v_scale + static_cast<i64>(batch * p.heads_kv + head_kv) * T::head_dim;
   float vs[kOT][2];
 #pragma unroll
@@ -285,7 +299,7 @@ __device__ __forceinline__ void store_output(const AttentionParams& p,
       const int row = row0 + tile_row;
       if (p.lse != nullptr && lane % 4 == 0 && row < p.seqlen_q) {
         const float lse =
-            l > 0.f ? (row_max[mt][r] + fast_log2(l) - P::p_log2_range) * 0.6931471805599453f
+            l > 0.f ? (row_max[mt][r] + fast_log2(l) - T::p_log2_range) * 0.6931471805599453f
                     : neg_inf();
         p.lse[(static_cast<i64>(batch) * p.heads_q + head) * p.seqlen_q + row] = lse;
       }

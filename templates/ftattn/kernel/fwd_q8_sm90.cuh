@@ -9,7 +9,8 @@
 // 16 so that the S accumulators are P's A fragments as they stand; the wgmma A fragment is the
 // m16n8k32 one per warp). Tiles are stored in the wgmma swizzle of their row width (64 or 128
 // bytes; 256-byte rows as two 128-byte atoms side by side). K and V arrive through a
-// num_stages-deep cp.async pipeline, one group per key block.
+// num_stages-deep cp.async pipeline, one group per key block. int8 keeps O in INT32 and rescales
+// it only when a row's max outgrows its reference (q8::lazy_softmax).
 #pragma once
 
 #include "ftattn/arch/sm80/cp_async.cuh"
@@ -41,12 +42,17 @@ struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, P
   static constexpr int o_stride = HeadDim * 2 + 16;  // the epilogue stages 16-bit O rows
   static constexpr int loop_bytes = q_bytes + NumStages * (k_stage_bytes + v_stage_bytes);
   static constexpr int out_bytes = BlockM * o_stride;
-  // Two consumer warpgroups at head_dim 64 or 128 (fp8 also 256) run warp-specialised (kernel/
-  // fwd_q8_ws_sm90.cuh): a producer warpgroup loads, the consumers take turns on the tensor
-  // cores. Its mbarriers sit after the tiles. int8 at 256 would hold O and an INT32 P V tile of
-  // 128 registers each.
-  static constexpr bool warp_specialized =
-      NumWarps == 8 && (HeadDim <= 128 || PrecisionT::pv_into_output);
+  // P = 2^(t + p_log2_range): int8's P here is unsigned (q8::lazy_softmax), fp8's as on sm80.
+  static constexpr float p_log2_range = [] {
+    if constexpr (PrecisionT::pv_into_output)
+      return PrecisionT::p_log2_range;
+    else
+      return PrecisionT::lazy_p_log2_range;
+  }();
+  // Two consumer warpgroups run warp-specialised (kernel/fwd_q8_ws_sm90.cuh): a producer
+  // warpgroup loads, the consumers take turns on the tensor cores. Its mbarriers sit after the
+  // tiles.
+  static constexpr bool warp_specialized = NumWarps == 8;
   static constexpr int launch_threads = NumWarps * 32 + (warp_specialized ? 128 : 0);
   static constexpr int tiles_bytes = loop_bytes > out_bytes ? loop_bytes : out_bytes;
   static constexpr int barrier_bytes = warp_specialized ? 256 : 0;
@@ -61,8 +67,6 @@ struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, P
   static_assert(HeadDim == 64 || HeadDim == 128 || HeadDim == 256,
                 "wgmma tiles: 64-, 128- or 2 x 128-byte Q and K rows");
   static_assert(BlockN == 64 || BlockN == 128, "wgmma tiles: 64- or 128-byte V^T rows");
-  static_assert(HeadDim < 256 || PrecisionT::pv_into_output,
-                "int8 at head_dim 256: O and a P V tile of 128 registers each spill (~500 bytes)");
   static_assert(NumWarps % 4 == 0 && BlockM == 16 * NumWarps, "64 rows per warpgroup");
   static_assert(NumStages >= 2, "the wgmma skeleton prefetches at least one block");
 };
@@ -152,15 +156,15 @@ __device__ __forceinline__ void gemm1(Acc (&s)[kST][4], u32 sQ, u32 sKs, int gro
   }
 }
 
-// GEMM II's MMAs: d += P V^T-as-B, P from registers (pa, softmax_row's fragments), V^T at sVs
-// (fp8: d is O; int8: the block's INT32 P V tile). Issue only.
+// GEMM II's MMAs: d += P V^T-as-B, P from registers (pa, the softmax's fragments), V^T at sVs
+// (fp8: d is O in FP32; int8: O in INT32, P unsigned). Issue only.
 template <class T, class Acc, int kOT, int kKC>
 __device__ __forceinline__ void gemm2(Acc (&d)[kOT][4], const u32 (&pa)[kKC][4], u32 sVs) {
 #pragma unroll
   for (int kc = 0; kc < kKC; ++kc) {
     if constexpr (!T::Precision::pv_into_output)
-      sm90::wgmma_s8_rs(reinterpret_cast<int(&)[kOT * 4]>(d), pa[kc],
-                        sm90::descriptor<T::block_n>(sVs + kc * 32));
+      sm90::wgmma_u8s8_rs(reinterpret_cast<int(&)[kOT * 4]>(d), pa[kc],
+                          sm90::descriptor<T::block_n>(sVs + kc * 32));
     else
       sm90::wgmma_e4m3_rs(reinterpret_cast<float(&)[kOT * 4]>(d), pa[kc],
                           sm90::descriptor<T::block_n>(sVs + kc * 32));
@@ -206,33 +210,82 @@ __device__ __forceinline__ void block_scores(const AttentionParams& p, const Acc
   }
 }
 
-// The online softmax of a warp's 16 rows (q8::softmax_row; fp8: softmax_row_grouped on kg): P
-// lands in GEMM II's A fragments pa, row_max and row_sum move on, and rescale gets the factor of
-// the old state. fp8 (P V accumulates into O) rescales O here; int8 folds its P V tile with
-// rescale afterwards (fold_pv).
+// fp8's online softmax of a warp's 16 rows (softmax_row_grouped on kg): P lands in GEMM II's A
+// fragments pa, row_max and row_sum move on, and O is rescaled by the old state's factor.
 template <class T, int kST, int kGroups, int kOT>
 __device__ __forceinline__ void online_softmax(const float (&x)[kST][4], const float (&kg)[kGroups],
                                                const float (&q_scale)[2], float (&row_max)[2],
                                                float (&row_sum)[2], float (&o)[kOT][4],
-                                               u32 (&pa)[kST / 4][4], float (&rescale)[2]) {
+                                               u32 (&pa)[kST / 4][4]) {
   using P = typename T::Precision;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     typename P::PSum sum = 0;
-    if constexpr (!P::pv_into_output)
-      softmax_row<P>(x, r, q_scale[r], row_max[r], pa, sum, rescale[r]);
-    else
-      softmax_row_grouped<P>(x, r, q_scale[r], kg, row_max[r], pa, sum, rescale[r]);
-    row_sum[r] = row_sum[r] * rescale[r] + P::p_sum(sum);
-    if constexpr (P::pv_into_output) {
+    float rescale;
+    softmax_row_grouped<P>(x, r, q_scale[r], kg, row_max[r], pa, sum, rescale);
+    row_sum[r] = row_sum[r] * rescale + P::p_sum(sum);
 #pragma unroll
-      for (int nt = 0; nt < kOT; ++nt) {
-        o[nt][2 * r] *= rescale[r];
-        o[nt][2 * r + 1] *= rescale[r];
-      }
+    for (int nt = 0; nt < kOT; ++nt) {
+      o[nt][2 * r] *= rescale;
+      o[nt][2 * r + 1] *= rescale;
     }
   }
 }
+
+// int8's softmax keeps O in INT32 (GEMM II accumulates onto it) and rescales it only when it
+// must. P = round(255 2^(x s_Q - ref)), unsigned, against a per-row reference `ref` that is a
+// whole number (base-2 logits): while a block's rounded-up max stays at or below ref nothing is
+// rescaled, and P keeps 7 to 8 bits. A block whose max exceeds it moves ref up to that max's
+// ceiling, and O and l are rescaled by 2^-(the step): an arithmetic shift of O's integers, with
+// rounding, no conversion. Such a fold runs for a whole warp when any of its rows needs one
+// (rows that do not shift by 0). Overflow: |O| <= 127 L, L the row's sum of P, and every
+// `check_sum` block (at most 2^21 P per row apart) halves a row whose L exceeds 2^22, so
+// |O| + 2^29 (the rounding) stays below 2^31. l: this thread's share, FP32 (exact integers
+// below 2^24). The warp's quad lanes agree on every decision: their max and sum are butterflies.
+template <class T, int kST, int kOT>
+__device__ __forceinline__ void lazy_softmax(const float (&x)[kST][4], const float (&q_scale)[2],
+                                             float (&ref)[2], float (&row_sum)[2], int (&o)[kOT][4],
+                                             u32 (&pa)[kST / 4][4], bool check_sum) {
+  using P = typename T::Precision;
+  float block_max[2];
+  bool need[2], halve[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    block_max[r] = block_row_max(x, r, q_scale[r]);
+    need[r] = block_max[r] > ref[r];
+    halve[r] = check_sum && quad_sum(row_sum[r]) > 0x1p22f;
+  }
+  if (__any_sync(0xffffffffu, need[0] || need[1] || halve[0] || halve[1])) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float to = need[r] ? ceilf(block_max[r]) : ref[r];
+      if (halve[r]) to = fmaxf(to, ref[r] + 1.f);
+      // Nothing seen yet (ref -inf): O and l are 0, any shift leaves them so.
+      const int shift = ref[r] == neg_inf() ? 30 : static_cast<int>(fminf(to - ref[r], 30.f));
+      const int half = static_cast<int>((1u << shift) >> 1);
+#pragma unroll
+      for (int nt = 0; nt < kOT; ++nt) {
+        o[nt][2 * r] = (o[nt][2 * r] + half) >> shift;
+        o[nt][2 * r + 1] = (o[nt][2 * r + 1] + half) >> shift;
+      }
+      row_sum[r] *= __int_as_float((127 - shift) << 23);  // 2^-shift, exactly
+      ref[r] = to;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float offset = ref[r] == neg_inf() ? 0.f : -ref[r];  // no key yet: x is -inf, P 0
+    unsigned sum = 0;
+    p_words(x, r, q_scale[r], offset, pa, [&](float t0, float t1, float t2, float t3) {
+      return P::template p_word<255>(t0, t1, t2, t3, sum);
+    });
+    row_sum[r] += P::p_sum(sum);
+  }
+}
+
+// Blocks between lazy_softmax's checks of l: each adds at most 255 block_n / 4 to a thread's
+// share, 255 block_n to the row's l, so 64 of them add at most 2^21 (block_n <= 128).
+inline constexpr int kLazySumCheck = 64;
 
 // int8: INT32 accumulators set to the bias (P::acc_zero) by asm volatile moves, which stay
 // where they are written: plain stores were sunk past wgmma_fence next to the wgmma reading
@@ -244,15 +297,11 @@ __device__ __forceinline__ void set_bias(int (&a)[N][4]) {
     asm volatile("mov.b32 %0, %1;\n" : "=r"(a[i / 4][i % 4]) : "n"(T::Precision::acc_zero));
 }
 
-// int8: O = O * rescale + P V in one FMA per element (the sm80 skeleton's fused rescale), with
-// the rescale of the block whose INT32 P V tile pv is.
-template <class T, int kOT>
-__device__ __forceinline__ void fold_pv(float (&o)[kOT][4], const int (&pv)[kOT][4],
-                                        const float (&rescale)[2]) {
-  using P = typename T::Precision;
+// int8's O for the epilogue: its INT32 accumulators as floats.
+template <int kOT>
+__device__ __forceinline__ void o_as_float(const int (&oi)[kOT][4], float (&o)[kOT][4]) {
 #pragma unroll
-  for (int i = 0; i < kOT * 4; ++i)
-    o[i / 4][i % 4] = fmaf(o[i / 4][i % 4], rescale[(i % 4) / 2], P::to_float(pv[i / 4][i % 4]));
+  for (int i = 0; i < kOT * 4; ++i) o[i / 4][i % 4] = static_cast<float>(oi[i / 4][i % 4]);
 }
 
 }  // namespace q8
@@ -265,7 +314,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
   constexpr int kStages = T::num_stages;
   constexpr bool kOneGroup = T::num_warps == 4;  // one warpgroup per CTA
   using Acc = typename P::Acc;
-  constexpr bool kInt = !P::pv_into_output;  // int8: INT32 accumulators, a P V tile per block
+  constexpr bool kInt = !P::pv_into_output;  // int8: INT32 accumulators, O too (lazy_softmax)
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const u32 sQ = (sm80::smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -309,10 +358,14 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
   sm90::KeyBlockPipeline<kStages, kOneGroup> pipeline{n_blocks};
   pipeline.start(load_kv);
 
-  float o[1][kOT][4];
-  float row_max[1][2];  // base-2 logits
-  float row_sum[1][2];  // this thread's share, in units of 2^p_log2_range
+  float o[1][kOT][4];                          // fp8's O; int8's at the end
+  float row_max[1][2];                         // base-2 logits (int8: lazy_softmax's reference)
+  float row_sum[1][2];                         // this thread's share, in units of 2^p_log2_range
+  [[maybe_unused]] int oi[kInt ? kOT : 1][4];  // int8's O
   detail::clear_accumulators(o, row_max, row_sum);
+  if constexpr (kInt)
+#pragma unroll
+    for (int i = 0; i < kOT * 4; ++i) oi[i / 4][i % 4] = 0;
 
   auto step = [&](const int it, const int n_block, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
@@ -328,7 +381,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
     sm90::wgmma_fence();
     q8::gemm1<T>(s, sQ, sKs, group_row);
     sm90::wgmma_commit();
-    sm90::wgmma_wait<0>();  // GEMM I, and the previous GEMM II (O is rescaled below)
+    sm90::wgmma_wait<0>();  // GEMM I, and the previous GEMM II (O may be rescaled below)
     pipeline.after_gemm1(it, load_kv);
 
     // Dequantise by key, mask, and the online softmax: P lands in GEMM II's A fragments.
@@ -337,27 +390,24 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
     q8::block_scores<T, kMasked>(p, s, sKs, row0 + warp_row, n_block * T::block_n, lane, quad_t,
                                  diag, x, kg);
     u32 pa[kST / 4][4];
-    float rescale[2];
-    q8::online_softmax<T>(x, kg, q_scale, row_max[0], row_sum[0], o[0], pa, rescale);
+    if constexpr (kInt)
+      q8::lazy_softmax<T>(x, q_scale, row_max[0], row_sum[0], oi, pa,
+                          it % q8::kLazySumCheck == q8::kLazySumCheck - 1);
+    else
+      q8::online_softmax<T>(x, kg, q_scale, row_max[0], row_sum[0], o[0], pa);
 
     // GEMM II: O += P V^T-as-B, P from registers.
     const u32 sVs = sV + stage * T::v_stage_bytes;
-    if constexpr (kInt) {
-      // int8: the block's P V in an INT32 tile from the bias, folded into O.
-      int pv[kOT][4];
-#pragma unroll
-      for (int i = 0; i < kOT * 4; ++i) pv[i / 4][i % 4] = P::acc_zero;
-      sm90::wgmma_fence();
-      q8::gemm2<T>(pv, pa, sVs);
-      sm90::wgmma_commit();
-      sm90::wgmma_wait<0>();
-      q8::fold_pv<T>(o[0], pv, rescale);
-    } else {
-      sm90::wgmma_fence();
+    sm90::wgmma_fence();
+    if constexpr (kInt)
+      q8::gemm2<T>(oi, pa, sVs);
+    else
       q8::gemm2<T>(o[0], pa, sVs);
-      sm90::wgmma_commit();
-      if constexpr (!kOneGroup) sm90::wgmma_wait<0>();
-    }
+    sm90::wgmma_commit();
+    // One warpgroup: fp8 leaves GEMM II in flight into the next GEMM I. int8 waits: with P's
+    // registers live across GEMM I beside its INT32 O and S, 168 registers serialise the wgmmas
+    // (C7512) at head_dim 128.
+    if constexpr (!kOneGroup || kInt) sm90::wgmma_wait<0>();
   };
 
   detail::walk_key_blocks<T>(
@@ -366,6 +416,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
   sm80::cp_async_wait<0>();
   __syncthreads();
 
+  if constexpr (kInt) q8::o_as_float(oi, o[0]);
   q8::store_output<T>(p, o, row_sum, row_max, sQ, row0, warp_row, lane, batch, head, head_kv);
 }
 

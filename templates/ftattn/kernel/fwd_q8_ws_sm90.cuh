@@ -12,9 +12,9 @@
 //              (quantise_q_rows) and syncs only itself before its first GEMM I.
 //
 // A K buffer is released once the softmax has read the block's K scales from it, not when GEMM I
-// is done. fp8's GEMM II accumulates into O, which the softmax rescales before the turn that
-// issues it; int8's makes the block's INT32 P V tile, folded into O after the turn with that
-// block's rescale (kept across the turn).
+// is done. GEMM II accumulates into O (fp8: FP32, which the softmax rescales before the turn
+// that issues it; int8: INT32, rescaled only when a row's max outgrows its reference,
+// q8::lazy_softmax).
 #pragma once
 
 #include "ftattn/arch/sm80/cp_async.cuh"
@@ -104,10 +104,14 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
     sm90::named_barrier_sync(kQuantised + group, 128);
   }
 
-  float o[1][kOT][4];
-  float row_max[1][2];  // base-2 logits
-  float row_sum[1][2];  // this thread's share, in units of 2^p_log2_range
+  float o[1][kOT][4];                          // fp8's O; int8's at the end
+  float row_max[1][2];                         // base-2 logits (int8: lazy_softmax's reference)
+  float row_sum[1][2];                         // this thread's share, in units of 2^p_log2_range
+  [[maybe_unused]] int oi[kInt ? kOT : 1][4];  // int8's O
   detail::clear_accumulators(o, row_max, row_sum);
+  if constexpr (kInt)
+#pragma unroll
+    for (int i = 0; i < kOT * 4; ++i) oi[i / 4][i % 4] = 0;
 
   if (n_blocks > 0) {
     const sm90::TurnToken<1, 2> token{group};
@@ -115,28 +119,24 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
 
     u32 pa[kST / 4][4];  // the previous block's P, GEMM II's A operand
     Acc s[kST][4];       // this block's S
-    // int8: the previous block's P V tile, and the rescale of O it is folded in with.
-    [[maybe_unused]] int pv[kInt ? kOT : 1][4];
-    float rescale[2];
     // One turn on the tensor cores: GEMM II of block j - 1, GEMM I of block j into s; returns
-    // once both are done, V's buffer released and (int8) the P V tile folded into O. Which MMAs
-    // run is fixed at compile time: a wgmma under a branch makes ptxas serialise them all.
+    // once both are done and V's buffer released. Which MMAs run is fixed at compile time: a
+    // wgmma under a branch makes ptxas serialise them all.
     auto turn = [&](int j, auto pv_flag, auto qk_flag) {
       constexpr bool kPV = decltype(pv_flag)::value;
       constexpr bool kQK = decltype(qk_flag)::value;
       if (kQK) pipe.wait_k(j);
       if (kPV) pipe.wait_v(j - 1);
       sm90::fence_async_shared();  // the producer's copies, seen by the tensor cores
-      if constexpr (kInt) {        // INT32 accumulators start from the bias
+      if constexpr (kInt) {        // INT32 scores start from the bias
         if constexpr (kQK) q8::set_bias<T>(s);
-        if constexpr (kPV) q8::set_bias<T>(pv);
       }
       token.wait();
       sm90::wgmma_fence();
       if constexpr (kPV) {
         const u32 sVs = sV + ((j - 1) % kStages) * T::v_stage_bytes;
         if constexpr (kInt)
-          q8::gemm2<T>(pv, pa, sVs);
+          q8::gemm2<T>(oi, pa, sVs);
         else
           q8::gemm2<T>(o[0], pa, sVs);
       }
@@ -145,12 +145,9 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
       token.pass(/*last=*/!kQK);  // the last turn has no GEMM I
       sm90::wgmma_wait<0>();
       if (kPV && lane == 0) pipe.release_v(j - 1);
-      if constexpr (kInt) {  // (nested: kInt alone is known when T is, kPV in the turn)
-        if constexpr (kPV) q8::fold_pv<T>(o[0], pv, rescale);
-      }
     };
 
-    auto step = [&](int, const int j, auto masked) {
+    auto step = [&](const int it, const int j, auto masked) {
       if (j == 0)
         turn(j, detail::Bool<false>{}, detail::Bool<true>{});
       else
@@ -162,7 +159,11 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
                                                    diag, x, kg);
       __syncwarp();  // every lane has read its K scales: the K buffer may be refilled
       if (lane == 0) pipe.release_k(j);
-      q8::online_softmax<T>(x, kg, q_scale, row_max[0], row_sum[0], o[0], pa, rescale);
+      if constexpr (kInt)
+        q8::lazy_softmax<T>(x, q_scale, row_max[0], row_sum[0], oi, pa,
+                            it % q8::kLazySumCheck == q8::kLazySumCheck - 1);
+      else
+        q8::online_softmax<T>(x, kg, q_scale, row_max[0], row_sum[0], o[0], pa);
     };
     detail::walk_key_blocks<T>(
         p.seqlen_k, row0, diag, n_blocks, [](int b) { return b; }, step);
@@ -172,6 +173,7 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
   // Both warpgroups' MMAs are done before the epilogue stages O over the Q tile (warpgroup 1's
   // rows reach past it into the first K buffer).
   sm90::named_barrier_sync(kConsumersDone, kConsumers);
+  if constexpr (kInt) q8::o_as_float(oi, o[0]);
   // The KV head only now: kept across the loop, int8's registers spilled it.
   q8::store_output<T>(p, o, row_sum, row_max, sQ, row0, warp_row, lane, batch, head,
                       head / p.group_size);

@@ -1,6 +1,7 @@
 // Precision policy int8 (INT-FlashAttention): INT8 Q, K, V with FP32 dequantisation scales,
-// m16n8k32 s8 tensor-core MMAs with exact INT32 accumulation, P quantised to round(127 p).
-// Used by the 8-bit skeleton (kernel/fwd_q8_sm80.cuh) and the quantisation kernels.
+// m16n8k32 s8 tensor-core MMAs with exact INT32 accumulation, P quantised to round(127 p) (the
+// wgmma skeletons: unsigned round(255 p) against a lazy reference, kernel/fwd_q8_sm90.cuh).
+// Used by the 8-bit skeletons and the quantisation kernels.
 #pragma once
 
 #include "ftattn/common/types.cuh"
@@ -16,6 +17,9 @@ struct Int8 {
   static constexpr float range = 127.f;  // symmetric: |q| <= 127 (the paper's "256" overflows)
   // P = round(127 * 2^(s - m)) = round(2^(s - m + log2 127)), in [0, 127]; 7 bits used.
   static constexpr float p_log2_range = 6.988684686772166f;
+  // The wgmma skeletons' P is unsigned (u8 x s8 MMAs): round(255 * 2^(s - ref)) against a
+  // reference that moves only in whole powers of two (kernel/fwd_q8_sm90.cuh, lazy_softmax).
+  static constexpr float lazy_p_log2_range = 7.994353436858858f;  // log2(255)
 
   // c += a * b: 16x32 by 32x8 INT8, INT32 accumulators (wrap-around, no saturation).
   __device__ __forceinline__ static void mma(int (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
@@ -50,10 +54,15 @@ struct Int8 {
   // added to `sum` (the paper's l = rowsum(P_int): exact, and what P V sees). 7 bits of P need
   // no FP32 exp: two f16x2 ops per pair take 2^t (ex2.approx.f16x2) and round 127 * 2^t to an
   // integer inside the f16 1536 + P (fma.rn.f16x2; f16 steps are 1 in [1024, 2048)), whose low
-  // byte is P. One prmt gathers four low bytes, one dp4a sums them.
+  // byte is P. One prmt gathers four low bytes, one dp4a sums them. Range 255 (unsigned P, the
+  // lazy softmax): 2^t <= 1 + 2^-10 for t <= 0 (ex2.approx.f16 errs by about an f16 ulp), so
+  // 255 * 2^t rounds to 255 at most, and 1536 + 255 stays below 2048.
   using PSum = unsigned;
+  template <int Range = 127>
   __device__ __forceinline__ static u32 p_word(float t0, float t1, float t2, float t3,
                                                unsigned& sum) {
+    static_assert(Range == 127 || Range == 255, "P is a signed or an unsigned byte");
+    constexpr u32 range2 = Range == 127 ? 0x57F057F0u : 0x5BF85BF8u;  // f16x2 {Range, Range}
     u32 w;
     asm("{\n\t"
         ".reg .b32 a, b;\n\t"
@@ -66,8 +75,7 @@ struct Int8 {
         "prmt.b32 %0, a, b, 0x6420;\n\t"
         "}"
         : "=r"(w)
-        : "f"(t0), "f"(t1), "f"(t2), "f"(t3), "r"(0x57F057F0u) /* 127, 127 */,
-          "r"(0x66006600u) /* 1536, 1536 */);
+        : "f"(t0), "f"(t1), "f"(t2), "f"(t3), "r"(range2), "r"(0x66006600u) /* 1536, 1536 */);
     asm("dp4a.u32.u32 %0, %1, %2, %0;" : "+r"(sum) : "r"(w), "r"(0x01010101u));
     return w;
   }

@@ -184,8 +184,8 @@ __device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[128], const u32 (&a)[4]
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
 
-// The s8 MMAs (int8): accumulators start from the caller's bias (INT32 adds wrap), so every
-// step accumulates.
+// The 8-bit integer MMAs (int8): every step accumulates (GEMM I from the caller's bias, INT32
+// adds wrap; GEMM II onto O's INT32 accumulators).
 // D += A B^T, m64n64k32 s8 -> s32 (wrapping), A and B K-major in shared memory.
 __device__ __forceinline__ void wgmma_s8_ss(int (&d)[32], u64 a, u64 b) {
   asm volatile(FTATTN_WGMMA("m64n64k32.s32.s8.s8", FTATTN_WG_R32 ", %32, %33, p", "%34")
@@ -193,11 +193,11 @@ __device__ __forceinline__ void wgmma_s8_ss(int (&d)[32], u64 a, u64 b) {
                : "l"(a), "l"(b), "r"(1));
 }
 
-// D += A B^T, m64n64k32 s8 -> s32 (wrapping), A from registers (the m16n8k32 A layout per
-// warp), B K-major in shared memory.
-__device__ __forceinline__ void wgmma_s8_rs(int (&d)[32], const u32 (&a)[4], u64 b) {
+// D += A B^T, m64n64k32 u8 x s8 -> s32 (wrapping), A (int8's P, unsigned) from registers (the
+// m16n8k32 A layout per warp), B K-major in shared memory.
+__device__ __forceinline__ void wgmma_u8s8_rs(int (&d)[32], const u32 (&a)[4], u64 b) {
   asm volatile(
-      FTATTN_WGMMA("m64n64k32.s32.s8.s8", FTATTN_WG_R32 ", {%32, %33, %34, %35}, %36, p", "%37")
+      FTATTN_WGMMA("m64n64k32.s32.u8.s8", FTATTN_WG_R32 ", {%32, %33, %34, %35}, %36, p", "%37")
       : FTATTN_WG_D32("+r", d)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
@@ -209,13 +209,22 @@ __device__ __forceinline__ void wgmma_s8_ss(int (&d)[64], u64 a, u64 b) {
                : "l"(a), "l"(b), "r"(1));
 }
 
-// D += A B^T, m64n128k32 s8 -> s32 (wrapping), A from registers (the m16n8k32 A layout per
-// warp), B K-major in shared memory.
-__device__ __forceinline__ void wgmma_s8_rs(int (&d)[64], const u32 (&a)[4], u64 b) {
+// D += A B^T, m64n128k32 u8 x s8 -> s32 (wrapping), A (int8's P, unsigned) from registers (the
+// m16n8k32 A layout per warp), B K-major in shared memory.
+__device__ __forceinline__ void wgmma_u8s8_rs(int (&d)[64], const u32 (&a)[4], u64 b) {
   asm volatile(
-      FTATTN_WGMMA("m64n128k32.s32.s8.s8", FTATTN_WG_R64 ", {%64, %65, %66, %67}, %68, p", "%69")
+      FTATTN_WGMMA("m64n128k32.s32.u8.s8", FTATTN_WG_R64 ", {%64, %65, %66, %67}, %68, p", "%69")
       : FTATTN_WG_D64("+r", d)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
+// D += A B^T, m64n256k32 u8 x s8 -> s32 (wrapping), A from registers: int8's GEMM II at
+// head_dim 256.
+__device__ __forceinline__ void wgmma_u8s8_rs(int (&d)[128], const u32 (&a)[4], u64 b) {
+  asm volatile(FTATTN_WGMMA("m64n256k32.s32.u8.s8",
+                            FTATTN_WG_R128 ", {%128, %129, %130, %131}, %132, p", "%133")
+               : FTATTN_WG_D128("+r", d)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
 
 // The 16-bit MMAs (f16 or bf16 operands, FP32 accumulators), k16 steps: 32 bytes of each
