@@ -6,6 +6,7 @@
 #include "ftattn/codegen.hpp"
 #include "ftattn/errors.hpp"
 #include "ftattn/pasa.hpp"
+#include "ftattn/quantize_params.cuh"
 
 namespace ftattn::codegen {
 namespace {
@@ -159,6 +160,18 @@ extern "C" __global__ void __launch_bounds__({launch_bounds})
           quantize_symbol(symbol, kernel, input[0] == 'B' ? Precision::bf16 : Precision::f16),
           kernel, input, precision.type, config.head_dim);
     }
+  // Hopper and later: V in one pass by clusters of CTAs (kernel/quantize_v_sm90.cuh).
+  if (config.arch.sm >= 90 && quantize_v_head_dim(config.head_dim)) {
+    text += "#include \"ftattn/kernel/quantize_v_sm90.cuh\"\n";
+    for (Precision input : {Precision::f16, Precision::bf16})
+      text += fmt::format(
+          "extern \"C\" __global__ void __cluster_dims__(ftattn::kQuantizeVCtas, 1, 1)\n"
+          "__launch_bounds__(ftattn::kQuantizeVThreads) {}(const ftattn::QuantizeParams params) "
+          "{{\n"
+          "  ftattn::quantize_v<ftattn::quant::{}In, {}, {}>(params);\n}}\n",
+          quantize_symbol(symbol, "quantize_v", input), input == Precision::bf16 ? "BF16" : "F16",
+          precision.type, config.head_dim);
+  }
   return text;
 }
 

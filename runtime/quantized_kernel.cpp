@@ -172,10 +172,17 @@ class QuantizedKernel final : public Kernel {
     void* v_args[] = {&pv};
     const size_t scale_bytes = sizeof(float) * problem.batch * problem.heads_kv * d;
     check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(pv.scale), 0, scale_bytes, stream),
-          "cuMemsetD8Async");  // v_channel_max combines CTAs with an atomic max from 0
-    runtime::launch(fn("v_channel_max"), Dim3{blocks(problem.seqlen_k, 64), hk, b}, Dim3{128, 1, 1},
-                    0, stream, v_args);
-    runtime::launch(fn("pack_v"), key_blocks, Dim3{128, 1, 1}, 0, stream, v_args);
+          "cuMemsetD8Async");  // both paths combine CTAs with an atomic max from 0
+    const int v_shared = quantize_v_shared_bytes(layout.keys_padded, d);
+    if (compiled_->config.arch.sm >= 90 && quantize_v_fits(layout.keys_padded, d)) {
+      // V read once: a cluster per KV head keeps its keys in shared memory.
+      runtime::launch(fn("quantize_v"), Dim3{kQuantizeVCtas, hk, b}, Dim3{kQuantizeVThreads, 1, 1},
+                      static_cast<unsigned>(v_shared), stream, v_args);
+    } else {
+      runtime::launch(fn("v_channel_max"), Dim3{blocks(problem.seqlen_k, 64), hk, b},
+                      Dim3{128, 1, 1}, 0, stream, v_args);
+      runtime::launch(fn("pack_v"), key_blocks, Dim3{128, 1, 1}, 0, stream, v_args);
+    }
     QuantizedInputs in = QuantizedInputs::in(workspace, layout);
     in.k_scale_block = k_scale_block;
     if (!with_q) in.q = nullptr, in.q_scale = nullptr;

@@ -41,7 +41,8 @@ std::string q8_k_rows_symbol(const std::string& kernel_symbol);
 
 // int8 and fp8_e4m3 units also hold the quantisation kernels (kernel/quantize_sm80.cuh) for
 // f16 and bf16 inputs: `kernel` is "quantize_rows", "quantize_key_blocks" (fp8_e4m3 only),
-// "v_channel_max" or "pack_v", `input` f16 or bf16. E.g. "pack_v_bf16_<symbol>".
+// "v_channel_max", "pack_v" or (sm_90 and later, kernel/quantize_v_sm90.cuh) "quantize_v",
+// `input` f16 or bf16. E.g. "pack_v_bf16_<symbol>".
 std::string quantize_symbol(const std::string& kernel_symbol, std::string_view kernel,
                             Precision input);
 

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "ftattn/codegen.hpp"
+#include "ftattn/quantize_params.cuh"
 #include "runtime/nvrtc_compiler.hpp"
 #include "tests/support/configs.hpp"
 
@@ -266,6 +267,27 @@ TEST_CASE("8-bit unit: the q8 skeleton, the size check and its quantisation kern
     const std::string sym = codegen::quantize_symbol(f8_src.symbol, "quantize_key_blocks", in);
     CHECK(count(f8_src.text, sym + "(") == 1);
   }
+  // V in one pass (kernel/quantize_v_sm90.cuh): clusters of CTAs, sm_90 and later, head dims
+  // whose 8-channel chunks divide its threads; short enough heads only (the runtime's choice).
+  CHECK(src.text.find("quantize_v") == std::string::npos);  // sm_80
+  for (int d : {32, 64, 96, 128, 192, 256}) {
+    const codegen::KernelSource hopper =
+        codegen::generate(default_config(d, Precision::int8, Mask::none, kSm90a));
+    const bool one_pass = d != 96 && d != 192;
+    INFO("head_dim " << d);
+    CHECK(quantize_v_head_dim(d) == one_pass);
+    for (Precision in : {Precision::f16, Precision::bf16})
+      CHECK(count(hopper.text, codegen::quantize_symbol(hopper.symbol, "quantize_v", in) + "(") ==
+            (one_pass ? 1 : 0));
+    CHECK(count(hopper.text, "__cluster_dims__(ftattn::kQuantizeVCtas, 1, 1)") ==
+          (one_pass ? 2 : 0));
+  }
+  // 8 CTAs of 704 keys x 272 bytes (191,488) fit; 768 x 272 do not.
+  CHECK(quantize_v_slice_keys(5632) == 704);
+  CHECK(quantize_v_fits(5632, 128));
+  CHECK_FALSE(quantize_v_fits(5648, 128));
+  CHECK(quantize_v_slice_keys(64) == 64);  // one group: seven CTAs of the cluster idle
+  CHECK_FALSE(quantize_v_fits(64, 96));
 }
 
 TEST_CASE("NVRTC compiles every 8-bit config with 8-bit MMAs and no spills",

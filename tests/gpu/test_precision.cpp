@@ -9,6 +9,7 @@
 
 #include "ftattn/quantize.hpp"
 #include "ftattn/quantize_model.hpp"
+#include "ftattn/quantize_params.cuh"
 #include "ftattn/runtime.hpp"
 #include "runtime/driver.hpp"
 #include "tests/gpu/attention_case.hpp"
@@ -474,4 +475,81 @@ TEST_CASE("int8's lazy softmax: maxima that climb every block, rows past INT32's
       CHECK(report.rel_l2_error < 1e-2);
     }
   }
+}
+
+TEST_CASE("V's quantisation, in one pass per KV head (Hopper) or two, gives the host's bytes",
+          "[gpu][q8][quantize_v]") {
+  Runtime& rt = q8_runtime();
+  // Per channel, the scale max |v| / range over the head's keys and each byte v * (1 / scale)
+  // rounded (int8: to nearest even, fp8: to E4M3), at the key's permuted place in its V^T row,
+  // keys past the end 0. On sm_90+ heads whose keys fit a cluster's shared memory take the
+  // one-pass kernel (quantize_v_sm90.cuh), longer ones v_channel_max and pack_v: both appear
+  // here (head dim 128 at 6000 keys and 256 at 3100 keys are two-pass), as do CTAs of the
+  // cluster with no keys (60 keys), GQA and both 16-bit inputs.
+  struct Shape {
+    int batch, heads_q, heads_kv, seqlen_k, head_dim;
+  };
+  for (Precision p : q8_precisions(rt))
+    for (Precision io : {Precision::f16, Precision::bf16})
+      for (Shape s : {Shape{1, 2, 1, 60, 64}, Shape{2, 4, 2, 1000, 128}, Shape{1, 1, 1, 6000, 128},
+                      Shape{1, 2, 2, 3000, 256}, Shape{1, 1, 1, 3100, 256}}) {
+        const Problem pr =
+            Problem::bhsd(s.batch, s.heads_q, s.heads_kv, 64, s.seqlen_k, s.head_dim);
+        const auto kernel = rt.kernel(rt.resolve(q8_config(s.head_dim, p, Mask::none), &pr));
+        const QuantizedLayout layout = QuantizedLayout::of(pr);
+        const bool one_pass =
+            rt.device_arch().sm >= 90 && quantize_v_fits(layout.keys_padded, s.head_dim);
+        INFO(to_string(p) << " " << to_string(io) << " keys " << s.seqlen_k << " d" << s.head_dim
+                          << (one_pass ? " one pass" : " two passes"));
+        std::mt19937_64 rng(s.seqlen_k + s.head_dim);
+        const int d = s.head_dim;
+        auto q = reference::random_tensor(rng, io, pr.q, s.batch, s.heads_q, 64, d);
+        auto k = reference::random_tensor(rng, io, pr.k, s.batch, s.heads_kv, s.seqlen_k, d);
+        auto v = reference::random_tensor(rng, io, pr.v, s.batch, s.heads_kv, s.seqlen_k, d);
+        const gpu_test::DeviceIo io_buffers(q, k, v);
+        runtime::DeviceBuffer ws(layout.bytes);
+        ws.fill_bytes(0xAB);  // padding keys must be written as 0
+        const QuantizedInputs in = quantize(*kernel, pr, io_buffers.q.data(), io_buffers.k.data(),
+                                            io_buffers.v.data(), io, ws.data(), nullptr);
+        runtime::check(runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
+        const size_t heads = static_cast<size_t>(s.batch) * s.heads_kv;
+        std::vector<float> scale(heads * d);
+        std::vector<uint8_t> vt(heads * d * layout.keys_padded);
+        runtime::check(
+            runtime::driver().cuMemcpyDtoH(scale.data(), reinterpret_cast<CUdeviceptr>(in.v_scale),
+                                           scale.size() * 4),
+            "cuMemcpyDtoH");
+        runtime::check(runtime::driver().cuMemcpyDtoH(
+                           vt.data(), reinterpret_cast<CUdeviceptr>(in.v), vt.size()),
+                       "cuMemcpyDtoH");
+        const float range = quant_model::range(p);
+        auto value = [&](uint8_t byte) {  // a stored byte as the number it encodes
+          if (p == Precision::int8) return float(static_cast<int8_t>(byte));
+          const int e = (byte >> 3) & 15, m = byte & 7;
+          const float mag = e == 0 ? std::ldexp(float(m), -9) : std::ldexp(1.f + m / 8.f, e - 7);
+          return byte & 0x80 ? -mag : mag;
+        };
+        long long wrong_scales = 0, wrong_bytes = 0;
+        for (int b = 0; b < s.batch; ++b)
+          for (int h = 0; h < s.heads_kv; ++h)
+            for (int c = 0; c < d; ++c) {
+              float amax = 0.f;
+              for (int j = 0; j < s.seqlen_k; ++j)
+                amax = std::max(amax, std::abs(v.at(io, b, h, j, c)));
+              const size_t row = (static_cast<size_t>(b) * s.heads_kv + h) * d + c;
+              const float sc = amax / range;
+              wrong_scales += scale[row] != sc;
+              const float inv = sc > 0.f ? 1.f / sc : 0.f;
+              for (int j = 0; j < layout.keys_padded; ++j) {
+                const uint8_t byte =
+                    vt[row * layout.keys_padded + j / 16 * 16 + quant_model::permuted_key(j % 16)];
+                const float want = j < s.seqlen_k
+                                       ? quant_model::quantize_value(v.at(io, b, h, j, c) * inv, p)
+                                       : 0.f;
+                wrong_bytes += value(byte) != want;
+              }
+            }
+        CHECK(wrong_scales == 0);
+        CHECK(wrong_bytes == 0);
+      }
 }
