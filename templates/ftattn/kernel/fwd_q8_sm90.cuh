@@ -260,7 +260,9 @@ __device__ __forceinline__ void lazy_softmax(const float (&x)[kST][4], const flo
     for (int r = 0; r < 2; ++r) {
       float to = need[r] ? ceilf(block_max[r]) : ref[r];
       if (halve[r]) to = fmaxf(to, ref[r] + 1.f);
-      // Nothing seen yet (ref -inf): O and l are 0, any shift leaves them so.
+      // Nothing seen yet (ref -inf): O and l are 0, any shift leaves them so. A step above 30
+      // shifts by 30: what stays of the old O is then at most 2 (|O| < 2^31), against a new
+      // block whose largest P is at least 128.
       const int shift = ref[r] == neg_inf() ? 30 : static_cast<int>(fminf(to - ref[r], 30.f));
       const int half = static_cast<int>((1u << shift) >> 1);
 #pragma unroll
