@@ -299,11 +299,42 @@ __device__ __forceinline__ void set_bias(int (&a)[N][4]) {
     asm volatile("mov.b32 %0, %1;\n" : "=r"(a[i / 4][i % 4]) : "n"(T::Precision::acc_zero));
 }
 
-// int8's O for the epilogue: its INT32 accumulators as floats.
-template <int kOT>
-__device__ __forceinline__ void o_as_float(const int (&oi)[kOT][4], float (&o)[kOT][4]) {
+// The per-block steps of both 8-bit skeletons on whichever O the precision keeps: fp8's in
+// FP32 (o), int8's in INT32 (oi, lazy_softmax; o then holds it only for the epilogue), so the
+// kernels do not branch on it.
+// int8's O starts at 0 (fp8's is cleared with the row state).
+template <class T, int kIT>
+__device__ __forceinline__ void clear_int_output(int (&oi)[kIT][4]) {
+  if constexpr (!T::Precision::pv_into_output)
 #pragma unroll
-  for (int i = 0; i < kOT * 4; ++i) o[i / 4][i % 4] = static_cast<float>(oi[i / 4][i % 4]);
+    for (int i = 0; i < kIT * 4; ++i) oi[i / 4][i % 4] = 0;
+}
+// One key block's softmax; `it` counts the CTA's blocks (int8 checks l every kLazySumCheck).
+template <class T, int kST, int kGroups, int kOT, int kIT>
+__device__ __forceinline__ void block_softmax(const float (&x)[kST][4], const float (&kg)[kGroups],
+                                              const float (&q_scale)[2], float (&row_max)[2],
+                                              float (&row_sum)[2], float (&o)[kOT][4],
+                                              int (&oi)[kIT][4], u32 (&pa)[kST / 4][4], int it) {
+  if constexpr (T::Precision::pv_into_output)
+    online_softmax<T>(x, kg, q_scale, row_max, row_sum, o, pa);
+  else
+    lazy_softmax<T>(x, q_scale, row_max, row_sum, oi, pa, it % kLazySumCheck == kLazySumCheck - 1);
+}
+// GEMM II onto that O. Issue only.
+template <class T, int kOT, int kIT, int kKC>
+__device__ __forceinline__ void gemm2_onto_output(float (&o)[kOT][4], int (&oi)[kIT][4],
+                                                  const u32 (&pa)[kKC][4], u32 sVs) {
+  if constexpr (T::Precision::pv_into_output)
+    gemm2<T>(o, pa, sVs);
+  else
+    gemm2<T>(oi, pa, sVs);
+}
+// The epilogue's O: int8's INT32 accumulators as floats (fp8's is there already).
+template <class T, int kOT, int kIT>
+__device__ __forceinline__ void finish_output(const int (&oi)[kIT][4], float (&o)[kOT][4]) {
+  if constexpr (!T::Precision::pv_into_output)
+#pragma unroll
+    for (int i = 0; i < kOT * 4; ++i) o[i / 4][i % 4] = static_cast<float>(oi[i / 4][i % 4]);
 }
 
 }  // namespace q8
@@ -365,9 +396,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
   float row_sum[1][2];                         // this thread's share, in units of 2^p_log2_range
   [[maybe_unused]] int oi[kInt ? kOT : 1][4];  // int8's O
   detail::clear_accumulators(o, row_max, row_sum);
-  if constexpr (kInt)
-#pragma unroll
-    for (int i = 0; i < kOT * 4; ++i) oi[i / 4][i % 4] = 0;
+  q8::clear_int_output<T>(oi);
 
   auto step = [&](const int it, const int n_block, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
@@ -392,19 +421,11 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
     q8::block_scores<T, kMasked>(p, s, sKs, row0 + warp_row, n_block * T::block_n, lane, quad_t,
                                  diag, x, kg);
     u32 pa[kST / 4][4];
-    if constexpr (kInt)
-      q8::lazy_softmax<T>(x, q_scale, row_max[0], row_sum[0], oi, pa,
-                          it % q8::kLazySumCheck == q8::kLazySumCheck - 1);
-    else
-      q8::online_softmax<T>(x, kg, q_scale, row_max[0], row_sum[0], o[0], pa);
+    q8::block_softmax<T>(x, kg, q_scale, row_max[0], row_sum[0], o[0], oi, pa, it);
 
     // GEMM II: O += P V^T-as-B, P from registers.
-    const u32 sVs = sV + stage * T::v_stage_bytes;
     sm90::wgmma_fence();
-    if constexpr (kInt)
-      q8::gemm2<T>(oi, pa, sVs);
-    else
-      q8::gemm2<T>(o[0], pa, sVs);
+    q8::gemm2_onto_output<T>(o[0], oi, pa, sV + stage * T::v_stage_bytes);
     sm90::wgmma_commit();
     // One warpgroup: fp8 leaves GEMM II in flight into the next GEMM I. int8 waits: with P's
     // registers live across GEMM I beside its INT32 O and S, 168 registers serialise the wgmmas
@@ -418,7 +439,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
   sm80::cp_async_wait<0>();
   __syncthreads();
 
-  if constexpr (kInt) q8::o_as_float(oi, o[0]);
+  q8::finish_output<T>(oi, o[0]);
   q8::store_output<T>(p, o, row_sum, row_max, sQ, row0, warp_row, lane, batch, head, head_kv);
 }
 

@@ -31,7 +31,7 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
   static_assert(T::warp_specialized && T::num_warps == 8, "two consumer warpgroups");
   using P = typename T::Precision;
   using Acc = typename P::Acc;
-  constexpr bool kInt = !P::pv_into_output;  // int8: a P V tile per block, folded into O
+  constexpr bool kInt = !P::pv_into_output;  // int8: INT32 scores and O (q8::lazy_softmax)
   constexpr int kST = T::s_tiles;
   constexpr int kOT = T::o_tiles;
   constexpr int kStages = T::num_stages;
@@ -109,9 +109,7 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
   float row_sum[1][2];                         // this thread's share, in units of 2^p_log2_range
   [[maybe_unused]] int oi[kInt ? kOT : 1][4];  // int8's O
   detail::clear_accumulators(o, row_max, row_sum);
-  if constexpr (kInt)
-#pragma unroll
-    for (int i = 0; i < kOT * 4; ++i) oi[i / 4][i % 4] = 0;
+  q8::clear_int_output<T>(oi);
 
   if (n_blocks > 0) {
     const sm90::TurnToken<1, 2> token{group};
@@ -133,13 +131,8 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
       }
       token.wait();
       sm90::wgmma_fence();
-      if constexpr (kPV) {
-        const u32 sVs = sV + ((j - 1) % kStages) * T::v_stage_bytes;
-        if constexpr (kInt)
-          q8::gemm2<T>(oi, pa, sVs);
-        else
-          q8::gemm2<T>(o[0], pa, sVs);
-      }
+      if constexpr (kPV)
+        q8::gemm2_onto_output<T>(o[0], oi, pa, sV + ((j - 1) % kStages) * T::v_stage_bytes);
       if constexpr (kQK) q8::gemm1<T>(s, sQ, sK + (j % kStages) * T::k_stage_bytes, group_row);
       sm90::wgmma_commit();
       token.pass(/*last=*/!kQK);  // the last turn has no GEMM I
@@ -159,11 +152,7 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
                                                    diag, x, kg);
       __syncwarp();  // every lane has read its K scales: the K buffer may be refilled
       if (lane == 0) pipe.release_k(j);
-      if constexpr (kInt)
-        q8::lazy_softmax<T>(x, q_scale, row_max[0], row_sum[0], oi, pa,
-                            it % q8::kLazySumCheck == q8::kLazySumCheck - 1);
-      else
-        q8::online_softmax<T>(x, kg, q_scale, row_max[0], row_sum[0], o[0], pa);
+      q8::block_softmax<T>(x, kg, q_scale, row_max[0], row_sum[0], o[0], oi, pa, it);
     };
     detail::walk_key_blocks<T>(
         p.seqlen_k, row0, diag, n_blocks, [](int b) { return b; }, step);
@@ -173,7 +162,7 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
   // Both warpgroups' MMAs are done before the epilogue stages O over the Q tile (warpgroup 1's
   // rows reach past it into the first K buffer).
   sm90::named_barrier_sync(kConsumersDone, kConsumers);
-  if constexpr (kInt) q8::o_as_float(oi, o[0]);
+  q8::finish_output<T>(oi, o[0]);
   // The KV head only now: kept across the loop, int8's registers spilled it.
   q8::store_output<T>(p, o, row_sum, row_max, sQ, row0, warp_row, lane, batch, head,
                       head / p.group_size);

@@ -61,6 +61,31 @@ __device__ __forceinline__ const uint4_* row_of(const QuantizeParams& p, int b, 
                                          h * p.in_head_stride + s * p.in_seq_stride);
 }
 
+// V's channel maxima. Each thread's running maxima of its chunk of 8 channels (the chunk
+// threadIdx.x % chunks, so every lane with that index has the same one) into amax (shared, the
+// floats' bits): lanes of a chunk combine by shuffles, one of them takes the shared atomic.
+template <int chunks>
+__device__ __forceinline__ void fold_chunk_max(float (&run)[8], u32* amax) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+#pragma unroll
+    for (int off = chunks; off < 32; off *= 2)
+      run[i] = fmaxf(run[i], __shfl_xor_sync(0xffffffffu, run[i], off));
+    if (lane < chunks)
+      atomic_max_shared(
+          static_cast<u32>(__cvta_generic_to_shared(&amax[(threadIdx.x % chunks) * 8 + i])),
+          run[i]);
+  }
+}
+// Then, once the CTA has synced, its maxima into the head's scales (max / range, a global atomic
+// max: p.scale starts at 0) by `Threads` threads.
+template <class Q8, int HeadDim, int Threads>
+__device__ __forceinline__ void fold_head_scales(const u32* amax, float* scale) {
+  for (int i = threadIdx.x; i < HeadDim; i += Threads)
+    atomic_max_global(&scale[i], __uint_as_float(amax[i]) / Q8::range);
+}
+
 // Byte position of key `k` (0..15) within its group of 16 in a V^T row.
 __device__ __forceinline__ int permuted_key(int k) {
   return 4 * ((k % 8) / 2) + 2 * (k / 8) + (k % 2);
@@ -184,20 +209,10 @@ __device__ __forceinline__ void v_channel_max(const QuantizeParams& p) {
       }
     }
   }
-  if constexpr (fixed_chunk) {
-    const int lane = threadIdx.x % 32;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-#pragma unroll
-      for (int off = chunks; off < 32; off *= 2)
-        run[i] = fmaxf(run[i], __shfl_xor_sync(0xffffffffu, run[i], off));
-      if (lane < chunks) shared_max((threadIdx.x % chunks) * 8 + i, run[i]);
-    }
-  }
+  if constexpr (fixed_chunk) quant::fold_chunk_max<chunks>(run, amax);
   __syncthreads();
-  float* scale = p.scale + (static_cast<i64>(b) * p.heads + h) * HeadDim;
-  for (int i = threadIdx.x; i < HeadDim; i += 128)
-    quant::atomic_max_global(&scale[i], __uint_as_float(amax[i]) / Q8::range);
+  quant::fold_head_scales<Q8, HeadDim, 128>(
+      amax, p.scale + (static_cast<i64>(b) * p.heads + h) * HeadDim);
 }
 
 // Grid: (keys_padded / 64 rounded up, heads, batch); 128 threads. A work item is one chunk of 8

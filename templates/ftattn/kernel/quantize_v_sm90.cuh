@@ -54,21 +54,11 @@ __device__ __forceinline__ void quantize_v(const QuantizeParams& p) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) run[i] = fmaxf(run[i], fabsf(x[i]));
   }
-  // The CTA's maxima (lanes with the same chunk by shuffles, warps by a shared atomic), then the
-  // head's, by a global atomic max as v_channel_max.
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-#pragma unroll
-    for (int off = chunks; off < 32; off *= 2)
-      run[i] = fmaxf(run[i], __shfl_xor_sync(0xffffffffu, run[i], off));
-    if (threadIdx.x % 32 < chunks)
-      quant::atomic_max_shared(static_cast<u32>(__cvta_generic_to_shared(&amax[c * 8 + i])),
-                               run[i]);
-  }
+  // The CTA's maxima, then the head's, as v_channel_max.
+  quant::fold_chunk_max<chunks>(run, amax);
   __syncthreads();
   float* scale = p.scale + (static_cast<i64>(b) * p.heads + h) * HeadDim;
-  for (int i = threadIdx.x; i < HeadDim; i += kVThreads)
-    quant::atomic_max_global(&scale[i], __uint_as_float(amax[i]) / Q8::range);
+  quant::fold_head_scales<Q8, HeadDim, kVThreads>(amax, scale);
   // Every CTA of the cluster has folded in its maxima (release), and sees all of them (acquire).
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
                    : "memory");
