@@ -418,32 +418,35 @@ TEST_CASE("8-bit on sm_90a: the wgmma skeleton, when it applies, and what it com
                         std::to_string(c.shared_memory_bytes())) != std::string::npos);
     const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
     // Per key block and copy of the loop body (masked and not): GEMM I in head_dim / 32 steps of
-    // N = block_n, GEMM II in block_n / 32 steps of N = head_dim, A from registers.
+    // N = block_n, GEMM II in block_n / 32 steps of N = head_dim, A from registers, into a tile
+    // of its own (q8::fold_output); at head dim 256 in four pieces of N = 64, each committed and
+    // waited for on its own.
+    const int pieces = d == 256 ? 4 : 1;
+    const int gemm2_n = d / pieces;
     const std::string gemm1 =
         "wgmma.mma_async.sync.aligned.m64n" + std::to_string(n) + "k32.f32.e4m3.e4m3";
     const std::string gemm2 =
-        "wgmma.mma_async.sync.aligned.m64n" + std::to_string(d) + "k32.f32.e4m3.e4m3";
-    const int copies = count(out.ptx, "wgmma.commit_group") / 2;
+        "wgmma.mma_async.sync.aligned.m64n" + std::to_string(gemm2_n) + "k32.f32.e4m3.e4m3";
+    const int copies = count(out.ptx, "wgmma.commit_group") / (2 + pieces - 1);
     CHECK(copies == 2);
-    if (n == d) {
-      CHECK(count(out.ptx, gemm1) == copies * (d / 32 + n / 32));
+    if (n == gemm2_n) {
+      CHECK(count(out.ptx, gemm1) == copies * (d / 32 + pieces * n / 32));
     } else {
       CHECK(count(out.ptx, gemm1) == copies * (d / 32));
-      CHECK(count(out.ptx, gemm2) == copies * (n / 32));
+      CHECK(count(out.ptx, gemm2) == copies * pieces * (n / 32));
     }
     CHECK(count(out.ptx, "mma.sync") == 0);
     CHECK(out.ptx.find("fence.proxy.async.shared::cta") != std::string::npos);
     const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
     CHECK(r.spill_stores == 0);
-    // ptxas serialises every wgmma of a kernel in which plain instructions write a wgmma's
-    // operand registers while a wgmma is in flight (C7513): a schedule bug, never a trade-off.
-    // Lack of registers (C7512) is one at head dim 128 under the three-CTA cap, and is reported.
-    CHECK(out.log.find("C7513") == std::string::npos);
-    for (const std::string& note : r.performance_notes) CHECK(note.rfind("(C7512)", 0) == 0);
-    if (d == 128 && w == 4) CHECK(r.performance_notes.size() == 1);
-    // One warpgroup where three CTAs' shared memory fits an SM: capped for three CTAs (65536
-    // registers / 384 threads). Head dim 256's tiles fit two.
-    if (w == 4 && d <= 128) CHECK(r.registers <= 168);
+    // No wgmma serialised: neither for plain instructions writing a wgmma's operand registers
+    // while it is in flight (C7513, a schedule bug) nor for lack of registers (C7512, which the
+    // three-CTA cap caused at head dim 128 before O's per-block tile took it to two CTAs).
+    CHECK(r.performance_notes.empty());
+    // One warpgroup: capped for three CTAs (65536 registers / 384 threads) at head dim 64, two
+    // at 128 (O and the block's P V tile), one at 256, whose tiles' shared memory fits two.
+    if (w == 4 && d == 64) CHECK(r.registers <= 168);
+    if (w == 4 && d == 128) CHECK((r.registers > 168 && r.registers <= 255));
     if (d == 256) CHECK(c.shared_memory_bytes() > 228 * 1024 / 3 - 1024);
   }
 }

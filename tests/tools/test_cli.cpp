@@ -176,14 +176,16 @@ TEST_CASE("cli: inspect shows name, resources, source and PTX", "[cli]") {
   CHECK_FALSE(contains(again.out, "extern \"C\""));
   CHECK_FALSE(contains(again.out, "ptxas note"));
 
-  // ptxas's performance notes come with the resources, from a fresh compile or the cache: the
-  // fp8 wgmma kernel at head dim 128, capped for three CTAs, has its wgmmas serialised (C7512).
+  // ptxas's performance notes would come with the resources, from a fresh compile or the cache
+  // (their parsing: tests/codegen/test_generate.cpp). The fp8 wgmma kernel at head dim 128 had
+  // its wgmmas serialised (C7512) while capped for three CTAs; at two it has none, either way.
   for (int pass = 0; pass < 2; ++pass) {
     const CliResult fp8 = run_cli(dir, with_cache(dir, {"inspect", "--precision", "fp8_e4m3",
                                                         "--head-dim", "128", "--arch", "sm_90a"}));
     REQUIRE(fp8.exit_code == 0);
     CHECK(contains(fp8.out, pass == 0 ? "compiled in" : "from cache"));
-    CHECK(contains(fp8.out, "ptxas note          (C7512) Potential Performance Loss"));
+    CHECK(contains(fp8.out, "registers"));
+    CHECK_FALSE(contains(fp8.out, "ptxas note"));
   }
 
   // No --arch and no GPU: sm_90a is assumed, and the user is told.

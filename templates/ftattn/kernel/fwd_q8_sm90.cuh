@@ -10,7 +10,8 @@
 // m16n8k32 one per warp). Tiles are stored in the wgmma swizzle of their row width (64 or 128
 // bytes; 256-byte rows as two 128-byte atoms side by side). K and V arrive through a
 // num_stages-deep cp.async pipeline, one group per key block. int8 keeps O in INT32 and rescales
-// it only when a row's max outgrows its reference (q8::lazy_softmax).
+// it only when a row's max outgrows its reference (q8::lazy_softmax); fp8 computes each block's
+// P V from zero and adds it to its FP32 O on the CUDA cores (q8::fold_output).
 #pragma once
 
 #include "ftattn/arch/sm80/cp_async.cuh"
@@ -58,11 +59,21 @@ struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, P
   static constexpr int barrier_bytes = warp_specialized ? 256 : 0;
   static constexpr int smem_bytes = tiles_bytes + barrier_bytes + 1024;
 
-  // One warpgroup per CTA: ask ptxas for three CTAs per SM (168 registers at head_dim 128, no
-  // spills) where their shared memory fits an SM's 228 KB, 1 KB of it reserved per CTA (H100:
-  // 1-2% faster than two CTAs with 198 registers; with three stages, which fit two CTAs only, the
-  // cap cost 4-8%, bench/results/nvidia-h100/fp8_min_ctas_ab.csv).
-  static constexpr int min_ctas = NumWarps == 4 && 3 * (smem_bytes + 1024) <= 228 * 1024 ? 3 : 1;
+  // fp8 keeps each key block's P V in an FP32 tile of its own, which q8::fold_output adds to O
+  // (Hopper's E4M3 wgmma drops low bits when it adds into a large accumulator). At head_dim 256
+  // that tile would not fit beside O, so GEMM II runs in four pieces of 64 channels, each added
+  // to O before the next is computed.
+  static constexpr bool pv_tile = PrecisionT::pv_into_output;
+  static constexpr int pv_pieces = pv_tile && HeadDim == 256 ? 4 : 1;
+  // One warpgroup per CTA: ask ptxas for three CTAs per SM (168 registers) where their shared
+  // memory fits an SM's 228 KB, 1 KB of it reserved per CTA (H100: 1-2% faster than two CTAs with
+  // 198 registers; with three stages, which fit two CTAs only, the cap cost 4-8%,
+  // bench/results/nvidia-h100/fp8_min_ctas_ab.csv). fp8 at head_dim 128 asks for two: O and the
+  // block's tile take 249 registers, and under the three-CTA cap spilled 604 bytes.
+  static constexpr int min_ctas = NumWarps != 4                           ? 1
+                                  : pv_tile && HeadDim == 128             ? 2
+                                  : 3 * (smem_bytes + 1024) <= 228 * 1024 ? 3
+                                                                          : 1;
 
   static_assert(HeadDim == 64 || HeadDim == 128 || HeadDim == 256,
                 "wgmma tiles: 64-, 128- or 2 x 128-byte Q and K rows");
@@ -156,10 +167,12 @@ __device__ __forceinline__ void gemm1(Acc (&s)[kST][4], u32 sQ, u32 sKs, int gro
   }
 }
 
-// GEMM II's MMAs: d += P V^T-as-B, P from registers (pa, the softmax's fragments), V^T at sVs
-// (fp8: d is O in FP32; int8: O in INT32, P unsigned). Issue only.
+// GEMM II's MMAs: P V^T-as-B, P from registers (pa, the softmax's fragments), V^T at sVs. fp8:
+// into d from zero, the block's own FP32 tile (fold_output adds it to O); int8: onto O's INT32
+// accumulators, P unsigned. Issue only.
 template <class T, class Acc, int kOT, int kKC>
 __device__ __forceinline__ void gemm2(Acc (&d)[kOT][4], const u32 (&pa)[kKC][4], u32 sVs) {
+  static_assert(kOT * 8 * T::pv_pieces == T::head_dim, "a piece of O's channels");
 #pragma unroll
   for (int kc = 0; kc < kKC; ++kc) {
     if constexpr (!T::Precision::pv_into_output)
@@ -167,7 +180,7 @@ __device__ __forceinline__ void gemm2(Acc (&d)[kOT][4], const u32 (&pa)[kKC][4],
                           sm90::descriptor<T::block_n>(sVs + kc * 32));
     else
       sm90::wgmma_e4m3_rs(reinterpret_cast<float(&)[kOT * 4]>(d), pa[kc],
-                          sm90::descriptor<T::block_n>(sVs + kc * 32));
+                          sm90::descriptor<T::block_n>(sVs + kc * 32), kc > 0);
   }
 }
 
@@ -211,23 +224,57 @@ __device__ __forceinline__ void block_scores(const AttentionParams& p, const Acc
 }
 
 // fp8's online softmax of a warp's 16 rows (softmax_row_grouped on kg): P lands in GEMM II's A
-// fragments pa, row_max and row_sum move on, and O is rescaled by the old state's factor.
-template <class T, int kST, int kGroups, int kOT>
+// fragments pa, row_max and row_sum move on, and alpha gets the old state's factor, by which
+// fold_output rescales O when it adds this block's P V.
+template <class T, int kST, int kGroups>
 __device__ __forceinline__ void online_softmax(const float (&x)[kST][4], const float (&kg)[kGroups],
                                                const float (&q_scale)[2], float (&row_max)[2],
-                                               float (&row_sum)[2], float (&o)[kOT][4],
+                                               float (&row_sum)[2], float (&alpha)[2],
                                                u32 (&pa)[kST / 4][4]) {
   using P = typename T::Precision;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     typename P::PSum sum = 0;
-    float rescale;
-    softmax_row_grouped<P>(x, r, q_scale[r], kg, row_max[r], pa, sum, rescale);
-    row_sum[r] = row_sum[r] * rescale + P::p_sum(sum);
+    softmax_row_grouped<P>(x, r, q_scale[r], kg, row_max[r], pa, sum, alpha[r]);
+    row_sum[r] = row_sum[r] * alpha[r] + P::p_sum(sum);
+  }
+}
+
+// fp8: O = O alpha + the last block's P V tile, in FP32 on the CUDA cores (one FMA per element,
+// where a rescale took a multiply). Hopper's E4M3 wgmma keeps only about 14 bits when it adds
+// into its accumulators, aligned to the largest addend, so an O accumulated over many key blocks
+// inside the MMA drops more of each new block as it grows: with positive V (U(0, 1) inputs) rel
+// L2 reached 7% at 4k keys and 28% at 16k. A block's tile starts from zero instead.
+template <class T, int kOT, int kPT>
+__device__ __forceinline__ void fold_piece(float (&o)[kOT][4], const float (&pv)[kPT][4],
+                                           const float (&alpha)[2], int piece) {
+  if constexpr (T::Precision::pv_into_output)
 #pragma unroll
-    for (int nt = 0; nt < kOT; ++nt) {
-      o[nt][2 * r] *= rescale;
-      o[nt][2 * r + 1] *= rescale;
+    for (int nt = 0; nt < kPT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float& x = o[piece * kPT + nt][i];
+        x = fmaf(x, alpha[i / 2], pv[nt][i]);
+      }
+}
+// The whole block: GEMM II left piece 0 (the first channels) in pv, done; with T::pv_pieces > 1
+// each further piece is computed from the same P (pa) and V^T (sVs, still held) once the
+// previous one is in O, and waited for.
+template <class T, int kOT, int kPT, int kKC>
+__device__ __forceinline__ void fold_output(float (&o)[kOT][4], float (&pv)[kPT][4],
+                                            const float (&alpha)[2], const u32 (&pa)[kKC][4],
+                                            u32 sVs) {
+  if constexpr (T::pv_tile) {
+    static_assert(kPT * T::pv_pieces == kOT, "O in pv_pieces pieces");
+#pragma unroll
+    for (int piece = 0; piece < T::pv_pieces; ++piece) {
+      if (piece > 0) {
+        sm90::wgmma_fence();
+        gemm2<T>(pv, pa, sVs + piece * kPT * 8 * T::block_n);
+        sm90::wgmma_commit();
+        sm90::wgmma_wait<0>();
+      }
+      fold_piece<T>(o, pv, alpha, piece);
     }
   }
 }
@@ -310,22 +357,22 @@ __device__ __forceinline__ void clear_int_output(int (&oi)[kIT][4]) {
     for (int i = 0; i < kIT * 4; ++i) oi[i / 4][i % 4] = 0;
 }
 // One key block's softmax; `it` counts the CTA's blocks (int8 checks l every kLazySumCheck).
-template <class T, int kST, int kGroups, int kOT, int kIT>
+template <class T, int kST, int kGroups, int kIT>
 __device__ __forceinline__ void block_softmax(const float (&x)[kST][4], const float (&kg)[kGroups],
                                               const float (&q_scale)[2], float (&row_max)[2],
-                                              float (&row_sum)[2], float (&o)[kOT][4],
+                                              float (&row_sum)[2], float (&alpha)[2],
                                               int (&oi)[kIT][4], u32 (&pa)[kST / 4][4], int it) {
   if constexpr (T::Precision::pv_into_output)
-    online_softmax<T>(x, kg, q_scale, row_max, row_sum, o, pa);
+    online_softmax<T>(x, kg, q_scale, row_max, row_sum, alpha, pa);
   else
     lazy_softmax<T>(x, q_scale, row_max, row_sum, oi, pa, it % kLazySumCheck == kLazySumCheck - 1);
 }
-// GEMM II onto that O. Issue only.
+// GEMM II: fp8's into the block's tile pv, int8's onto O. Issue only.
 template <class T, int kOT, int kIT, int kKC>
-__device__ __forceinline__ void gemm2_onto_output(float (&o)[kOT][4], int (&oi)[kIT][4],
+__device__ __forceinline__ void gemm2_onto_output(float (&pv)[kOT][4], int (&oi)[kIT][4],
                                                   const u32 (&pa)[kKC][4], u32 sVs) {
   if constexpr (T::Precision::pv_into_output)
-    gemm2<T>(o, pa, sVs);
+    gemm2<T>(pv, pa, sVs);
   else
     gemm2<T>(oi, pa, sVs);
 }
@@ -397,6 +444,9 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
   [[maybe_unused]] int oi[kInt ? kOT : 1][4];  // int8's O
   detail::clear_accumulators(o, row_max, row_sum);
   q8::clear_int_output<T>(oi);
+  // fp8: the last block's P V and the factor O takes before it is added (nothing yet).
+  float pv[kInt ? 1 : kOT / T::pv_pieces][4] = {};
+  float alpha[2] = {1.f, 1.f};
 
   auto step = [&](const int it, const int n_block, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
@@ -412,8 +462,10 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
     sm90::wgmma_fence();
     q8::gemm1<T>(s, sQ, sKs, group_row);
     sm90::wgmma_commit();
-    sm90::wgmma_wait<0>();  // GEMM I, and the previous GEMM II (O may be rescaled below)
+    sm90::wgmma_wait<0>();  // GEMM I, and the previous GEMM II
     pipeline.after_gemm1(it, load_kv);
+    // fp8: the previous block's P V into O (pv is 0 before the first block).
+    if constexpr (T::pv_pieces == 1) q8::fold_piece<T>(o[0], pv, alpha, 0);
 
     // Dequantise by key, mask, and the online softmax: P lands in GEMM II's A fragments.
     float x[kST][4];
@@ -421,21 +473,24 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
     q8::block_scores<T, kMasked>(p, s, sKs, row0 + warp_row, n_block * T::block_n, lane, quad_t,
                                  diag, x, kg);
     u32 pa[kST / 4][4];
-    q8::block_softmax<T>(x, kg, q_scale, row_max[0], row_sum[0], o[0], oi, pa, it);
+    q8::block_softmax<T>(x, kg, q_scale, row_max[0], row_sum[0], alpha, oi, pa, it);
 
-    // GEMM II: O += P V^T-as-B, P from registers.
+    // GEMM II: P V^T-as-B, P from registers.
     sm90::wgmma_fence();
-    q8::gemm2_onto_output<T>(o[0], oi, pa, sV + stage * T::v_stage_bytes);
+    q8::gemm2_onto_output<T>(pv, oi, pa, sV + stage * T::v_stage_bytes);
     sm90::wgmma_commit();
-    // One warpgroup: fp8 leaves GEMM II in flight into the next GEMM I. int8 waits: with P's
-    // registers live across GEMM I beside its INT32 O and S, 168 registers serialise the wgmmas
-    // (C7512) at head_dim 128.
-    if constexpr (!kOneGroup || kInt) sm90::wgmma_wait<0>();
+    // One warpgroup: fp8 leaves GEMM II in flight into the next GEMM I, unless it runs in pieces
+    // (pa and this V stage are gone by then). int8 waits: with P's registers live across GEMM I
+    // beside its INT32 O and S, 168 registers serialise the wgmmas (C7512) at head_dim 128.
+    if constexpr (!kOneGroup || kInt || T::pv_pieces > 1) sm90::wgmma_wait<0>();
+    if constexpr (T::pv_pieces > 1)
+      q8::fold_output<T>(o[0], pv, alpha, pa, sV + stage * T::v_stage_bytes);
   };
 
   detail::walk_key_blocks<T>(
       p.seqlen_k, row0, diag, n_blocks, [](int b) { return b; }, step);
   sm90::wgmma_wait<0>();
+  if constexpr (T::pv_pieces == 1) q8::fold_piece<T>(o[0], pv, alpha, 0);  // fp8: the last P V
   sm80::cp_async_wait<0>();
   __syncthreads();
 

@@ -12,9 +12,10 @@
 //              (quantise_q_rows) and syncs only itself before its first GEMM I.
 //
 // A K buffer is released once the softmax has read the block's K scales from it, not when GEMM I
-// is done. GEMM II accumulates into O (fp8: FP32, which the softmax rescales before the turn
-// that issues it; int8: INT32, rescaled only when a row's max outgrows its reference,
-// q8::lazy_softmax).
+// is done. GEMM II of fp8 computes the block's P V from zero, which the warpgroup adds to its
+// FP32 O after the turn, rescaling O by the factor its softmax found (q8::fold_output); int8's
+// accumulates onto its INT32 O, rescaled only when a row's max outgrows its reference
+// (q8::lazy_softmax).
 #pragma once
 
 #include "ftattn/arch/sm80/cp_async.cuh"
@@ -110,6 +111,9 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
   [[maybe_unused]] int oi[kInt ? kOT : 1][4];  // int8's O
   detail::clear_accumulators(o, row_max, row_sum);
   q8::clear_int_output<T>(oi);
+  // fp8: the last block's P V and the factor O takes before it is added (q8::fold_output).
+  float pv[kInt ? 1 : kOT / T::pv_pieces][4];
+  float alpha[2];
 
   if (n_blocks > 0) {
     const sm90::TurnToken<1, 2> token{group};
@@ -132,11 +136,14 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
       token.wait();
       sm90::wgmma_fence();
       if constexpr (kPV)
-        q8::gemm2_onto_output<T>(o[0], oi, pa, sV + ((j - 1) % kStages) * T::v_stage_bytes);
+        q8::gemm2_onto_output<T>(pv, oi, pa, sV + ((j - 1) % kStages) * T::v_stage_bytes);
       if constexpr (kQK) q8::gemm1<T>(s, sQ, sK + (j % kStages) * T::k_stage_bytes, group_row);
       sm90::wgmma_commit();
       token.pass(/*last=*/!kQK);  // the last turn has no GEMM I
       sm90::wgmma_wait<0>();
+      // fp8: block j - 1's P V into O (the further pieces still read V's buffer).
+      if constexpr (kPV)
+        q8::fold_output<T>(o[0], pv, alpha, pa, sV + ((j - 1) % kStages) * T::v_stage_bytes);
       if (kPV && lane == 0) pipe.release_v(j - 1);
     };
 
@@ -152,7 +159,7 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
                                                    diag, x, kg);
       __syncwarp();  // every lane has read its K scales: the K buffer may be refilled
       if (lane == 0) pipe.release_k(j);
-      q8::block_softmax<T>(x, kg, q_scale, row_max[0], row_sum[0], o[0], oi, pa, it);
+      q8::block_softmax<T>(x, kg, q_scale, row_max[0], row_sum[0], alpha, oi, pa, it);
     };
     detail::walk_key_blocks<T>(
         p.seqlen_k, row0, diag, n_blocks, [](int b) { return b; }, step);

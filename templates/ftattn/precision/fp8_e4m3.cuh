@@ -12,7 +12,10 @@ namespace ftattn::precision {
 struct Fp8E4M3 {
   static constexpr int element_bytes = 1;
   using Acc = float;
-  // FP32 accumulators: P·V goes straight into O, no per-block tile.
+  // FP32 accumulators, so no integer tile between P·V and O: the mma.sync skeleton accumulates
+  // P·V straight into O; the wgmma ones compute each block's P·V from zero and add it to O on
+  // the CUDA cores, since Hopper's E4M3 wgmma keeps only about 14 bits when it adds into a large
+  // accumulator (kernel/fwd_q8_sm90.cuh, q8::fold_output).
   static constexpr bool pv_into_output = true;
   static constexpr float range = 448.f;  // largest finite E4M3
   // P is stored as 256 p: E4M3 then keeps 3 mantissa bits down to p = 2^-14 and subnormals to

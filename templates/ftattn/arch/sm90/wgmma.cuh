@@ -153,11 +153,12 @@ __device__ __forceinline__ void wgmma_e4m3_ss(float (&d)[32], u64 a, u64 b, int 
 
 // D += A B^T, m64n64k32 E4M3 -> FP32, A from registers (the m16n8k32 A layout per warp), B
 // K-major in shared memory.
-__device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[32], const u32 (&a)[4], u64 b) {
+__device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[32], const u32 (&a)[4], u64 b,
+                                              int accumulate = 1) {
   asm volatile(FTATTN_WGMMA("m64n64k32.f32.e4m3.e4m3",
                             FTATTN_WG_R32 ", {%32, %33, %34, %35}, %36, p, 1, 1", "%37")
                : FTATTN_WG_D32("+f", d)
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
 }
 
 // D (+)= A B^T, m64n128k32 E4M3 -> FP32, A and B K-major in shared memory (descriptors).
@@ -169,19 +170,21 @@ __device__ __forceinline__ void wgmma_e4m3_ss(float (&d)[64], u64 a, u64 b, int 
 
 // D += A B^T, m64n128k32 E4M3 -> FP32, A from registers (the m16n8k32 A layout per warp), B
 // K-major in shared memory.
-__device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[64], const u32 (&a)[4], u64 b) {
+__device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[64], const u32 (&a)[4], u64 b,
+                                              int accumulate = 1) {
   asm volatile(FTATTN_WGMMA("m64n128k32.f32.e4m3.e4m3",
                             FTATTN_WG_R64 ", {%64, %65, %66, %67}, %68, p, 1, 1", "%69")
                : FTATTN_WG_D64("+f", d)
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
 }
 
 // D += A B^T, m64n256k32 E4M3 -> FP32, A from registers: GEMM II at head_dim 256.
-__device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[128], const u32 (&a)[4], u64 b) {
+__device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[128], const u32 (&a)[4], u64 b,
+                                              int accumulate = 1) {
   asm volatile(FTATTN_WGMMA("m64n256k32.f32.e4m3.e4m3",
                             FTATTN_WG_R128 ", {%128, %129, %130, %131}, %132, p, 1, 1", "%133")
                : FTATTN_WG_D128("+f", d)
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
 }
 
 // The 8-bit integer MMAs (int8): every step accumulates (GEMM I from the caller's bias, INT32
