@@ -63,17 +63,16 @@ struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, P
   // (Hopper's E4M3 wgmma drops low bits when it adds into a large accumulator). At head_dim 256
   // that tile would not fit beside O, so GEMM II runs in four pieces of 64 channels, each added
   // to O before the next is computed.
-  static constexpr bool pv_tile = PrecisionT::pv_into_output;
-  static constexpr int pv_pieces = pv_tile && HeadDim == 256 ? 4 : 1;
+  static constexpr int pv_pieces = PrecisionT::pv_into_output && HeadDim == 256 ? 4 : 1;
   // One warpgroup per CTA: ask ptxas for three CTAs per SM (168 registers) where their shared
   // memory fits an SM's 228 KB, 1 KB of it reserved per CTA (H100: 1-2% faster than two CTAs with
   // 198 registers; with three stages, which fit two CTAs only, the cap cost 4-8%,
   // bench/results/nvidia-h100/fp8_min_ctas_ab.csv). fp8 at head_dim 128 asks for two: O and the
   // block's tile take 249 registers, and under the three-CTA cap spilled 604 bytes.
-  static constexpr int min_ctas = NumWarps != 4                           ? 1
-                                  : pv_tile && HeadDim == 128             ? 2
-                                  : 3 * (smem_bytes + 1024) <= 228 * 1024 ? 3
-                                                                          : 1;
+  static constexpr int min_ctas = NumWarps != 4                                  ? 1
+                                  : PrecisionT::pv_into_output && HeadDim == 128 ? 2
+                                  : 3 * (smem_bytes + 1024) <= 228 * 1024        ? 3
+                                                                                 : 1;
 
   static_assert(HeadDim == 64 || HeadDim == 128 || HeadDim == 256,
                 "wgmma tiles: 64-, 128- or 2 x 128-byte Q and K rows");
@@ -264,7 +263,7 @@ template <class T, int kOT, int kPT, int kKC>
 __device__ __forceinline__ void fold_output(float (&o)[kOT][4], float (&pv)[kPT][4],
                                             const float (&alpha)[2], const u32 (&pa)[kKC][4],
                                             u32 sVs) {
-  if constexpr (T::pv_tile) {
+  if constexpr (T::Precision::pv_into_output) {
     static_assert(kPT * T::pv_pieces == kOT, "O in pv_pieces pieces");
 #pragma unroll
     for (int piece = 0; piece < T::pv_pieces; ++piece) {
