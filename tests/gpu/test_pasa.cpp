@@ -113,6 +113,36 @@ TEST_CASE("f16_pasa on Hopper: the wgmma skeleton matches the reference and mma.
         }
 }
 
+TEST_CASE("f16_pasa causal 192-row tiles: the ragged tile first, every row and LSE",
+          "[gpu][pasa][wgmma16]") {
+  Runtime& rt = pasa_runtime();
+  const Arch device = rt.device_arch();
+  if (device.sm != 90 || !device.arch_specific) {
+    WARN("the three-consumer kernel needs sm_90a, not " << device.to_string() << ": not run");
+    return;
+  }
+  // Causal three-consumer tiles put a sequence's remainder of block_m rows first (tile 0
+  // computes rows 0 to 191 and writes only the remainder; the next tile starts there). Every
+  // row and its LSE checked (O starts as NaN: a row no tile writes fails): lengths below one
+  // tile, at one, one past it, remainders of 1, 64 and 128 rows and none, keys equal to the
+  // queries and 77 more (the diagonal shifted right) or fewer.
+  for (int d : {64, 128})
+    for (int n : {64, 128})
+      for (int seqlen_q : {100, 192, 193, 385, 448, 1000, 2048})
+        for (int extra_keys : {0, 77, -50}) {
+          KernelConfig c = pasa_config(d, Mask::causal);
+          c.block_m = 192, c.block_n = n, c.num_warps = 12, c.num_stages = 2;
+          c.arch = device;
+          REQUIRE(warp_specialized(c));
+          const Problem pr = Problem::bhsd(1, 2, 1, seqlen_q, seqlen_q + extra_keys, d);
+          const auto r =
+              gpu_test::run_case(rt, c, pr, true, 0, 7000 + seqlen_q + extra_keys + d + n);
+          INFO(r.config_name << " s" << pr.seqlen_q << "x" << pr.seqlen_k << ": "
+                             << r.report.summary());
+          CHECK(r.report.passed);
+        }
+}
+
 TEST_CASE("f16_pasa block-sparse masks match the reference", "[gpu][pasa]") {
   Runtime& rt = pasa_runtime();
   Problem pr = Problem::bhsd(2, 4, 2, 300, 777, 64);

@@ -446,14 +446,18 @@ __device__ __forceinline__ void store_rows(u16* out, i64 row_stride, int first_r
 // Epilogue: O / l, converted, staged in this warp's own rows of the Q tile (no other warp reads
 // them), then written out in coalesced 16-byte rows. LSE = (row_max * max_scale + log2 l) * ln 2,
 // with max_scale taking row_max to base-2 logits. Rows that see no key get O = 0 and LSE = -inf.
+// Rows at or past `end` (the sequence end, -1; or where the next tile's rows begin) are not
+// written.
 template <class T, int kMT, int kOT>
 __device__ __forceinline__ void store_output(const AttentionParams& p,
                                              const float (&o)[kMT][kOT][4],
                                              const float (&l)[kMT][2],
                                              const float (&row_max)[kMT][2], float max_scale,
                                              int batch, int head, int row0, int warp_row, int lane,
-                                             u32 sQ) {
+                                             u32 sQ, int end = -1) {
   using P = typename T::Precision;
+  // p.seqlen_q read where it is used, as before `end` existed (the skeletons' SASS unchanged).
+  auto row_end = [&] { return end < 0 ? p.seqlen_q : end; };
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -466,7 +470,7 @@ __device__ __forceinline__ void store_output(const AttentionParams& p,
         sm80::st_shared_u32(dst + nt * 16,
                             P::pack(o[mt][nt][2 * r] * inv, o[mt][nt][2 * r + 1] * inv));
       const int row = row0 + tile_row;
-      if (p.lse != nullptr && lane % 4 == 0 && row < p.seqlen_q)
+      if (p.lse != nullptr && lane % 4 == 0 && row < row_end())
         p.lse[(static_cast<i64>(batch) * p.heads_q + head) * p.seqlen_q + row] =
             l[mt][r] > 0.f
                 ? (row_max[mt][r] * max_scale + fast_log2(l[mt][r])) * 0.6931471805599453f
@@ -481,7 +485,7 @@ __device__ __forceinline__ void store_output(const AttentionParams& p,
   // Flash-ABFT ran 5% slower.
   if constexpr (!T::Protect::enabled && 32 % T::chunks_per_row == 0) {
     store_rows<T, kMT * 16>(out, p.o_seq_stride, row0 + warp_row, sQ + warp_row * T::row_stride * 2,
-                            p.seqlen_q - row0 - warp_row, lane);
+                            row_end() - row0 - warp_row, lane);
   } else {
     constexpr int warp_chunks = kMT * 16 * T::chunks_per_row;
 #pragma unroll
@@ -489,7 +493,7 @@ __device__ __forceinline__ void store_output(const AttentionParams& p,
       const int tile_row = warp_row + c / T::chunks_per_row;
       const int col = (c % T::chunks_per_row) * 8;
       const int row = row0 + tile_row;
-      if (row < p.seqlen_q) {
+      if (row < row_end()) {
         const uint4_ v = sm80::ld_shared_u128(sQ + (tile_row * T::row_stride + col) * 2);
         *reinterpret_cast<uint4_*>(out + row * p.o_seq_stride + col) = v;
       }

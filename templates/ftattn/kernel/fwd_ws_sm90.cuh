@@ -78,7 +78,18 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
   int m_block, head, batch;
   detail::tile_coords<T>(p, m_block, head, batch);
   const int head_kv = head / p.group_size;
-  const int row0 = m_block * T::block_m;
+  // Causal 192-row tiles (f16_pasa's three consumers) on a sequence that is not a whole number
+  // of them: the ragged part is the first tile, not the last. Causal, the last tile sees every
+  // key, and as a remainder of 64 rows (4096 = 21 x 192 + 64) it did a whole tile's work for a
+  // third of its rows; first, it sees one or two key blocks. Tile 0 then computes rows 0 to 191
+  // and writes the ragged ones; the others start there.
+  constexpr bool kRaggedFirst = T::causal && T::block_m % 128 != 0;
+  [[maybe_unused]] const int ragged = kRaggedFirst ? p.seqlen_q % T::block_m : 0;
+  const int row0 = kRaggedFirst && ragged > 0 && m_block > 0 ? ragged + (m_block - 1) * T::block_m
+                                                             : m_block * T::block_m;
+  // Where this tile's rows end: the ragged first tile's at `ragged`, the others' at the
+  // sequence end (-1).
+  [[maybe_unused]] const int row_end = kRaggedFirst && ragged > 0 && m_block == 0 ? ragged : -1;
   const int diag = p.seqlen_k - p.seqlen_q;  // bottom-right causal alignment
   const int n_blocks = detail::key_blocks<T>(p, row0, diag);
   const detail::HeadOperands in = detail::head_operands(p, batch, head, head_kv, row0);
@@ -334,7 +345,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
                             n_blocks, batch, head, lane, [&](int, int r) { return global_row(r); });
   // PASA's running max is already the base-2 logit.
   detail::store_output<T>(p, o, l, row_max, kPasa ? 1.f : p.scale_log2, batch, head, row0, warp_row,
-                          lane, sQ);
+                          lane, sQ, kRaggedFirst ? row_end : -1);
 }
 
 }  // namespace ftattn
