@@ -129,6 +129,12 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
     if (open_n &&
         (c.protection == Protection::efta_detect || c.protection == Protection::efta_correct))
       c.block_n = c.head_dim <= 128 ? 64 : 32;
+    // Unprotected fp8 at head dim 256 with its per-block P V tile: one stage (the next K fetched
+    // after P is packed) spills 60 bytes on sm_89, two none (ptxas -v; sm_90's f16 emulation of
+    // the e4m3 MMA spills 12 bytes with one and 392 with two).
+    if (open_s && c.precision == Precision::fp8_e4m3 && c.head_dim == 256 && c.arch.sm < 90 &&
+        c.protection == Protection::none)
+      c.num_stages = 2;
   }
 
   // f16 and bf16 on Hopper's wgmma skeleton (kernel/fwd_sm90.cuh), wherever its tile qualifies

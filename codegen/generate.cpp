@@ -85,6 +85,17 @@ const char* launch_bounds(const KernelConfig& config) {
                       "Traits::threads");
 }
 
+// Unprotected fp8 on Ada's mma.sync skeleton, eight warps, head dims 64 and 128: two CTAs per SM,
+// as before each key block's P V got its own FP32 tile (kernel/fwd_q8_sm80.cuh), whose registers
+// took head dim 128 to 132 per thread and one CTA per SM (ptxas -v: no spills at 128; head dim 96,
+// the checked kernels and sm_90's f16 emulation of the e4m3 MMA spill under the cap, so they keep
+// their own counts).
+bool fp8_two_ctas(const KernelConfig& c) {
+  return c.precision == Precision::fp8_e4m3 && c.arch.sm < 90 && c.num_warps == 8 &&
+         (c.head_dim == 64 || c.head_dim == 128) && c.protection == Protection::none &&
+         !c.fault_injection;
+}
+
 // 8-bit precisions run their own skeleton; its unit also carries the quantisation kernels.
 bool is_8bit(Precision p) { return p == Precision::int8 || p == Precision::fp8_e4m3; }
 
@@ -111,7 +122,8 @@ extern "C" __global__ void __launch_bounds__({launch_bounds})
   ftattn::{skeleton}<Traits>(params);
 }}
 )",
-      fmt::arg("launch_bounds", launch_bounds(config)),
+      fmt::arg("launch_bounds",
+               fp8_two_ctas(config) ? "Traits::threads, 2" : launch_bounds(config)),
       fmt::arg("skeleton_header",
                per_skeleton(config, "fwd_q8_ws_sm90.cuh", "fwd_q8_sm90.cuh", "fwd_q8_sm80.cuh")),
       fmt::arg("traits", wgmma ? "Q8WgmmaTraits" : "Q8Traits"),

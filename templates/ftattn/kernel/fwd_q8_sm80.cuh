@@ -814,7 +814,10 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
     }
 
     // GEMM II: O += P V, 16 channels at a time. int8 sums a block in INT32 (exact), then adds it
-    // to O (with the rescale, kFusedRescale); fp8 accumulates into the rescaled O directly.
+    // to O (with the rescale, kFusedRescale); fp8 sums a block from zero in FP32 and adds it to
+    // the rescaled O. Not into O itself: the E4M3 MMA's accumulator keeps 22 bits on Ada and
+    // Hopper (SageAttention2's measurement; kernel/fwd_q8_sm90.cuh saw O lose 28% at 16k
+    // same-signed keys on the H100's wgmma), so each block's share of a large O would be cut.
     const u32 sVs = sV + stage * T::v_stage_bytes;
     const u32 sVc = sVs + T::head_dim * T::vt_stride;  // the checksum rows
     // Checksum tiles times P, exact INT32 (modulo 2^32): Flash-ABFT and EFTA detect, one tile
@@ -856,12 +859,10 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
 #pragma unroll
     for (int dp = 0; dp < kOT / 2; ++dp) {
       Acc acc[kMT][2][4];
-      if constexpr (!P::pv_into_output) {
 #pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
+      for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-          for (int i = 0; i < 8; ++i) acc[mt][i / 4][i % 4] = P::acc_zero;
-      }
+        for (int i = 0; i < 8; ++i) acc[mt][i / 4][i % 4] = P::acc_zero;
       // Site pv's element e: channel tile e / 4 % kOT of row tile e / (4 kOT), as site output's.
       const auto inject_pv = [&]() {
         if constexpr (T::inject && !P::pv_into_output) {
@@ -883,13 +884,8 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
         sm80::ldmatrix_x4(b, sVs + (dp * 16 + b_row) * T::vt_stride + kc * 32 + b_col);
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
-          if constexpr (P::pv_into_output) {
-            P::mma(o[mt][2 * dp], pa[mt][kc], b[0], b[1]);
-            P::mma(o[mt][2 * dp + 1], pa[mt][kc], b[2], b[3]);
-          } else {
-            P::mma(acc[mt][0], pa[mt][kc], b[0], b[1]);
-            P::mma(acc[mt][1], pa[mt][kc], b[2], b[3]);
-          }
+          P::mma(acc[mt][0], pa[mt][kc], b[0], b[1]);
+          P::mma(acc[mt][1], pa[mt][kc], b[2], b[3]);
         }
       }
       inject_pv();
@@ -898,7 +894,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
           for (int i = 0; i < 8; ++i) pv[mt][2 * dp + i / 4][i % 4] = acc[mt][i / 4][i % 4];
-      } else if constexpr (!P::pv_into_output) {
+      } else {
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll

@@ -12,10 +12,11 @@ namespace ftattn::precision {
 struct Fp8E4M3 {
   static constexpr int element_bytes = 1;
   using Acc = float;
-  // FP32 accumulators, so no integer tile between P·V and O: the mma.sync skeleton accumulates
-  // P·V straight into O; the wgmma ones compute each block's P·V from zero and add it to O on
-  // the CUDA cores, since Hopper's E4M3 wgmma keeps only about 14 bits when it adds into a large
-  // accumulator (kernel/fwd_q8_sm90.cuh, q8::fold_output).
+  // FP32 accumulators, so no integer tile between P·V and O, but not into O either: every
+  // skeleton computes each block's P·V from zero and adds it to O on the CUDA cores, since the
+  // E4M3 MMAs keep only about 22 bits when they add into a large accumulator (Hopper's wgmma,
+  // measured: kernel/fwd_q8_sm90.cuh, q8::fold_output; Ada's mma.sync by SageAttention2's
+  // account; kernel/fwd_q8_sm80.cuh). On the wgmma skeletons the fold also takes O's rescale.
   static constexpr bool pv_into_output = true;
   static constexpr float range = 448.f;  // largest finite E4M3
   // P is stored as 256 p: E4M3 then keeps 3 mantissa bits down to p = 2^-14 and subnormals to
