@@ -334,7 +334,8 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
   // int8 folds O's rescale into the FMA that adds each block's INT32 P V (one op per O element
   // instead of two). At head dims 96, 192 and 256 that schedule spills (ptxas -v on sm_80 to
   // sm_90a), so they rescale first, as fp8 does.
-  constexpr bool kFusedRescale = !P::pv_into_output && T::head_dim % 64 == 0 && T::head_dim <= 128;
+  constexpr bool kFusedRescale =
+      !P::float_accumulators && T::head_dim % 64 == 0 && T::head_dim <= 128;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const u32 sQ = sm80::smem_addr(smem_raw);
@@ -865,7 +866,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
         for (int i = 0; i < 8; ++i) acc[mt][i / 4][i % 4] = P::acc_zero;
       // Site pv's element e: channel tile e / 4 % kOT of row tile e / (4 kOT), as site output's.
       const auto inject_pv = [&]() {
-        if constexpr (T::inject && !P::pv_into_output) {
+        if constexpr (T::inject && !P::float_accumulators) {
           if (plan_hits(p.fault, fault_site_pv) && p.fault.iteration == n_block) {
             const int e = p.fault.element % (kMT * kOT * 4);
             const int mt = e / (4 * kOT), nt = e / 4 % kOT;

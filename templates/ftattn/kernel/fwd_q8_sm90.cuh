@@ -45,7 +45,7 @@ struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, P
   static constexpr int out_bytes = BlockM * o_stride;
   // P = 2^(t + p_log2_range): int8's P here is unsigned (q8::lazy_softmax), fp8's as on sm80.
   static constexpr float p_log2_range = [] {
-    if constexpr (PrecisionT::pv_into_output)
+    if constexpr (PrecisionT::float_accumulators)
       return PrecisionT::p_log2_range;
     else
       return PrecisionT::lazy_p_log2_range;
@@ -63,16 +63,16 @@ struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, P
   // (Hopper's E4M3 wgmma drops low bits when it adds into a large accumulator). At head_dim 256
   // that tile would not fit beside O, so GEMM II runs in four pieces of 64 channels, each added
   // to O before the next is computed.
-  static constexpr int pv_pieces = PrecisionT::pv_into_output && HeadDim == 256 ? 4 : 1;
+  static constexpr int pv_pieces = PrecisionT::float_accumulators && HeadDim == 256 ? 4 : 1;
   // One warpgroup per CTA: ask ptxas for three CTAs per SM (168 registers) where their shared
   // memory fits an SM's 228 KB, 1 KB of it reserved per CTA (H100: 1-2% faster than two CTAs with
   // 198 registers; with three stages, which fit two CTAs only, the cap cost 4-8%,
   // bench/results/nvidia-h100/fp8_min_ctas_ab.csv). fp8 at head_dim 128 asks for two: O and the
   // block's tile take 249 registers, and under the three-CTA cap spilled 604 bytes.
-  static constexpr int min_ctas = NumWarps != 4                                  ? 1
-                                  : PrecisionT::pv_into_output && HeadDim == 128 ? 2
-                                  : 3 * (smem_bytes + 1024) <= 228 * 1024        ? 3
-                                                                                 : 1;
+  static constexpr int min_ctas = NumWarps != 4                                      ? 1
+                                  : PrecisionT::float_accumulators && HeadDim == 128 ? 2
+                                  : 3 * (smem_bytes + 1024) <= 228 * 1024            ? 3
+                                                                                     : 1;
 
   static_assert(HeadDim == 64 || HeadDim == 128 || HeadDim == 256,
                 "wgmma tiles: 64-, 128- or 2 x 128-byte Q and K rows");
@@ -159,7 +159,7 @@ __device__ __forceinline__ void gemm1(Acc (&s)[kST][4], u32 sQ, u32 sKs, int gro
   for (int ks = 0; ks < T::head_dim / 32; ++ks) {
     const u64 a = sm90::k_step_descriptor<T::head_dim>(sQ, T::block_m, group_row, ks);
     const u64 b = sm90::k_step_descriptor<T::head_dim>(sKs, T::block_n, 0, ks);
-    if constexpr (!T::Precision::pv_into_output)
+    if constexpr (!T::Precision::float_accumulators)
       sm90::wgmma_s8_ss(reinterpret_cast<int(&)[kST * 4]>(s), a, b);
     else
       sm90::wgmma_e4m3_ss(reinterpret_cast<float(&)[kST * 4]>(s), a, b, ks > 0);
@@ -174,7 +174,7 @@ __device__ __forceinline__ void gemm2(Acc (&d)[kOT][4], const u32 (&pa)[kKC][4],
   static_assert(kOT * 8 * T::pv_pieces == T::head_dim, "a piece of O's channels");
 #pragma unroll
   for (int kc = 0; kc < kKC; ++kc) {
-    if constexpr (!T::Precision::pv_into_output)
+    if constexpr (!T::Precision::float_accumulators)
       sm90::wgmma_u8s8_rs(reinterpret_cast<int(&)[kOT * 4]>(d), pa[kc],
                           sm90::descriptor<T::block_n>(sVs + kc * 32));
     else
@@ -194,7 +194,7 @@ __device__ __forceinline__ void block_scores(const AttentionParams& p, const Acc
                                              int diag, float (&x)[kST][4], float (&kg)[kGroups]) {
   using P = typename T::Precision;
   const u32 sKscale = sKs + T::k_scale_offset;
-  if constexpr (!P::pv_into_output) {
+  if constexpr (!P::float_accumulators) {
 #pragma unroll
     for (int nt = 0; nt < kST; ++nt) {
       float ks2[2];
@@ -247,7 +247,7 @@ __device__ __forceinline__ void online_softmax(const float (&x)[kST][4], const f
 template <class T, int kOT, int kPT>
 __device__ __forceinline__ void fold_piece(float (&o)[kOT][4], const float (&pv)[kPT][4],
                                            const float (&alpha)[2], int piece) {
-  if constexpr (T::Precision::pv_into_output)
+  if constexpr (T::Precision::float_accumulators)
 #pragma unroll
     for (int nt = 0; nt < kPT; ++nt)
 #pragma unroll
@@ -263,7 +263,7 @@ template <class T, int kOT, int kPT, int kKC>
 __device__ __forceinline__ void fold_output(float (&o)[kOT][4], float (&pv)[kPT][4],
                                             const float (&alpha)[2], const u32 (&pa)[kKC][4],
                                             u32 sVs) {
-  if constexpr (T::Precision::pv_into_output) {
+  if constexpr (T::Precision::float_accumulators) {
     static_assert(kPT * T::pv_pieces == kOT, "O in pv_pieces pieces");
 #pragma unroll
     for (int piece = 0; piece < T::pv_pieces; ++piece) {
@@ -351,7 +351,7 @@ __device__ __forceinline__ void set_bias(int (&a)[N][4]) {
 // int8's O starts at 0 (fp8's is cleared with the row state).
 template <class T, int kIT>
 __device__ __forceinline__ void clear_int_output(int (&oi)[kIT][4]) {
-  if constexpr (!T::Precision::pv_into_output)
+  if constexpr (!T::Precision::float_accumulators)
 #pragma unroll
     for (int i = 0; i < kIT * 4; ++i) oi[i / 4][i % 4] = 0;
 }
@@ -361,7 +361,7 @@ __device__ __forceinline__ void block_softmax(const float (&x)[kST][4], const fl
                                               const float (&q_scale)[2], float (&row_max)[2],
                                               float (&row_sum)[2], float (&alpha)[2],
                                               int (&oi)[kIT][4], u32 (&pa)[kST / 4][4], int it) {
-  if constexpr (T::Precision::pv_into_output)
+  if constexpr (T::Precision::float_accumulators)
     online_softmax<T>(x, kg, q_scale, row_max, row_sum, alpha, pa);
   else
     lazy_softmax<T>(x, q_scale, row_max, row_sum, oi, pa, it % kLazySumCheck == kLazySumCheck - 1);
@@ -370,7 +370,7 @@ __device__ __forceinline__ void block_softmax(const float (&x)[kST][4], const fl
 template <class T, int kOT, int kIT, int kKC>
 __device__ __forceinline__ void gemm2_onto_output(float (&pv)[kOT][4], int (&oi)[kIT][4],
                                                   const u32 (&pa)[kKC][4], u32 sVs) {
-  if constexpr (T::Precision::pv_into_output)
+  if constexpr (T::Precision::float_accumulators)
     gemm2<T>(pv, pa, sVs);
   else
     gemm2<T>(oi, pa, sVs);
@@ -378,7 +378,7 @@ __device__ __forceinline__ void gemm2_onto_output(float (&pv)[kOT][4], int (&oi)
 // The epilogue's O: int8's INT32 accumulators as floats (fp8's is there already).
 template <class T, int kOT, int kIT>
 __device__ __forceinline__ void finish_output(const int (&oi)[kIT][4], float (&o)[kOT][4]) {
-  if constexpr (!T::Precision::pv_into_output)
+  if constexpr (!T::Precision::float_accumulators)
 #pragma unroll
     for (int i = 0; i < kOT * 4; ++i) o[i / 4][i % 4] = static_cast<float>(oi[i / 4][i % 4]);
 }
@@ -393,7 +393,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
   constexpr int kStages = T::num_stages;
   constexpr bool kOneGroup = T::num_warps == 4;  // one warpgroup per CTA
   using Acc = typename P::Acc;
-  constexpr bool kInt = !P::pv_into_output;  // int8: INT32 accumulators, O too (lazy_softmax)
+  constexpr bool kInt = !P::float_accumulators;  // int8: INT32 accumulators, O too (lazy_softmax)
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const u32 sQ = (sm80::smem_addr(smem_raw) + 1023u) & ~1023u;

@@ -32,7 +32,7 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
   static_assert(T::warp_specialized && T::num_warps == 8, "two consumer warpgroups");
   using P = typename T::Precision;
   using Acc = typename P::Acc;
-  constexpr bool kInt = !P::pv_into_output;  // int8: INT32 scores and O (q8::lazy_softmax)
+  constexpr bool kInt = !P::float_accumulators;  // int8: INT32 scores and O (q8::lazy_softmax)
   constexpr int kST = T::s_tiles;
   constexpr int kOT = T::o_tiles;
   constexpr int kStages = T::num_stages;

@@ -89,7 +89,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
                                                              : m_block * T::block_m;
   // Where this tile's rows end: the ragged first tile's at `ragged`, the others' at the
   // sequence end (-1).
-  [[maybe_unused]] const int row_end = kRaggedFirst && ragged > 0 && m_block == 0 ? ragged : -1;
+  const int row_end = kRaggedFirst && ragged > 0 && m_block == 0 ? ragged : -1;
   const int diag = p.seqlen_k - p.seqlen_q;  // bottom-right causal alignment
   const int n_blocks = detail::key_blocks<T>(p, row0, diag);
   const detail::HeadOperands in = detail::head_operands(p, batch, head, head_kv, row0);
@@ -345,7 +345,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
                             n_blocks, batch, head, lane, [&](int, int r) { return global_row(r); });
   // PASA's running max is already the base-2 logit.
   detail::store_output<T>(p, o, l, row_max, kPasa ? 1.f : p.scale_log2, batch, head, row0, warp_row,
-                          lane, sQ, kRaggedFirst ? row_end : -1);
+                          lane, sQ, row_end);
 }
 
 }  // namespace ftattn

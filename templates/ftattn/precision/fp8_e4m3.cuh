@@ -12,12 +12,12 @@ namespace ftattn::precision {
 struct Fp8E4M3 {
   static constexpr int element_bytes = 1;
   using Acc = float;
-  // FP32 accumulators, so no integer tile between P·V and O, but not into O either: every
-  // skeleton computes each block's P·V from zero and adds it to O on the CUDA cores, since the
-  // E4M3 MMAs keep only about 22 bits when they add into a large accumulator (Hopper's wgmma,
+  // FP32 accumulators, so no integer tile between P·V and O, but no accumulation into O either:
+  // every skeleton computes each block's P·V from zero and adds it to O on the CUDA cores, since
+  // the E4M3 MMAs keep only about 22 bits when they add into a large accumulator (Hopper's wgmma,
   // measured: kernel/fwd_q8_sm90.cuh, q8::fold_output; Ada's mma.sync by SageAttention2's
   // account; kernel/fwd_q8_sm80.cuh). On the wgmma skeletons the fold also takes O's rescale.
-  static constexpr bool pv_into_output = true;
+  static constexpr bool float_accumulators = true;
   static constexpr float range = 448.f;  // largest finite E4M3
   // P is stored as 256 p: E4M3 then keeps 3 mantissa bits down to p = 2^-14 and subnormals to
   // 2^-17, instead of flushing everything below 2^-9; 256 (a power of two) cancels in O / l.

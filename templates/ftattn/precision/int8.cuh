@@ -11,9 +11,9 @@ namespace ftattn::precision {
 struct Int8 {
   static constexpr int element_bytes = 1;
   using Acc = int;  // GEMM accumulator element
-  // P·V accumulates one key block in an INT32 tile that is then added to the FP32 O (the rescale
-  // between blocks is a float).
-  static constexpr bool pv_into_output = false;
+  // INT32 accumulators: P·V accumulates one key block in an INT32 tile that is then added to O
+  // (the rescale between blocks is a float; on Hopper O itself stays INT32, q8::lazy_softmax).
+  static constexpr bool float_accumulators = false;
   static constexpr float range = 127.f;  // symmetric: |q| <= 127 (the paper's "256" overflows)
   // P = round(127 * 2^(s - m)) = round(2^(s - m + log2 127)), in [0, 127]; 7 bits used.
   static constexpr float p_log2_range = 6.988684686772166f;
