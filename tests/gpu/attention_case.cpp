@@ -6,6 +6,13 @@
 
 namespace ftattn::gpu_test {
 
+std::optional<Arch> hopper_device(Runtime& rt, const char* what) {
+  const Arch device = rt.device_arch();
+  if (device.sm == 90 && device.arch_specific) return device;
+  WARN(what << " needs sm_90a, not " << device.to_string() << ": not run");
+  return std::nullopt;
+}
+
 DeviceIo::DeviceIo(const reference::Tensor16& q_host, const reference::Tensor16& k_host,
                    const reference::Tensor16& v_host)
     : q(q_host.data.size() * 2),

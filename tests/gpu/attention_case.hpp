@@ -2,11 +2,17 @@
 // launch, download, compare.
 #pragma once
 
+#include <optional>
+
 #include "ftattn/reference.hpp"
 #include "ftattn/runtime.hpp"
 #include "runtime/driver.hpp"
 
 namespace ftattn::gpu_test {
+
+// The device's arch when it is sm_90a (the wgmma and warp-specialised skeletons); otherwise a
+// Catch2 warning that `what` needs it and was not run, and nullopt.
+std::optional<Arch> hopper_device(Runtime& rt, const char* what);
 
 struct CaseResult {
   reference::CheckReport report;

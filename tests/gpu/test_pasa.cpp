@@ -66,11 +66,9 @@ TEST_CASE("f16_pasa tiles and stages all give the same answer", "[gpu][pasa]") {
 TEST_CASE("f16_pasa on Hopper: the wgmma skeleton matches the reference and mma.sync",
           "[gpu][pasa][wgmma16]") {
   Runtime& rt = pasa_runtime();
-  const Arch device = rt.device_arch();
-  if (device.sm != 90 || !device.arch_specific) {
-    WARN("the wgmma skeleton needs sm_90a, not " << device.to_string() << ": not run");
-    return;
-  }
+  const std::optional<Arch> hopper = gpu_test::hopper_device(rt, "the wgmma skeleton");
+  if (!hopper) return;
+  const Arch device = *hopper;
   // Same inputs for both skeletons: a wrong descriptor, shift-row copy or packed P puts the
   // wgmma one far off; otherwise both carry the same FP16-score error. Tiles with one and two
   // warpgroups, 64- and 128-key blocks, two and three stages; odd lengths (a short tail block
@@ -116,11 +114,9 @@ TEST_CASE("f16_pasa on Hopper: the wgmma skeleton matches the reference and mma.
 TEST_CASE("f16_pasa causal 192-row tiles: the ragged tile first, every row and LSE",
           "[gpu][pasa][wgmma16]") {
   Runtime& rt = pasa_runtime();
-  const Arch device = rt.device_arch();
-  if (device.sm != 90 || !device.arch_specific) {
-    WARN("the three-consumer kernel needs sm_90a, not " << device.to_string() << ": not run");
-    return;
-  }
+  const std::optional<Arch> hopper = gpu_test::hopper_device(rt, "the three-consumer kernel");
+  if (!hopper) return;
+  const Arch device = *hopper;
   // Causal three-consumer tiles put a sequence's remainder of block_m rows first (tile 0
   // computes rows 0 to 191 and writes only the remainder; the next tile starts there). Every
   // row and its LSE checked (O starts as NaN: a row no tile writes fails): lengths below one

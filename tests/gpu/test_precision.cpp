@@ -32,13 +32,6 @@ std::vector<Precision> q8_precisions(Runtime& rt) {
 
 // The device's arch if it runs the Hopper skeletons (sm_90a); otherwise warns that `what`
 // was not run and returns nothing.
-std::optional<Arch> hopper_device(Runtime& rt, const char* what) {
-  const Arch device = rt.device_arch();
-  if (device.sm == 90 && device.arch_specific) return device;
-  WARN(what << " needs sm_90a, not " << device.to_string() << ": not run");
-  return std::nullopt;
-}
-
 // An f16 tensor of the problem's dense layout with element (h, s, i) = f(h, s, i).
 template <class F>
 reference::Tensor16 tensor_of(const Strides& st, int heads, int seqlen, int d, F&& f) {
@@ -107,7 +100,7 @@ TEST_CASE("8-bit tiles and stages all give the same answer", "[gpu][q8]") {
 
 TEST_CASE("8-bit on Hopper: the wgmma skeleton matches the mma.sync one", "[gpu][q8][wgmma]") {
   Runtime& rt = q8_runtime();
-  const std::optional<Arch> hopper = hopper_device(rt, "the wgmma skeleton");
+  const std::optional<Arch> hopper = gpu_test::hopper_device(rt, "the wgmma skeleton");
   if (!hopper) return;
   const Arch device = *hopper;
   // The same inputs (same seed) quantise alike for both skeletons; only FP32 summation orders
@@ -156,7 +149,7 @@ TEST_CASE("8-bit on Hopper: the wgmma skeleton matches the mma.sync one", "[gpu]
 TEST_CASE("8-bit on Hopper: the warp-specialised skeleton on long and ragged sequences",
           "[gpu][q8][wgmma][ws]") {
   Runtime& rt = q8_runtime();
-  const std::optional<Arch> hopper = hopper_device(rt, "the warp-specialised skeleton");
+  const std::optional<Arch> hopper = gpu_test::hopper_device(rt, "the warp-specialised skeleton");
   if (!hopper) return;
   const Arch device = *hopper;
   // Two consumer warpgroups and a producer (kernel/fwd_q8_ws_sm90.cuh) against the one-warpgroup
@@ -282,7 +275,7 @@ TEST_CASE("fp8 K: one scale per 64 keys, and the Hopper kernel refuses finer K s
 TEST_CASE("the wgmma kernel quantises Q itself to the separate pass's bytes",
           "[gpu][q8][wgmma][ws]") {
   Runtime& rt = q8_runtime();
-  const std::optional<Arch> hopper = hopper_device(rt, "the wgmma skeleton");
+  const std::optional<Arch> hopper = gpu_test::hopper_device(rt, "the wgmma skeleton");
   if (!hopper) return;
   const Arch device = *hopper;
   // Kernel::launch hands the wgmma kernel the caller's f16 Q; quantize() + launch_quantized the
@@ -407,7 +400,7 @@ TEST_CASE("int8 with flash_abft: right answers, no false alarm, a live check, re
 TEST_CASE("int8's lazy softmax: maxima that climb every block, rows past INT32's range",
           "[gpu][q8][wgmma][lazy]") {
   Runtime& rt = q8_runtime();
-  const std::optional<Arch> hopper = hopper_device(rt, "the wgmma skeleton");
+  const std::optional<Arch> hopper = gpu_test::hopper_device(rt, "the wgmma skeleton");
   if (!hopper) return;
   const Arch device = *hopper;
   auto run = [&](const KernelConfig& c, const Problem& pr, const reference::Tensor16& q,
@@ -484,7 +477,7 @@ TEST_CASE("int8's lazy softmax: maxima that climb every block, rows past INT32's
 TEST_CASE("fp8 on Hopper: O stays accurate over long rows of same-signed values",
           "[gpu][q8][wgmma][fp8_accumulation]") {
   Runtime& rt = q8_runtime();
-  const std::optional<Arch> hopper = hopper_device(rt, "the wgmma skeleton");
+  const std::optional<Arch> hopper = gpu_test::hopper_device(rt, "the wgmma skeleton");
   if (!hopper) return;
   const Arch device = *hopper;
   // Hopper's E4M3 wgmma keeps about 14 bits when it adds into its accumulators, so an O that

@@ -18,12 +18,7 @@ Runtime& wgmma_runtime() {
   return rt;
 }
 
-bool on_sm90a(Runtime& rt) {
-  const Arch device = rt.device_arch();
-  if (device.sm == 90 && device.arch_specific) return true;
-  WARN("the wgmma skeleton needs sm_90a, not " << device.to_string() << ": not run");
-  return false;
-}
+bool on_sm90a(Runtime& rt) { return gpu_test::hopper_device(rt, "the wgmma skeleton").has_value(); }
 
 // Clean runs of a checksum scheme on every tile (one and two warpgroups, 64- and 128-key blocks,
 // two and three stages), both 16-bit types, head dims 64 and 128, both masks: the reference check
