@@ -354,6 +354,10 @@ bool warp_specialized(const KernelConfig& c) {
   return uses_wgmma(c) && (element_bytes(c.precision) == 2 || q8) && (c.num_warps == 8 || three);
 }
 
+bool q8_tensor_maps(const KernelConfig& c) {
+  return element_bytes(c.precision) == 1 && uses_wgmma(c);
+}
+
 bool lazy_int8_softmax(const KernelConfig& c) {
   return c.precision == Precision::int8 && uses_wgmma(c);
 }

@@ -118,12 +118,16 @@ using Traits = ftattn::{traits}<
 static_assert(Traits::smem_bytes == {smem}, "KernelConfig::shared_memory_bytes disagrees");
 
 extern "C" __global__ void __launch_bounds__({launch_bounds})
-{symbol}(const ftattn::AttentionParams params) {{
-  ftattn::{skeleton}<Traits>(params);
+{symbol}(const ftattn::AttentionParams params{maps_param}) {{
+  ftattn::{skeleton}<Traits>(params{maps_arg});
 }}
 )",
       fmt::arg("launch_bounds",
                fp8_two_ctas(config) ? "Traits::threads, 2" : launch_bounds(config)),
+      // The one-warpgroup wgmma kernel copies K and V^T by TMA (q8_tensor_maps).
+      fmt::arg("maps_param",
+               q8_tensor_maps(config) ? ", const __grid_constant__ ftattn::Q8TensorMaps maps" : ""),
+      fmt::arg("maps_arg", q8_tensor_maps(config) ? ", maps" : ""),
       fmt::arg("skeleton_header",
                per_skeleton(config, "fwd_q8_ws_sm90.cuh", "fwd_q8_sm90.cuh", "fwd_q8_sm80.cuh")),
       fmt::arg("traits", wgmma ? "Q8WgmmaTraits" : "Q8Traits"),

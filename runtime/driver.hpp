@@ -59,6 +59,7 @@ namespace ftattn::runtime {
   X(cuFuncGetAttribute, 2020)                          \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050) \
   X(cuLaunchKernel, 4000)                              \
+  X(cuTensorMapEncodeTiled, 12000)                     \
   X(cuMemGetInfo, 3020)                                \
   X(cuMemAlloc, 3020)                                  \
   X(cuMemFree, 3020)                                   \

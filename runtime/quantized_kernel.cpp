@@ -12,6 +12,7 @@
 #include "runtime/driver.hpp"
 #include "runtime/loaded_kernel.hpp"
 #include "runtime/protected_launch.hpp"
+#include "runtime/tensor_maps.hpp"
 
 namespace ftattn {
 namespace runtime {
@@ -272,7 +273,10 @@ class QuantizedKernel final : public Kernel {
                                        : Dim3{blocks(problem.seqlen_q, c.block_m),
                                               static_cast<unsigned>(problem.heads_q),
                                               static_cast<unsigned>(problem.batch)};
-    void* args[] = {&p};
+    // The one-warpgroup Hopper kernel copies K, its scales and V^T by TMA.
+    Q8TensorMaps maps{};
+    if (q8_tensor_maps(c)) maps = encode_q8_tensor_maps(c, p);
+    void* args[] = {&p, &maps};
     runtime::launch(attention_, grid, Dim3{static_cast<unsigned>(launch_threads(c)), 1, 1},
                     static_cast<unsigned>(c.shared_memory_bytes()), stream, args);
   }

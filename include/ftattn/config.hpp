@@ -123,6 +123,11 @@ bool quantises_q_in_kernel(const KernelConfig& config);
 // producer warpgroup: see launch_threads.
 bool warp_specialized(const KernelConfig& config);
 
+// True when `config`'s attention kernel copies K, its scales and V^T by TMA, which takes the
+// tensor maps of Q8TensorMaps (params.cuh) as a second kernel parameter: int8 and fp8_e4m3 on the
+// wgmma skeletons (kernel/fwd_q8_sm90.cuh, fwd_q8_ws_sm90.cuh), i.e. uses_wgmma.
+bool q8_tensor_maps(const KernelConfig& config);
+
 // True when `config` runs int8's lazy softmax (kernel/fwd_q8_sm90.cuh, q8::lazy_softmax): int8 on
 // a wgmma skeleton, where O stays in INT32 and P is unsigned, round(255 * 2^(x - ref)) against a
 // whole-number reference that moves only when a key block's max exceeds it

@@ -123,6 +123,26 @@ struct AttentionParams {
   const void* k_shift;
 };
 
+// A TMA tensor map (CUtensorMap: 128 opaque bytes, 128-byte aligned as cuda.h declares it), encoded
+// on the host by cuTensorMapEncodeTiled and passed as a __grid_constant__ kernel parameter, where
+// the copy instructions read it.
+struct alignas(128) TensorMap {
+  unsigned long long opaque[16];
+};
+
+// The 8-bit Hopper skeletons' TMA tensor maps (kernel/fwd_q8_sm90.cuh, fwd_q8_ws_sm90.cuh), over
+// AttentionParams' dense 8-bit operands with the KV heads of every batch as one dimension:
+//   k:       head_dim x seqlen_k x (batch heads_kv) bytes, boxes of min(head_dim, 128) x block_n;
+//   vt:      keys_padded x head_dim x (batch heads_kv) bytes, boxes of block_n x head_dim;
+//   k_scale: keys_padded x (batch heads_kv) floats, boxes of block_n x 1.
+// K and V^T boxes land in the wgmma swizzle of their row width (64 or 128 bytes); whatever lies
+// past a dimension's end is written as zeros, as the cp.async copies zero-fill.
+struct Q8TensorMaps {
+  TensorMap k;
+  TensorMap vt;
+  TensorMap k_scale;
+};
+
 // The PASA shift kernel's parameters: K (16-bit, strides in elements) in; K' (dense, batch x
 // heads_kv x seqlen_k x head_dim) and r (as AttentionParams::k_shift) out.
 struct PasaShiftParams {

@@ -308,9 +308,10 @@ TEST_CASE("NVRTC compiles every 8-bit config with 8-bit MMAs and no spills",
         const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
         if (uses_wgmma(c)) {  // the wgmma skeleton's own case below has the rest
           // Documented (README, precisions): int8 causal at head_dim 128 spills in its masked
-          // (diagonal) key-block step only, 72 bytes stored and reloaded once per such block.
+          // (diagonal) key-block step only, 12 bytes stored and reloaded once per such block (72
+          // before K and V came by TMA).
           const bool known = t.p == Precision::int8 && d == 128 && m == Mask::causal;
-          CHECK(runtime::parse_ptxas_log(out.log, src.symbol).spill_stores <= (known ? 72 : 0));
+          CHECK(runtime::parse_ptxas_log(out.log, src.symbol).spill_stores <= (known ? 12 : 0));
           continue;
         }
         const std::string mma = t.p == Precision::int8
@@ -399,6 +400,10 @@ TEST_CASE("8-bit on sm_90a: the wgmma skeleton, when it applies, and what it com
       INFO(c.name());
       CHECK((c.block_m == 128 && c.block_n == 64 && c.num_warps == 8 && c.num_stages == 3 &&
              warp_specialized(c)));
+      // Its producer's first thread copies K, its scales and V^T by TMA as well.
+      CHECK(q8_tensor_maps(c));
+      CHECK(codegen::generate(c).text.find("const __grid_constant__ ftattn::Q8TensorMaps maps") !=
+            std::string::npos);
     }
   // Kernel::launch fuses Q's quantisation into the wgmma kernel up to head dim 128 only.
   CHECK(quantises_q_in_kernel(wg));
@@ -444,6 +449,16 @@ TEST_CASE("8-bit on sm_90a: the wgmma skeleton, when it applies, and what it com
     }
     CHECK(count(out.ptx, "mma.sync") == 0);
     CHECK(out.ptx.find("fence.proxy.async.shared::cta") != std::string::npos);
+    // K, its scales and V^T come by TMA from the tensor maps of a second, __grid_constant__
+    // parameter: per copy site one 2-D box of scales and (K atoms + 1) 3-D boxes, on the stage's
+    // mbarrier; Q alone still takes cp.async chunks.
+    REQUIRE(q8_tensor_maps(c));
+    CHECK(src.text.find("const __grid_constant__ ftattn::Q8TensorMaps maps") != std::string::npos);
+    const int sites = count(out.ptx, "cp.async.bulk.tensor.2d");
+    CHECK(sites >= 2);
+    CHECK(count(out.ptx, "cp.async.bulk.tensor.3d") == sites * ((d + 127) / 128 + 1));
+    CHECK(count(out.ptx, "mbarrier.arrive.expect_tx") == sites);
+    CHECK(out.ptx.find("mbarrier.try_wait.parity") != std::string::npos);
     const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
     CHECK(r.spill_stores == 0);
     // No wgmma serialised: neither for plain instructions writing a wgmma's operand registers

@@ -15,7 +15,8 @@ namespace {
 const Arch kSm90a{90, true};
 
 // What every warp-specialised unit shows: the kernel `skeleton` at 384 threads, the producer's
-// registers handed to the consumers, copies arriving on mbarriers (Q, K, V), turns passed by
+// registers handed to the consumers, copies arriving on mbarriers (Q, K, V; 8-bit K and V by
+// TMA), turns passed by
 // named barrier, no mma.sync and no serialised wgmma. Returns the unit's symbol, PTX and ptxas
 // log for the caller's own checks.
 struct WsUnit {
@@ -32,7 +33,19 @@ WsUnit check_ws_unit(const KernelConfig& c, const std::string& skeleton) {
   CHECK(out.ptx.find(".maxntid 384, 1, 1") != std::string::npos);
   CHECK(test::count(out.ptx, "setmaxnreg.dec.sync.aligned.u32 56") == 1);
   CHECK(test::count(out.ptx, "setmaxnreg.inc.sync.aligned.u32 224") == 1);
-  CHECK(test::count(out.ptx, "cp.async.mbarrier.arrive.noinc.shared::cta.b64") >= 3);
+  if (q8_tensor_maps(c)) {
+    // 8-bit: Q by cp.async, K (one box per 128-byte atom), its scales and V^T by TMA, each ring's
+    // bytes expected on its "full" mbarrier.
+    CHECK(test::count(out.ptx, "cp.async.mbarrier.arrive.noinc.shared::cta.b64") == 1);
+    // Per copy site (the producer's loop, however NVRTC unrolls it): one 2-D box of scales.
+    const int sites = test::count(out.ptx, "cp.async.bulk.tensor.2d");
+    CHECK(sites >= 1);
+    CHECK(test::count(out.ptx, "cp.async.bulk.tensor.3d") ==
+          sites * ((c.head_dim + 127) / 128 + 1));
+    CHECK(test::count(out.ptx, "mbarrier.arrive.expect_tx") == 2 * sites);
+  } else {
+    CHECK(test::count(out.ptx, "cp.async.mbarrier.arrive.noinc.shared::cta.b64") >= 3);
+  }
   CHECK(test::count(out.ptx, "mbarrier.try_wait.parity") >= 3);
   CHECK(test::count(out.ptx, "bar.arrive") >= 1);
   CHECK(test::count(out.ptx, "mma.sync") == 0);

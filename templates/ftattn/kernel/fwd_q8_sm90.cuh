@@ -8,8 +8,9 @@
 // channel (the quantisation kernels already write V transposed, keys permuted within groups of
 // 16 so that the S accumulators are P's A fragments as they stand; the wgmma A fragment is the
 // m16n8k32 one per warp). Tiles are stored in the wgmma swizzle of their row width (64 or 128
-// bytes; 256-byte rows as two 128-byte atoms side by side). K and V arrive through a
-// num_stages-deep cp.async pipeline, one group per key block. int8 keeps O in INT32 and rescales
+// bytes; 256-byte rows as two 128-byte atoms side by side). K, its scales and V^T arrive through
+// a num_stages-deep pipeline of TMA copies, which one thread issues per key block onto the stage's
+// mbarrier (the tensor maps: params.cuh's Q8TensorMaps). int8 keeps O in INT32 and rescales
 // it only when a row's max outgrows its reference (q8::lazy_softmax); fp8 computes each block's
 // P V from zero and adds it to its FP32 O on the CUDA cores (q8::fold_output).
 #pragma once
@@ -18,6 +19,7 @@
 #include "ftattn/arch/sm80/tile_load.cuh"
 #include "ftattn/arch/sm90/pipeline.cuh"
 #include "ftattn/arch/sm90/tile_load.cuh"
+#include "ftattn/arch/sm90/tma.cuh"
 #include "ftattn/arch/sm90/wgmma.cuh"
 #include "ftattn/common/math.cuh"
 #include "ftattn/common/types.cuh"
@@ -40,6 +42,12 @@ struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, P
   static constexpr int k_scale_offset = BlockN * HeadDim;  // a float per key after the K tile
   static constexpr int k_stage_bytes = align(k_scale_offset + BlockN * 4);
   static constexpr int v_stage_bytes = align(HeadDim * BlockN);
+  // The bytes of a key block's TMA copies (q8::load_k_block, load_vt_block); the one-warpgroup
+  // kernel's stage mbarrier sits in the slack that rounds the K stage up to 1024 bytes.
+  static constexpr int k_tma_bytes = BlockN * HeadDim + BlockN * 4;
+  static constexpr int v_tma_bytes = HeadDim * BlockN;
+  static constexpr int stage_barrier_offset = k_scale_offset + BlockN * 4;
+  static_assert(stage_barrier_offset + 8 <= k_stage_bytes, "room for the stage's mbarrier");
   static constexpr int o_stride = HeadDim * 2 + 16;  // the epilogue stages 16-bit O rows
   static constexpr int loop_bytes = q_bytes + NumStages * (k_stage_bytes + v_stage_bytes);
   static constexpr int out_bytes = BlockM * o_stride;
@@ -132,22 +140,22 @@ __device__ __forceinline__ void quantise_q_rows(const AttentionParams& p, u32 sQ
 
 namespace q8 {
 
-// Key block key0's K rows and their scales (a float per key after the tile) into the K buffer at
-// dk, and its V^T rows into the V buffer at dv, by `Threads` threads (`thread`: the caller's
-// index among them). Issue copies only; the caller commits or arrives.
-template <class T, int Threads>
-__device__ __forceinline__ void load_k_block(u32 dk, const AttentionParams& p, const Operands& in,
-                                             int key0, unsigned thread) {
-  sm90::load_rows_swizzled<Threads, T::block_n, T::head_dim>(
-      dk, in.k + key0 * p.k_seq_stride, p.k_seq_stride, p.seqlen_k - key0, T::head_dim, thread);
-  sm80::load_rows<Threads, 1, T::block_n * 4, 0>(dk + T::k_scale_offset, in.k_scale + key0, 0, 1,
-                                                 (in.keys_padded - key0) * 4, thread);
+// Key block key0's K rows (128-byte swizzle atoms side by side) and their scales (a float per key
+// after the tile) into the K buffer at dk, and its V^T rows into the V buffer at dv: TMA copies
+// from the tensor maps of KV head `kv` (batch * heads_kv + head), completing on `bar` (which
+// expects T::k_tma_bytes and T::v_tma_bytes). Issued by one thread.
+template <class T>
+__device__ __forceinline__ void load_k_block(u32 dk, const Q8TensorMaps& maps, int key0, int kv,
+                                             u32 bar) {
+#pragma unroll
+  for (int a = 0; a < (T::head_dim + 127) / 128; ++a)
+    sm90::tma_load(dk + a * T::block_n * 128, maps.k, a * 128, key0, kv, bar);
+  sm90::tma_load(dk + T::k_scale_offset, maps.k_scale, key0, kv, bar);
 }
-template <class T, int Threads>
-__device__ __forceinline__ void load_vt_block(u32 dv, const AttentionParams& p, const Operands& in,
-                                              int key0, unsigned thread) {
-  sm90::load_rows_swizzled<Threads, T::head_dim, T::block_n>(
-      dv, in.vt + key0, p.v_seq_stride, T::head_dim, in.keys_padded - key0, thread);
+template <class T>
+__device__ __forceinline__ void load_vt_block(u32 dv, const Q8TensorMaps& maps, int key0, int kv,
+                                              u32 bar) {
+  sm90::tma_load(dv, maps.vt, key0, 0, kv, bar);
 }
 
 // GEMM I's MMAs: this warpgroup's 64 rows (from group_row of the Q tile at sQ) of S = Q K^T with
@@ -386,12 +394,13 @@ __device__ __forceinline__ void finish_output(const int (&oi)[kIT][4], float (&o
 }  // namespace q8
 
 template <class T>
-__device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) {
+__device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p,
+                                                      const Q8TensorMaps& maps) {
   using P = typename T::Precision;
   constexpr int kST = T::s_tiles;
   constexpr int kOT = T::o_tiles;
   constexpr int kStages = T::num_stages;
-  constexpr bool kOneGroup = T::num_warps == 4;  // one warpgroup per CTA
+  static_assert(T::num_warps == 4, "one warpgroup; two run warp-specialised (fwd_q8_ws_sm90.cuh)");
   using Acc = typename P::Acc;
   constexpr bool kInt = !P::float_accumulators;  // int8: INT32 accumulators, O too (lazy_softmax)
 
@@ -415,13 +424,25 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
 
   const q8::Operands in = q8::operands<T>(p, batch, head, head_kv, row0);
 
-  // One cp.async group per key block: K rows, their scales, V^T rows.
+  // A key block's K rows, their scales and V^T rows: thread 0's TMA copies onto the stage's
+  // mbarrier.
+  auto full = [&](int stage) { return sK + stage * T::k_stage_bytes + T::stage_barrier_offset; };
+  const int kv = batch * p.heads_kv + head_kv;
   auto load_kv = [&](int stage, int n_block) {
+    if (threadIdx.x != 0) return;
     const int key0 = n_block * T::block_n;
-    q8::load_k_block<T, T::threads>(sK + stage * T::k_stage_bytes, p, in, key0, threadIdx.x);
-    q8::load_vt_block<T, T::threads>(sV + stage * T::v_stage_bytes, p, in, key0, threadIdx.x);
-    sm80::cp_async_commit();
+    const u32 bar = full(stage);
+    sm90::mbarrier_expect_tx(bar, T::k_tma_bytes + T::v_tma_bytes);
+    q8::load_k_block<T>(sK + stage * T::k_stage_bytes, maps, key0, kv, bar);
+    q8::load_vt_block<T>(sV + stage * T::v_stage_bytes, maps, key0, kv, bar);
   };
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) sm90::mbarrier_init(full(s), 1);
+    sm90::fence_barrier_init();
+  }
+  sm90::TmaKeyBlockPipeline<kStages> pipeline{{n_blocks}};
+  pipeline.start(load_kv);
 
   float q_scale[2];  // per row of this lane's accumulators: s_Q * softmax scale * log2(e)
   if (p.q_16bit == 0) {
@@ -433,9 +454,12 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
   } else {
     quantise_q_rows<T, quant::F16In>(p, sQ, batch, head, row0, warp_row, lane, q_scale);
   }
-  sm80::cp_async_commit();  // Q's group (empty when quantised here: st.shared, fenced below)
-  sm90::KeyBlockPipeline<kStages, kOneGroup> pipeline{n_blocks};
-  pipeline.start(load_kv);
+  // Q (cp.async or st.shared) for the tensor cores, and the mbarriers' initialisation, to every
+  // thread.
+  sm80::cp_async_commit();
+  sm80::cp_async_wait<0>();
+  sm90::fence_async_shared();
+  __syncthreads();
 
   float o[1][kOT][4];                          // fp8's O; int8's at the end
   float row_max[1][2];                         // base-2 logits (int8: lazy_softmax's reference)
@@ -450,7 +474,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
   auto step = [&](const int it, const int n_block, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
     const int stage = it % kStages;
-    pipeline.begin_step(it, load_kv);
+    pipeline.begin_step(it, full);
 
     // GEMM I: this warpgroup's 64 rows of S = Q K^T (fp8: FP32; int8: INT32 from its bias).
     const u32 sKs = sK + stage * T::k_stage_bytes;
@@ -481,7 +505,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
     // One warpgroup: fp8 leaves GEMM II in flight into the next GEMM I, unless it runs in pieces
     // (pa and this V stage are gone by then). int8 waits: with P's registers live across GEMM I
     // beside its INT32 O and S, 168 registers serialise the wgmmas (C7512) at head_dim 128.
-    if constexpr (!kOneGroup || kInt || T::pv_pieces > 1) sm90::wgmma_wait<0>();
+    if constexpr (kInt || T::pv_pieces > 1) sm90::wgmma_wait<0>();
     if constexpr (T::pv_pieces > 1)
       q8::fold_output<T>(o[0], pv, alpha, pa, sV + stage * T::v_stage_bytes);
   };
@@ -490,7 +514,12 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p) 
       p.seqlen_k, row0, diag, n_blocks, [](int b) { return b; }, step);
   sm90::wgmma_wait<0>();
   if constexpr (T::pv_pieces == 1) q8::fold_piece<T>(o[0], pv, alpha, 0);  // fp8: the last P V
-  sm80::cp_async_wait<0>();
+  // Every copy has landed (each was waited for): the mbarriers end before the epilogue's
+  // staging may write over them.
+  __syncthreads();
+  if (threadIdx.x == 0)
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) sm90::mbarrier_inval(full(s));
   __syncthreads();
 
   q8::finish_output<T>(oi, o[0]);

@@ -2,9 +2,10 @@
 // MMAs, softmax and epilogue of fwd_q8_sm90.cuh (its q8:: pieces), scheduled the way
 // fwd_ws_sm90.cuh schedules the 16-bit ones (FlashAttention-3's ping-pong).
 //
-//   producer   warpgroup 2 (threads 256-383, 56 registers each) copies every key block's K tile
-//              with its per-key scales and its V^T tile by cp.async into their own rings of
-//              num_stages buffers (sm90::WsPipeline), and Q once when it arrives quantised.
+//   producer   warpgroup 2 (threads 256-383, 56 registers each) copies Q by cp.async once when
+//              it arrives quantised; then its first thread alone copies every key block's K tile
+//              with its scales and its V^T tile by TMA into their own rings of num_stages
+//              buffers (sm90::WsPipeline), and the other 127 are done.
 //   consumers  warpgroups 0 and 1 (64 query rows each, 224 registers) take turns on the tensor
 //              cores (sm90::TurnToken): each turn issues the previous block's GEMM II and this
 //              block's GEMM I back to back, while the other warpgroup runs its softmax. When Q
@@ -21,6 +22,7 @@
 #include "ftattn/arch/sm80/cp_async.cuh"
 #include "ftattn/arch/sm90/barriers.cuh"
 #include "ftattn/arch/sm90/tile_load.cuh"
+#include "ftattn/arch/sm90/tma.cuh"
 #include "ftattn/arch/sm90/wgmma.cuh"
 #include "ftattn/arch/sm90/ws_pipeline.cuh"
 #include "ftattn/kernel/fwd_q8_sm90.cuh"
@@ -28,7 +30,8 @@
 namespace ftattn {
 
 template <class T>
-__device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& p) {
+__device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& p,
+                                                         const Q8TensorMaps& maps) {
   static_assert(T::warp_specialized && T::num_warps == 8, "two consumer warpgroups");
   using P = typename T::Precision;
   using Acc = typename P::Acc;
@@ -47,7 +50,7 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
   const u32 sQ = (sm80::smem_addr(smem_raw) + 1023u) & ~1023u;
   const u32 sK = sQ + T::q_bytes;
   const u32 sV = sK + kStages * T::k_stage_bytes;
-  using Pipeline = sm90::WsPipeline<kStages, kProducers, T::num_warps>;
+  using Pipeline = sm90::WsPipeline<kStages, kProducers, T::num_warps, /*FullArrivals=*/1>;
   static_assert(Pipeline::barrier_bytes <= T::barrier_bytes, "the mbarriers follow the tiles");
   const Pipeline pipe{sQ + T::tiles_bytes};
   if (threadIdx.x == 0) pipe.init();
@@ -69,15 +72,18 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
           sQ, in.q, p.q_seq_stride, p.seqlen_q - row0, T::head_dim, t);
       sm90::cp_async_arrive(pipe.q_full());
     }
-    for (int j = 0; j < n_blocks; ++j) {
-      const int s = j % kStages;
-      const int key0 = j * T::block_n;
-      pipe.acquire_k(j);
-      q8::load_k_block<T, kProducers>(sK + s * T::k_stage_bytes, p, in, key0, t);
-      pipe.commit_k(j);
-      pipe.acquire_v(j);
-      q8::load_vt_block<T, kProducers>(sV + s * T::v_stage_bytes, p, in, key0, t);
-      pipe.commit_v(j);
+    if (t == 0) {
+      const int kv = batch * p.heads_kv + head / p.group_size;
+      for (int j = 0; j < n_blocks; ++j) {
+        const int s = j % kStages;
+        const int key0 = j * T::block_n;
+        pipe.acquire_k(j);
+        sm90::mbarrier_expect_tx(pipe.k_full(s), T::k_tma_bytes);
+        q8::load_k_block<T>(sK + s * T::k_stage_bytes, maps, key0, kv, pipe.k_full(s));
+        pipe.acquire_v(j);
+        sm90::mbarrier_expect_tx(pipe.v_full(s), T::v_tma_bytes);
+        q8::load_vt_block<T>(sV + s * T::v_stage_bytes, maps, key0, kv, pipe.v_full(s));
+      }
     }
     sm80::cp_async_wait<0>();
     return;

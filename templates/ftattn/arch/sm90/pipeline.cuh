@@ -1,14 +1,18 @@
-// The key-block pipeline of the Hopper skeletons (kernel/fwd_sm90.cuh, kernel/fwd_q8_sm90.cuh):
-// one cp.async group per key block into num_stages buffers, handed to the tensor cores by a
-// fence.proxy.async, and where the next block's copies go out.
+// The key-block pipelines of the one-warpgroup Hopper skeletons (kernel/fwd_sm90.cuh,
+// kernel/fwd_q8_sm90.cuh): one cp.async group per key block into num_stages buffers, handed to
+// the tensor cores by a fence.proxy.async, or TMA copies completing on an mbarrier per buffer;
+// and where the next block's copies go out.
 #pragma once
 
 #include "ftattn/arch/sm80/cp_async.cuh"
+#include "ftattn/arch/sm90/barriers.cuh"
 #include "ftattn/arch/sm90/wgmma.cuh"
 
 namespace ftattn::sm90 {
 
-template <int Stages, bool OneWarpgroup>
+// EmptyGroups: commit an empty cp.async group for each block past the last (TMA copies have no
+// groups to keep uniform).
+template <int Stages, bool OneWarpgroup, bool EmptyGroups = true>
 struct KeyBlockPipeline {
   int n_blocks;
   int ahead = 0;  // the next block to prefetch
@@ -21,7 +25,7 @@ struct KeyBlockPipeline {
     for (int s = 0; s < Stages - 1; ++s) {
       if (ahead < n_blocks)
         load_kv(s, ahead++);
-      else
+      else if constexpr (EmptyGroups)
         sm80::cp_async_commit();
     }
   }
@@ -49,8 +53,24 @@ struct KeyBlockPipeline {
   __device__ __forceinline__ void prefetch(int it, LoadKV&& load_kv) {
     if (ahead < n_blocks)
       load_kv((it + Stages - 1) % Stages, ahead++);
-    else
+    else if constexpr (EmptyGroups)
       sm80::cp_async_commit();
+  }
+};
+
+// The same pipeline with TMA copies (one warpgroup per CTA): block b goes into stage b %
+// Stages, and load_kv(stage, block) has one thread issue its copies onto that stage's mbarrier
+// (`bar(stage)`, expecting their bytes), so a step waits on the mbarrier's phase instead of a
+// cp.async group (start and after_gemm1 as above, without empty groups). The CTA barrier stays:
+// past it every warp has read the previous block's K scales and waited for its GEMM II, so that
+// stage may be refilled after GEMM I.
+template <int Stages>
+struct TmaKeyBlockPipeline
+    : KeyBlockPipeline<Stages, /*OneWarpgroup=*/true, /*EmptyGroups=*/false> {
+  template <class Bar>
+  __device__ __forceinline__ void begin_step(int it, Bar&& bar) {
+    mbarrier_wait(bar(it % Stages), static_cast<u32>((it / Stages) & 1));
+    __syncthreads();
   }
 };
 

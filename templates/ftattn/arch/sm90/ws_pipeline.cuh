@@ -23,7 +23,10 @@ inline constexpr int ws_consumer_registers =
     ws_launch_registers<Consumers> +
     (ws_launch_registers<Consumers> - ws_producer_registers<Consumers>) / Consumers / 8 * 8;
 
-template <int Stages, int Producers, int ConsumerWarps>
+// FullArrivals: the arrivals a K or V "full" phase expects, every producer thread's cp.async
+// arrival, or 1 where one thread's TMA copies complete it (mbarrier_expect_tx). Q's is always
+// Producers.
+template <int Stages, int Producers, int ConsumerWarps, int FullArrivals = Producers>
 struct WsPipeline {
   static constexpr int barrier_bytes = 8 * (1 + 4 * Stages);
   u32 bars;  // Q full, then per stage K full, K empty, V full, V empty (8 bytes each)
@@ -40,15 +43,15 @@ struct WsPipeline {
   __device__ __forceinline__ void init() const {
     mbarrier_init(q_full(), Producers);
     for (int s = 0; s < Stages; ++s) {
-      mbarrier_init(k_full(s), Producers);
-      mbarrier_init(v_full(s), Producers);
+      mbarrier_init(k_full(s), FullArrivals);
+      mbarrier_init(v_full(s), FullArrivals);
       mbarrier_init(k_empty(s), ConsumerWarps);  // one arrival per consumer warp
       mbarrier_init(v_empty(s), ConsumerWarps);
     }
   }
 
   // Producer: wait until block j's buffer is free (blocks j - Stages released), issue its copies,
-  // then arrive (each of the Producers threads).
+  // then arrive (each of the Producers threads; with TMA, expect the copies' bytes instead).
   __device__ __forceinline__ void acquire_k(int j) const {
     if (j >= Stages) mbarrier_wait(k_empty(j % Stages), parity(j - Stages));
   }

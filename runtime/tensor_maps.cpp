@@ -1,0 +1,104 @@
+#include "runtime/tensor_maps.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+
+#include "ftattn/errors.hpp"
+#include "runtime/driver.hpp"
+
+namespace ftattn::runtime {
+namespace {
+
+static_assert(sizeof(TensorMap) == sizeof(CUtensorMap) &&
+                  alignof(TensorMap) >= alignof(CUtensorMap),
+              "params.cuh's TensorMap must hold a CUtensorMap");
+
+struct Box {
+  const char* what;
+  CUtensorMapDataType type;
+  const void* base;
+  std::array<cuuint64_t, 3> dims;     // innermost first; rank = dims used
+  std::array<cuuint64_t, 2> strides;  // bytes, of dims 1 and 2
+  std::array<cuuint32_t, 3> box;
+  cuuint32_t rank;
+  CUtensorMapSwizzle swizzle;
+};
+
+// TMA's rules for a global tensor, checked before any driver call.
+void require_copyable(const Box& b) {
+  const bool aligned = reinterpret_cast<std::uintptr_t>(b.base) % 16 == 0 &&
+                       std::all_of(b.strides.begin(), b.strides.begin() + (b.rank - 1),
+                                   [](cuuint64_t s) { return s % 16 == 0; });
+  if (!aligned)
+    throw ConfigError(fmt::format(
+        "the 8-bit {} starts at {} with strides {}, {} bytes: the Hopper 8-bit kernel copies it by "
+        "TMA, which needs a 16-byte aligned start and strides that are multiples of 16 bytes "
+        "(ftattn::quantize lays operands out so)",
+        b.what, b.base, b.strides[0], b.strides[1]));
+}
+
+void encode(TensorMap& out, const Box& b) {
+  const std::array<cuuint32_t, 3> element_strides{1, 1, 1};
+  check(driver().cuTensorMapEncodeTiled(
+            reinterpret_cast<CUtensorMap*>(&out), b.type, b.rank, const_cast<void*>(b.base),
+            b.dims.data(), b.strides.data(), b.box.data(), element_strides.data(),
+            CU_TENSOR_MAP_INTERLEAVE_NONE, b.swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+        fmt::format("cuTensorMapEncodeTiled ({})", b.what).c_str());
+}
+
+// The wgmma swizzle of a tile whose rows are `bytes` long (64, or 128 per atom).
+CUtensorMapSwizzle swizzle_of(int bytes) {
+  return bytes >= 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+}
+
+}  // namespace
+
+Q8TensorMaps encode_q8_tensor_maps(const KernelConfig& c, const AttentionParams& p) {
+  // Every KV head of every batch is one dimension, so the operands must be dense over it.
+  const auto d = static_cast<cuuint64_t>(c.head_dim);
+  const auto keys_padded = static_cast<cuuint64_t>(p.v_seq_stride);
+  const auto heads = static_cast<cuuint64_t>(p.batch) * static_cast<cuuint64_t>(p.heads_kv);
+  const auto n = static_cast<cuuint32_t>(c.block_n);
+  if (p.k_batch_stride != p.heads_kv * p.k_head_stride ||
+      p.v_batch_stride != p.heads_kv * p.v_head_stride)
+    throw ConfigError(fmt::format(
+        "{}: its TMA copies take K and V^T with dense heads (batch stride = heads_kv x head "
+        "stride), not K {} / {} and V^T {} / {} bytes",
+        c.name(), p.k_batch_stride, p.k_head_stride, p.v_batch_stride, p.v_head_stride));
+  const Box k{"K",
+              CU_TENSOR_MAP_DATA_TYPE_UINT8,
+              p.k,
+              {d, static_cast<cuuint64_t>(p.seqlen_k), heads},
+              {static_cast<cuuint64_t>(p.k_seq_stride), static_cast<cuuint64_t>(p.k_head_stride)},
+              {static_cast<cuuint32_t>(std::min<cuuint64_t>(d, 128)), n, 1},
+              3,
+              swizzle_of(c.head_dim)};
+  const Box vt{"V^T",
+               CU_TENSOR_MAP_DATA_TYPE_UINT8,
+               p.v,
+               {keys_padded, d, heads},
+               {keys_padded, static_cast<cuuint64_t>(p.v_head_stride)},
+               {n, static_cast<cuuint32_t>(d), 1},
+               3,
+               swizzle_of(c.block_n)};
+  const Box k_scale{"K scales",
+                    CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+                    p.k_scale,
+                    {keys_padded, heads, 1},
+                    {keys_padded * 4, 0},
+                    {n, 1, 1},
+                    2,
+                    CU_TENSOR_MAP_SWIZZLE_NONE};
+  for (const Box* b : {&k, &vt, &k_scale}) require_copyable(*b);
+  Q8TensorMaps maps{};
+  encode(maps.k, k);
+  encode(maps.vt, vt);
+  encode(maps.k_scale, k_scale);
+  return maps;
+}
+
+}  // namespace ftattn::runtime
