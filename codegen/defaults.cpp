@@ -80,16 +80,19 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   // per CTA, several CTAs per SM, 128-key blocks, two stages (H100: for fp8 64 x 128 beat 128 x
   // 128 and 128 x 64 with two warpgroups by 10-33%, bench/results/nvidia-h100/
   // fp8_wgmma_tiles.csv; for int8 64 x 64 by 13-22%, int8_wgmma_tiles.csv); at head dim 256
-  // 64-key blocks, O's 128 registers leave no room for more. At 256 both take the
-  // warp-specialised 128 x 64 w8s3 (fwd_q8_ws_sm90.cuh; its consumers have 224 registers): for
-  // fp8 on the H100 1.07-1.18x the one-warpgroup 64 x 64 w4s2 at 4k-16k keys, both masks, w8s2
-  // 1-3% behind (fp8_ws_d256.csv).
-  const bool q8_d256 = c.head_dim == 256;
+  // 64-key blocks, O's 128 registers leave no room for more. At 256 fp8 takes the
+  // warp-specialised 128 x 64 w8s3 (fwd_q8_ws_sm90.cuh; its consumers have 224 registers): on
+  // the H100 1.07-1.18x the one-warpgroup 64 x 64 w4s2 at 4k-16k keys, both masks, w8s2 1-3%
+  // behind (fp8_ws_d256.csv); with K and V by TMA within 1% of the best tile
+  // (q8_tma_tiles_d256.csv). int8 there takes the one-warpgroup 64 x 64 w4s2 (254 registers, no
+  // spills, two CTAs per SM): with TMA 4-11% ahead of 128 x 64 w8s3 (q8_tma_tiles_d256.csv,
+  // int8_d256_one_group_ab.csv).
+  const bool ws_d256 = c.head_dim == 256 && c.precision == Precision::fp8_e4m3;
   KernelConfig wgmma_tile = c;
-  wgmma_tile.block_m = q8_d256 ? 128 : 64;
-  wgmma_tile.num_warps = q8_d256 ? 8 : 4;
-  wgmma_tile.block_n = q8_d256 ? 64 : 128;
-  wgmma_tile.num_stages = q8_d256 ? 3 : 2;
+  wgmma_tile.block_m = ws_d256 ? 128 : 64;
+  wgmma_tile.num_warps = ws_d256 ? 8 : 4;
+  wgmma_tile.block_n = c.head_dim == 256 ? 64 : 128;
+  wgmma_tile.num_stages = ws_d256 ? 3 : 2;
   if (int8_efta && open_m && open_w) {
     // int8 EFTA holds a second softmax evaluation and the checksum tiles: one MMA tile per warp,
     // 64-key blocks up to head_dim 128 and 32 above (ptxas -v on sm_90a: no spills but 4 bytes at

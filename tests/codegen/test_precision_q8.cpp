@@ -393,14 +393,19 @@ TEST_CASE("8-bit on sm_90a: the wgmma skeleton, when it applies, and what it com
   CHECK_FALSE(with([](KernelConfig& c) { c.num_warps = 4; }));  // 32 rows per warp
   const KernelConfig wide = default_config(256, Precision::fp8_e4m3, Mask::none, kSm90a);
   CHECK(uses_wgmma(wide));
-  // 8-bit at 256: the warp-specialised 128 x 64 w8s3 (two consumers of 224 registers hold O).
+  // 8-bit at 256: fp8 the warp-specialised 128 x 64 w8s3 (two consumers of 224 registers hold
+  // O), int8 one warpgroup's 64 x 64 w4s2 (its INT32 O is its only 128-register tile).
   for (Precision p : {Precision::fp8_e4m3, Precision::int8})
     for (Mask m : {Mask::none, Mask::causal}) {
       const KernelConfig c = default_config(256, p, m, kSm90a);
       INFO(c.name());
-      CHECK((c.block_m == 128 && c.block_n == 64 && c.num_warps == 8 && c.num_stages == 3 &&
-             warp_specialized(c)));
-      // Its producer's first thread copies K, its scales and V^T by TMA as well.
+      if (p == Precision::fp8_e4m3)
+        CHECK((c.block_m == 128 && c.block_n == 64 && c.num_warps == 8 && c.num_stages == 3 &&
+               warp_specialized(c)));
+      else
+        CHECK((c.block_m == 64 && c.block_n == 64 && c.num_warps == 4 && c.num_stages == 2 &&
+               uses_wgmma(c) && !warp_specialized(c)));
+      // Both copy K, its scales and V^T by TMA (the warp-specialised producer's first thread).
       CHECK(q8_tensor_maps(c));
       CHECK(codegen::generate(c).text.find("const __grid_constant__ ftattn::Q8TensorMaps maps") !=
             std::string::npos);
