@@ -16,7 +16,6 @@
 #pragma once
 
 #include "ftattn/arch/sm80/cp_async.cuh"
-#include "ftattn/arch/sm80/tile_load.cuh"
 #include "ftattn/arch/sm90/pipeline.cuh"
 #include "ftattn/arch/sm90/tile_load.cuh"
 #include "ftattn/arch/sm90/tma.cuh"
