@@ -358,6 +358,10 @@ bool q8_tensor_maps(const KernelConfig& c) {
   return element_bytes(c.precision) == 1 && uses_wgmma(c);
 }
 
+bool kv_tensor_maps(const KernelConfig& c) {
+  return element_bytes(c.precision) == 2 && warp_specialized(c);
+}
+
 bool lazy_int8_softmax(const KernelConfig& c) {
   return c.precision == Precision::int8 && uses_wgmma(c);
 }

@@ -99,6 +99,18 @@ bool fp8_two_ctas(const KernelConfig& c) {
 // 8-bit precisions run their own skeleton; its unit also carries the quantisation kernels.
 bool is_8bit(Precision p) { return p == Precision::int8 || p == Precision::fp8_e4m3; }
 
+// The wgmma skeletons that copy by TMA take their tensor maps as a second, __grid_constant__
+// parameter: the 8-bit ones K, its scales and V^T (q8_tensor_maps), the 16-bit
+// warp-specialised one K and V (kv_tensor_maps).
+std::string maps_param(const KernelConfig& config) {
+  if (q8_tensor_maps(config)) return ", const __grid_constant__ ftattn::Q8TensorMaps maps";
+  if (kv_tensor_maps(config)) return ", const __grid_constant__ ftattn::KvTensorMaps maps";
+  return "";
+}
+std::string maps_arg(const KernelConfig& config) {
+  return q8_tensor_maps(config) || kv_tensor_maps(config) ? ", maps" : "";
+}
+
 std::string generate_8bit(const KernelConfig& config, const PrecisionPolicy& precision,
                           const PrecisionPolicy& protect, const std::string& name,
                           const std::string& symbol) {
@@ -124,10 +136,7 @@ extern "C" __global__ void __launch_bounds__({launch_bounds})
 )",
       fmt::arg("launch_bounds",
                fp8_two_ctas(config) ? "Traits::threads, 2" : launch_bounds(config)),
-      // The one-warpgroup wgmma kernel copies K and V^T by TMA (q8_tensor_maps).
-      fmt::arg("maps_param",
-               q8_tensor_maps(config) ? ", const __grid_constant__ ftattn::Q8TensorMaps maps" : ""),
-      fmt::arg("maps_arg", q8_tensor_maps(config) ? ", maps" : ""),
+      fmt::arg("maps_param", maps_param(config)), fmt::arg("maps_arg", maps_arg(config)),
       fmt::arg("skeleton_header",
                per_skeleton(config, "fwd_q8_ws_sm90.cuh", "fwd_q8_sm90.cuh", "fwd_q8_sm80.cuh")),
       fmt::arg("traits", wgmma ? "Q8WgmmaTraits" : "Q8Traits"),
@@ -224,8 +233,8 @@ using Traits = ftattn::{traits}<
 static_assert(Traits::smem_bytes == {smem}, "KernelConfig::shared_memory_bytes disagrees");
 
 extern "C" __global__ void __launch_bounds__({launch_bounds})
-{symbol}(const ftattn::AttentionParams params) {{
-  ftattn::{skeleton}<Traits>(params);
+{symbol}(const ftattn::AttentionParams params{maps_param}) {{
+  ftattn::{skeleton}<Traits>(params{maps_arg});
 }}
 {prologue})",
       fmt::arg("name", name),
@@ -245,7 +254,8 @@ extern "C" __global__ void __launch_bounds__({launch_bounds})
       fmt::arg("causal", is_causal(config.mask) ? "true" : "false"),
       fmt::arg("block_sparse", is_block_sparse(config.mask) ? "true" : "false"),
       fmt::arg("inject", config.fault_injection ? "true" : "false"), fmt::arg("symbol", symbol),
-      fmt::arg("smem", config.shared_memory_bytes()),
+      fmt::arg("smem", config.shared_memory_bytes()), fmt::arg("maps_param", maps_param(config)),
+      fmt::arg("maps_arg", maps_arg(config)),
       fmt::arg("prologue", checksum_prologue(config, symbol)));
 }
 
@@ -271,8 +281,8 @@ using Traits = ftattn::{traits}<
 static_assert(Traits::smem_bytes == {smem}, "KernelConfig::shared_memory_bytes disagrees");
 
 extern "C" __global__ void __launch_bounds__({launch_bounds})
-{symbol}(const ftattn::AttentionParams params) {{
-  ftattn::{skeleton}<Traits>(params);
+{symbol}(const ftattn::AttentionParams params{maps_param}) {{
+  ftattn::{skeleton}<Traits>(params{maps_arg});
 }}
 
 // K' = scale_log2 * (K - r_j) and r_j = beta * mean of key block j, once per call.
@@ -297,6 +307,7 @@ extern "C" __global__ void __launch_bounds__(Traits::shift_threads)
       fmt::arg("smem", config.shared_memory_bytes()), fmt::arg("symbol", symbol),
       fmt::arg("shift_symbol", pasa_shift_symbol(symbol)),
       fmt::arg("protect_header", protect.header), fmt::arg("protect_type", protect.type),
+      fmt::arg("maps_param", maps_param(config)), fmt::arg("maps_arg", maps_arg(config)),
       fmt::arg("prologue", checksum_prologue(config, symbol)));
 }
 

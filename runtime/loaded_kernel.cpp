@@ -14,6 +14,7 @@
 #include "runtime/pasa_shift.hpp"
 #include "runtime/protected_launch.hpp"
 #include "runtime/quantized_kernel.hpp"
+#include "runtime/tensor_maps.hpp"
 
 namespace ftattn::runtime {
 namespace {
@@ -95,7 +96,11 @@ class LoadedKernel final : public Kernel {
             ? Dim3{static_cast<unsigned>(run.tile_count), 1, 1}
             : Dim3{static_cast<unsigned>((problem.seqlen_q + c.block_m - 1) / c.block_m),
                    static_cast<unsigned>(problem.heads_q), static_cast<unsigned>(problem.batch)};
-    void* args[] = {&run};
+    // The warp-specialised 16-bit kernel copies K and V by TMA: its tensor maps ride as a second
+    // parameter, encoded over the operands this launch reads (PASA's shifted keys).
+    KvTensorMaps maps{};
+    if (kv_tensor_maps(c)) maps = encode_kv_tensor_maps(c, run);
+    void* args[] = {&run, &maps};
     runtime::launch(function_, grid, Dim3{static_cast<unsigned>(launch_threads(c)), 1, 1},
                     static_cast<unsigned>(c.shared_memory_bytes()), stream, args);
   }

@@ -20,19 +20,23 @@ struct Box {
   const char* what;
   CUtensorMapDataType type;
   const void* base;
-  std::array<cuuint64_t, 3> dims;     // innermost first; rank = dims used
-  std::array<cuuint64_t, 2> strides;  // bytes, of dims 1 and 2
-  std::array<cuuint32_t, 3> box;
+  std::array<cuuint64_t, 4> dims;     // innermost first; rank = dims used
+  std::array<cuuint64_t, 3> strides;  // bytes, of dims 1 to 3
+  std::array<cuuint32_t, 4> box;
   cuuint32_t rank;
   CUtensorMapSwizzle swizzle;
 };
 
 // TMA's rules for a global tensor, checked before any driver call.
+bool copyable(const Box& b) {
+  return reinterpret_cast<std::uintptr_t>(b.base) % 16 == 0 &&
+         std::all_of(b.strides.begin(), b.strides.begin() + (b.rank - 1), [](cuuint64_t s) {
+           return s % 16 == 0 && s > 0 && s < (cuuint64_t{1} << 40);
+         });
+}
+
 void require_copyable(const Box& b) {
-  const bool aligned = reinterpret_cast<std::uintptr_t>(b.base) % 16 == 0 &&
-                       std::all_of(b.strides.begin(), b.strides.begin() + (b.rank - 1),
-                                   [](cuuint64_t s) { return s % 16 == 0; });
-  if (!aligned)
+  if (!copyable(b))
     throw ConfigError(fmt::format(
         "the 8-bit {} starts at {} with strides {}, {} bytes: the Hopper 8-bit kernel copies it by "
         "TMA, which needs a 16-byte aligned start and strides that are multiples of 16 bytes "
@@ -41,7 +45,7 @@ void require_copyable(const Box& b) {
 }
 
 void encode(TensorMap& out, const Box& b) {
-  const std::array<cuuint32_t, 3> element_strides{1, 1, 1};
+  const std::array<cuuint32_t, 4> element_strides{1, 1, 1, 1};
   check(driver().cuTensorMapEncodeTiled(
             reinterpret_cast<CUtensorMap*>(&out), b.type, b.rank, const_cast<void*>(b.base),
             b.dims.data(), b.strides.data(), b.box.data(), element_strides.data(),
@@ -98,6 +102,54 @@ Q8TensorMaps encode_q8_tensor_maps(const KernelConfig& c, const AttentionParams&
   encode(maps.k, k);
   encode(maps.vt, vt);
   encode(maps.k_scale, k_scale);
+  return maps;
+}
+
+KvTensorMaps encode_kv_tensor_maps(const KernelConfig& c, const AttentionParams& p) {
+  const auto d = static_cast<cuuint64_t>(c.head_dim);
+  const auto elem = cuuint64_t{2};
+  const CUtensorMapDataType type = c.precision == Precision::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                                  : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const std::array<cuuint64_t, 4> dims{d, static_cast<cuuint64_t>(p.seqlen_k),
+                                       static_cast<cuuint64_t>(p.heads_kv),
+                                       static_cast<cuuint64_t>(p.batch)};
+  // One 128-byte swizzle atom column (64 channels) of a key block per copy.
+  const std::array<cuuint32_t, 4> box{64, static_cast<cuuint32_t>(c.block_n), 1, 1};
+  const auto bytes = [&](long long elements) { return static_cast<cuuint64_t>(elements) * elem; };
+  // A head (or batch) dimension of extent 1 is never stepped over: its stride may be anything
+  // the caller had, so give TMA a legal one.
+  const auto stride = [&](long long elements, cuuint64_t extent, cuuint64_t fallback) {
+    return extent == 1 ? fallback : bytes(elements);
+  };
+  const auto kv_box = [&](const char* what, const void* base, long long seq, long long head,
+                          long long batch) {
+    const cuuint64_t s1 = bytes(seq);
+    const cuuint64_t s2 = stride(head, dims[2], s1 * dims[1]);
+    const cuuint64_t s3 = stride(batch, dims[3], s2 * dims[2]);
+    return Box{what, type, base, dims, {s1, s2, s3}, box, 4, CU_TENSOR_MAP_SWIZZLE_128B};
+  };
+  const Box k = kv_box(c.precision == Precision::f16_pasa ? "shifted K" : "K", p.k, p.k_seq_stride,
+                       p.k_head_stride, p.k_batch_stride);
+  const Box v = kv_box("V", p.v, p.v_seq_stride, p.v_head_stride, p.v_batch_stride);
+  for (const Box* b : {&k, &v})
+    if (!copyable(*b))
+      throw ConfigError(fmt::format(
+          "{}: {} starts at {} with strides (seq, head, batch) {}, {}, {} bytes; its TMA copies "
+          "need a 16-byte aligned start and nonzero strides that are multiples of 16 bytes "
+          "(below 2^40): pass a dense or 16-byte aligned view, not a broadcast one",
+          c.name(), b->what, b->base, b->strides[0], b->strides[1], b->strides[2]));
+  KvTensorMaps maps{};
+  encode(maps.k, k);
+  encode(maps.v, v);
+  if (c.precision == Precision::f16_pasa) {
+    // The shift rows: every KV head's key blocks in a row, and the layout's 7 rows of slack.
+    const auto rows = static_cast<cuuint64_t>(p.batch) * static_cast<cuuint64_t>(p.heads_kv) *
+                          ((static_cast<cuuint64_t>(p.seqlen_k) + c.block_n - 1) / c.block_n) +
+                      7;
+    Box shift{"shift rows", type, p.k_shift, {d, rows}, {}, {64, 8}, 2, CU_TENSOR_MAP_SWIZZLE_128B};
+    shift.strides[0] = bytes(c.head_dim);
+    encode(maps.shift, shift);  // the workspace's own layout: 256-byte aligned, dense rows
+  }
   return maps;
 }
 

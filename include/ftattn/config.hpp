@@ -128,6 +128,11 @@ bool warp_specialized(const KernelConfig& config);
 // wgmma skeletons (kernel/fwd_q8_sm90.cuh, fwd_q8_ws_sm90.cuh), i.e. uses_wgmma.
 bool q8_tensor_maps(const KernelConfig& config);
 
+// True when `config`'s attention kernel copies K and V (f16_pasa: K' and its shift rows) by TMA,
+// which takes the tensor maps of KvTensorMaps (params.cuh) as a second kernel parameter: f16,
+// bf16 and f16_pasa on the warp-specialised skeleton (kernel/fwd_ws_sm90.cuh).
+bool kv_tensor_maps(const KernelConfig& config);
+
 // True when `config` runs int8's lazy softmax (kernel/fwd_q8_sm90.cuh, q8::lazy_softmax): int8 on
 // a wgmma skeleton, where O stays in INT32 and P is unsigned, round(255 * 2^(x - ref)) against a
 // whole-number reference that moves only when a key block's max exceeds it

@@ -143,6 +143,18 @@ struct Q8TensorMaps {
   TensorMap k_scale;
 };
 
+// The 16-bit warp-specialised skeleton's TMA tensor maps (kernel/fwd_ws_sm90.cuh), over the
+// caller's K and V (or PASA's shifted keys) as AttentionParams strides them:
+//   k, v:  head_dim x seqlen_k x heads_kv x batch halves, boxes of 64 x block_n x 1 x 1: one
+//          128-byte swizzle atom column of a key block per copy;
+//   shift: f16_pasa's shift rows, head_dim x (batch heads_kv key blocks) halves, boxes of 64 x 8.
+// Keys past seqlen_k are written as zeros, as the cp.async copies zero-fill.
+struct KvTensorMaps {
+  TensorMap k;
+  TensorMap v;
+  TensorMap shift;
+};
+
 // The PASA shift kernel's parameters: K (16-bit, strides in elements) in; K' (dense, batch x
 // heads_kv x seqlen_k x head_dim) and r (as AttentionParams::k_shift) out.
 struct PasaShiftParams {

@@ -32,7 +32,54 @@ AttentionParams dense_q8_params() {
   return p;
 }
 
+// 16-bit K and V in the bshd layout (seq stride heads x head_dim) for 2 x 4 KV heads of 300 keys
+// at head dim 128, at fake 256-byte aligned addresses.
+AttentionParams bshd_16bit_params() {
+  AttentionParams p{};
+  p.batch = 2;
+  p.heads_kv = 4;
+  p.seqlen_k = 300;
+  p.k = reinterpret_cast<const void*>(0x100000);
+  p.v = reinterpret_cast<const void*>(0x200000);
+  for (long long* s : {&p.k_seq_stride, &p.v_seq_stride}) *s = 4 * 128;
+  for (long long* s : {&p.k_head_stride, &p.v_head_stride}) *s = 128;
+  for (long long* s : {&p.k_batch_stride, &p.v_batch_stride}) *s = 300 * 4 * 128;
+  return p;
+}
+
 }  // namespace
+
+TEST_CASE(
+    "TMA tensor maps of the 16-bit warp-specialised kernel: which kernels take them, and "
+    "operands they cannot copy are refused",
+    "[runtime][ws]") {
+  const KernelConfig c = default_config(128, Precision::f16, Mask::none, kSm90a);
+  REQUIRE(warp_specialized(c));
+  CHECK(kv_tensor_maps(c));
+  CHECK(kv_tensor_maps(default_config(128, Precision::f16_pasa, Mask::causal, kSm90a)));
+  CHECK(kv_tensor_maps(default_config(256, Precision::bf16, Mask::none, kSm90a)));
+  // The one-warpgroup wgmma kernel (head dim 64's default), the mma.sync skeleton and the 8-bit
+  // kernels do not.
+  CHECK_FALSE(kv_tensor_maps(default_config(64, Precision::f16, Mask::none, kSm90a)));
+  CHECK_FALSE(kv_tensor_maps(default_config(128, Precision::f16, Mask::none, kSm89)));
+  CHECK_FALSE(kv_tensor_maps(default_config(128, Precision::int8, Mask::none, kSm90a)));
+  SECTION("a broadcast head stride") {
+    AttentionParams p = bshd_16bit_params();
+    p.v_head_stride = 0;
+    CHECK_THROWS_AS(runtime::encode_kv_tensor_maps(c, p), ConfigError);
+    CHECK_THROWS_WITH(runtime::encode_kv_tensor_maps(c, p),
+                      Catch::Matchers::Contains("V starts at") &&
+                          Catch::Matchers::Contains("0, 307200") &&
+                          Catch::Matchers::Contains("not a broadcast one"));
+  }
+  SECTION("K off 16 bytes") {
+    AttentionParams p = bshd_16bit_params();
+    p.k = reinterpret_cast<const void*>(0x100008);
+    CHECK_THROWS_WITH(runtime::encode_kv_tensor_maps(c, p),
+                      Catch::Matchers::Contains("K starts at") &&
+                          Catch::Matchers::Contains("16-byte aligned start"));
+  }
+}
 
 TEST_CASE("TMA tensor maps of the 8-bit Hopper kernel: operands it cannot copy are refused",
           "[runtime][q8]") {
@@ -69,8 +116,8 @@ TEST_CASE("TMA tensor maps of the 8-bit Hopper kernel: operands it cannot copy a
     CHECK_THROWS_WITH(runtime::encode_q8_tensor_maps(c, p),
                       Catch::Matchers::Contains("dense heads"));
   }
-  // The warp-specialised 8-bit kernel (head dim 256) takes them too; the mma.sync one and the
-  // 16-bit kernels keep their cp.async copies.
+  // The warp-specialised 8-bit kernel (head dim 256) takes them too; the mma.sync one keeps its
+  // cp.async copies, and the 16-bit kernels take their own maps (below).
   CHECK(q8_tensor_maps(default_config(256, Precision::int8, Mask::causal, kSm90a)));
   CHECK_FALSE(q8_tensor_maps(default_config(128, Precision::fp8_e4m3, Mask::none, kSm89)));
   CHECK_FALSE(q8_tensor_maps(default_config(128, Precision::f16, Mask::none, kSm90a)));

@@ -6,9 +6,10 @@
 // the way FlashAttention-3 schedules them.
 //
 //   producer   the last warpgroup (56 registers each; 32 beside three consumers) copies Q once
-//              and then every key block's K and V tiles by cp.async into their own rings of
-//              num_stages buffers; the copies arrive on the buffer's "full" mbarrier as they
-//              land, and a buffer is refilled once every consumer has arrived on its "empty" one.
+//              by cp.async, then its first thread copies every key block's K and V tiles by
+//              TMA (the tensor maps: params.cuh's KvTensorMaps) into their own rings of
+//              num_stages buffers; the copies complete on the buffer's "full" mbarrier, and a
+//              buffer is refilled once every consumer has arrived on its "empty" one.
 //   consumers  warpgroups 0 and 1 (64 query rows each, 224 registers; f16_pasa also 0 to 2 with
 //              160) take turns on the tensor cores: named barriers pass a token round them, and
 //              each turn issues the previous block's GEMM II (O += P V) and this block's GEMM I
@@ -23,6 +24,7 @@
 #include "ftattn/arch/sm80/cp_async.cuh"
 #include "ftattn/arch/sm90/barriers.cuh"
 #include "ftattn/arch/sm90/tile_load.cuh"
+#include "ftattn/arch/sm90/tma.cuh"
 #include "ftattn/arch/sm90/wgmma.cuh"
 #include "ftattn/arch/sm90/ws_pipeline.cuh"
 #include "ftattn/kernel/fwd_pasa_sm80.cuh"
@@ -43,7 +45,8 @@ struct ScoreTile<true, kST> {
 }  // namespace detail
 
 template <class T>
-__device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) {
+__device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
+                                                      const KvTensorMaps& maps) {
   static_assert(T::warp_specialized && (T::num_warps == 8 || T::num_warps == 12),
                 "two or three consumer warpgroups");
   using P = typename T::Precision;
@@ -69,10 +72,18 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
   const u32 sQ = (sm80::smem_addr(smem_raw) + 1023u) & ~1023u;
   const u32 sK = sQ + T::q_bytes;
   const u32 sV = sK + kStages * T::k_tile_bytes;
-  using Pipeline = sm90::WsPipeline<kStages, kProducers, T::num_warps>;
+  // K and V tiles come by TMA from one producer thread. The checksum schemes' rows below the
+  // keys and chunks beside the channels still come by every producer thread's cp.async, which
+  // then arrive on the same "full" barriers as the TMA copies' thread.
+  constexpr bool kThreadCopies = kEfta || kCT > 0;
+  using Pipeline =
+      sm90::WsPipeline<kStages, kProducers, T::num_warps, kThreadCopies ? kProducers + 1 : 1>;
   static_assert(Pipeline::barrier_bytes <= T::barrier_bytes, "the mbarriers follow the tiles");
   const Pipeline pipe{sQ + T::tiles_bytes};
-  if (threadIdx.x == 0) pipe.init();
+  if (threadIdx.x == 0) {
+    pipe.init();
+    sm90::fence_barrier_init();  // seen by the TMA unit
+  }
   __syncthreads();
 
   int m_block, head, batch;
@@ -99,14 +110,6 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
                                                   T::block_n, Protect::k_atoms, Protect::v_atoms);
   const long long cs_head = static_cast<long long>(batch) * p.heads_kv + head_kv;
   const unsigned char* cs_base = static_cast<const unsigned char*>(p.checksums);
-  // f16_pasa: in.k is the shifted keys K' (the shift kernel's output), `shift` this KV head's r_j.
-  [[maybe_unused]] const u16* shift = nullptr;
-  if constexpr (kPasa) {
-    const int n_blocks_all = (p.seqlen_k + T::block_n - 1) / T::block_n;
-    shift = static_cast<const u16*>(p.k_shift) +
-            (static_cast<i64>(batch) * p.heads_kv + head_kv) * n_blocks_all * T::head_dim;
-  }
-
   if (threadIdx.x >= kConsumers) {
     // Producer: only copies, so it hands its registers to the consumers.
     sm90::shrink_registers<sm90::ws_producer_registers<kGroups>>();
@@ -114,30 +117,61 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p) 
     sm90::load_rows_swizzled<kProducers, T::block_m, kRowBytes>(sQ, in.q, p.q_seq_stride * 2,
                                                                 p.seqlen_q - row0, kRowBytes, t);
     sm90::cp_async_arrive(pipe.q_full());
+    if (!kThreadCopies && t != 0) {
+      sm80::cp_async_wait<0>();
+      return;
+    }
+    constexpr int kAtoms = T::row_bytes / 128;  // 128-byte swizzle atom columns per row
+    constexpr u32 kKBytes = kAtoms * T::block_n * 128;
+    constexpr u32 kShiftBytes = kAtoms * T::recovery_blocks * 128;
+    // f16_pasa: maps.k holds the shifted keys K' (the shift kernel's output), maps.shift their
+    // r_j, this KV head's from row shift_row0 (runtime::PasaLayout).
+    [[maybe_unused]] const int shift_row0 =
+        (batch * p.heads_kv + head_kv) * ((p.seqlen_k + T::block_n - 1) / T::block_n);
+    if (t == 0) {
+      sm90::prefetch_tensor_map(maps.k);
+      sm90::prefetch_tensor_map(maps.v);
+      if constexpr (kPasa) sm90::prefetch_tensor_map(maps.shift);
+    }
     for (int j = 0; j < n_blocks; ++j) {
       const int s = j % kStages;
       const int key0 = j * T::block_n;
       pipe.acquire_k(j);
       const u32 dk = sK + s * T::k_tile_bytes;
-      sm90::load_rows_swizzled<kProducers, T::block_n, kRowBytes, T::k_rows>(
-          dk, in.k + key0 * p.k_seq_stride, p.k_seq_stride * 2, p.seqlen_k - key0, kRowBytes, t);
+      if (t == 0) {
+        // PASA: every eighth block, the next eight shift rows below the keys.
+        const bool shift_rows = kPasa && j % T::recovery_blocks == 0;
+        sm90::mbarrier_expect_tx(pipe.k_full(s), kKBytes + (shift_rows ? kShiftBytes : 0));
+#pragma unroll
+        for (int a = 0; a < kAtoms; ++a)
+          sm90::tma_load(dk + a * T::k_rows * 128, maps.k, a * 64, key0, head_kv, batch,
+                         pipe.k_full(s));
+        if (shift_rows)
+#pragma unroll
+          for (int a = 0; a < kAtoms; ++a)
+            sm90::tma_load(dk + (a * T::k_rows + T::shift_row) * 128, maps.shift, a * 64,
+                           shift_row0 + j, pipe.k_full(s));
+      }
       if constexpr (kEfta)  // the block's checksum rows below the keys
         detail::load_k_checksum_rows<T, kProducers>(
             dk,
             cs_base + cs.k_offset + cs_head * cs.k_per_head +
                 static_cast<long long>(j) * 8 * T::Protect::k_atoms * T::chunks_per_row * 16,
             t);
-      if constexpr (kPasa)  // every eighth block: the next eight shift rows below the keys
-        if (j % T::recovery_blocks == 0) detail::load_shift_rows<T, kProducers>(dk, shift, j, t);
-      pipe.commit_k(j);
+      if constexpr (kThreadCopies) pipe.commit_k(j);
       pipe.acquire_v(j);
       const u32 dv = sV + s * T::v_tile_bytes;
-      sm90::load_rows_swizzled<kProducers, T::block_n, kRowBytes>(
-          dv, in.v + key0 * p.v_seq_stride, p.v_seq_stride * 2, p.seqlen_k - key0, kRowBytes, t);
+      if (t == 0) {
+        sm90::mbarrier_expect_tx(pipe.v_full(s), kKBytes);
+#pragma unroll
+        for (int a = 0; a < kAtoms; ++a)
+          sm90::tma_load(dv + a * T::block_n * 128, maps.v, a * 64, key0, head_kv, batch,
+                         pipe.v_full(s));
+      }
       if constexpr (kCT > 0)  // each key's checksum chunk, in an atom after its head_dim ones
         detail::load_v_checksum_chunks<T, kProducers>(
             dv, cs_base + cs_head * cs.v_per_head + key0 * 16ll * kCT, t);
-      pipe.commit_v(j);
+      if constexpr (kThreadCopies) pipe.commit_v(j);
     }
     sm80::cp_async_wait<0>();
     return;

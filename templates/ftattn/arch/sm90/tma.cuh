@@ -27,7 +27,7 @@ __device__ __forceinline__ void mbarrier_inval(u32 bar) {
   asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 
-// The box of `map` at element coordinates (x, y[, z]) into shared memory at dst, completing
+// The box of `map` at element coordinates (x, y[, z[, w]]) into shared memory at dst, completing
 // its bytes on `bar`. `map` must live in parameter (__grid_constant__), constant or global
 // memory.
 __device__ __forceinline__ void tma_load(u32 dst, const TensorMap& map, int x, int y, u32 bar) {
@@ -43,6 +43,15 @@ __device__ __forceinline__ void tma_load(u32 dst, const TensorMap& map, int x, i
       "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
       "l"(reinterpret_cast<u64>(&map)), "r"(x), "r"(y), "r"(z), "r"(bar)
+      : "memory");
+}
+
+__device__ __forceinline__ void tma_load(u32 dst, const TensorMap& map, int x, int y, int z, int w,
+                                         u32 bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<u64>(&map)), "r"(x), "r"(y), "r"(z), "r"(w), "r"(bar)
       : "memory");
 }
 
