@@ -358,8 +358,34 @@ bool q8_tensor_maps(const KernelConfig& c) {
   return element_bytes(c.precision) == 1 && uses_wgmma(c);
 }
 
+namespace {
+// FwdWgmmaTraits::tiles_bytes (kernel/fwd_sm90.cuh): swizzled Q, K and V tiles of 16-bit rows
+// at 1024-byte boundaries, or the epilogue's padded O rows if more.
+int64_t wgmma16_tiles_bytes(const KernelConfig& c) {
+  auto align = [](int64_t b) { return (b + 1023) / 1024 * 1024; };
+  const int64_t row = 2 * int64_t{c.head_dim};
+  // Checksums: EFTA's 8 rows per K atom below the keys, V's chunks in one more 128-byte atom
+  // per key. f16_pasa: the shift rows of 8 blocks below the keys.
+  const auto [k_atoms, v_atoms] = codegen::checksum_atoms(c.protection);
+  const int64_t checksum_atom = v_atoms > 0 ? 128 * c.block_n : 0;
+  const int64_t shift_rows = c.precision == Precision::f16_pasa ? 8 : 0;
+  const int64_t loop =
+      align(c.block_m * row) + c.num_stages * (align((c.block_n + 8 * k_atoms + shift_rows) * row) +
+                                               align(c.block_n * row) + checksum_atom);
+  const int64_t out = int64_t{c.block_m} * (2 * c.head_dim + 16);
+  return std::max(loop, out);
+}
+int64_t ctas_for(int64_t smem) { return 228 * 1024 / (smem + 1024); }
+}  // namespace
+
 bool kv_tensor_maps(const KernelConfig& c) {
-  return element_bytes(c.precision) == 2 && warp_specialized(c);
+  if (element_bytes(c.precision) != 2 || !uses_wgmma(c)) return false;
+  if (warp_specialized(c)) return true;
+  // One warpgroup: unprotected, and only where the stage mbarriers cost no CTA per SM: up to
+  // two stages in the alignment slack, three in 64 bytes more (FwdWgmmaTraits::kv_tma).
+  const int64_t tiles = wgmma16_tiles_bytes(c) + 1024;
+  return c.protection == Protection::none && !c.fault_injection &&
+         (c.num_stages <= 2 || ctas_for(tiles + 64) == ctas_for(tiles));
 }
 
 bool lazy_int8_softmax(const KernelConfig& c) {
@@ -558,22 +584,14 @@ int KernelConfig::shared_memory_bytes() const {
   if (uses_wgmma(*this) && element_bytes(precision) == 2) {
     // FwdWgmmaTraits (kernel/fwd_sm90.cuh): swizzled Q, K and V tiles of 16-bit rows at
     // 1024-byte boundaries, the epilogue's padded O rows, 1024 bytes to align the dynamic base.
-    auto align = [](int64_t b) { return (b + 1023) / 1024 * 1024; };
-    const int64_t row = 2 * int64_t{head_dim};
-    // Checksums: EFTA's 8 rows per K atom below the keys, V's chunks in one more 128-byte atom
-    // per key.
-    // f16_pasa: 8 copies of the block's shift row below the keys (PasaWgmmaTraits in
-    // kernel/fwd_pasa_sm90.cuh).
-    const auto [k_atoms, v_atoms] = codegen::checksum_atoms(protection);
-    const int64_t checksum_atom = v_atoms > 0 ? 128 * block_n : 0;
-    const int64_t shift_rows = precision == Precision::f16_pasa ? 8 : 0;
-    const int64_t loop =
-        align(block_m * row) + num_stages * (align((block_n + 8 * k_atoms + shift_rows) * row) +
-                                             align(block_n * row) + checksum_atom);
-    const int64_t out = int64_t{block_m} * (2 * head_dim + 16);
-    // The warp-specialised skeleton's mbarriers follow the tiles.
-    const int64_t barriers = warp_specialized(*this) ? 256 : 0;
-    return static_cast<int>(std::min<int64_t>(std::max(loop, out) + barriers + 1024, INT_MAX));
+    // The mbarriers follow the tiles: the warp-specialised skeleton's, or the one-warpgroup
+    // one's per stage where it copies K and V by TMA with three stages (with two they take the
+    // alignment slack).
+    const int64_t barriers = warp_specialized(*this)                   ? 256
+                             : kv_tensor_maps(*this) && num_stages > 2 ? 64
+                                                                       : 0;
+    return static_cast<int>(
+        std::min<int64_t>(wgmma16_tiles_bytes(*this) + barriers + 1024, INT_MAX));
   }
   if (uses_wgmma(*this)) {
     // Q8WgmmaTraits (kernel/fwd_q8_sm90.cuh): swizzled Q, K (+ a float per key) and V^T tiles

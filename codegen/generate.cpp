@@ -110,6 +110,14 @@ std::string maps_param(const KernelConfig& config) {
 std::string maps_arg(const KernelConfig& config) {
   return q8_tensor_maps(config) || kv_tensor_maps(config) ? ", maps" : "";
 }
+// The 16-bit wgmma skeletons decide for themselves whether they copy by TMA
+// (FwdWgmmaTraits::kv_tma): the unit checks they take the maps it is given.
+std::string kv_tma_assert(const KernelConfig& config) {
+  if (!uses_wgmma(config) || is_8bit(config.precision)) return "";
+  return fmt::format(
+      "\nstatic_assert(Traits::kv_tma == {}, \"codegen's kv_tensor_maps disagrees\");",
+      kv_tensor_maps(config));
+}
 
 std::string generate_8bit(const KernelConfig& config, const PrecisionPolicy& precision,
                           const PrecisionPolicy& protect, const std::string& name,
@@ -127,7 +135,7 @@ using Traits = ftattn::{traits}<
     /*head_dim=*/{head_dim}, /*block_m=*/{block_m}, /*block_n=*/{block_n},
     /*num_warps=*/{num_warps}, /*num_stages=*/{num_stages},
     {precision_type}, {protect_and_flags}>;
-static_assert(Traits::smem_bytes == {smem}, "KernelConfig::shared_memory_bytes disagrees");
+static_assert(Traits::smem_bytes == {smem}, "KernelConfig::shared_memory_bytes disagrees");{tma_assert}
 
 extern "C" __global__ void __launch_bounds__({launch_bounds})
 {symbol}(const ftattn::AttentionParams params{maps_param}) {{
@@ -137,6 +145,7 @@ extern "C" __global__ void __launch_bounds__({launch_bounds})
       fmt::arg("launch_bounds",
                fp8_two_ctas(config) ? "Traits::threads, 2" : launch_bounds(config)),
       fmt::arg("maps_param", maps_param(config)), fmt::arg("maps_arg", maps_arg(config)),
+      fmt::arg("tma_assert", kv_tma_assert(config)),
       fmt::arg("skeleton_header",
                per_skeleton(config, "fwd_q8_ws_sm90.cuh", "fwd_q8_sm90.cuh", "fwd_q8_sm80.cuh")),
       fmt::arg("traits", wgmma ? "Q8WgmmaTraits" : "Q8Traits"),
@@ -230,7 +239,7 @@ using Traits = ftattn::{traits}<
     /*num_warps=*/{num_warps}, /*num_stages=*/{num_stages},
     {precision_type}, {protect_type}, /*causal=*/{causal}, /*block_sparse=*/{block_sparse},
     /*inject=*/{inject}>;
-static_assert(Traits::smem_bytes == {smem}, "KernelConfig::shared_memory_bytes disagrees");
+static_assert(Traits::smem_bytes == {smem}, "KernelConfig::shared_memory_bytes disagrees");{tma_assert}
 
 extern "C" __global__ void __launch_bounds__({launch_bounds})
 {symbol}(const ftattn::AttentionParams params{maps_param}) {{
@@ -255,7 +264,7 @@ extern "C" __global__ void __launch_bounds__({launch_bounds})
       fmt::arg("block_sparse", is_block_sparse(config.mask) ? "true" : "false"),
       fmt::arg("inject", config.fault_injection ? "true" : "false"), fmt::arg("symbol", symbol),
       fmt::arg("smem", config.shared_memory_bytes()), fmt::arg("maps_param", maps_param(config)),
-      fmt::arg("maps_arg", maps_arg(config)),
+      fmt::arg("maps_arg", maps_arg(config)), fmt::arg("tma_assert", kv_tma_assert(config)),
       fmt::arg("prologue", checksum_prologue(config, symbol)));
 }
 
@@ -278,7 +287,7 @@ using Traits = ftattn::{traits}<
     /*num_warps=*/{num_warps}, /*num_stages=*/{num_stages},
     /*causal=*/{causal}, /*block_sparse=*/{block_sparse}, {protect_type},
     /*inject=*/{inject}>;
-static_assert(Traits::smem_bytes == {smem}, "KernelConfig::shared_memory_bytes disagrees");
+static_assert(Traits::smem_bytes == {smem}, "KernelConfig::shared_memory_bytes disagrees");{tma_assert}
 
 extern "C" __global__ void __launch_bounds__({launch_bounds})
 {symbol}(const ftattn::AttentionParams params{maps_param}) {{
@@ -308,6 +317,7 @@ extern "C" __global__ void __launch_bounds__(Traits::shift_threads)
       fmt::arg("shift_symbol", pasa_shift_symbol(symbol)),
       fmt::arg("protect_header", protect.header), fmt::arg("protect_type", protect.type),
       fmt::arg("maps_param", maps_param(config)), fmt::arg("maps_arg", maps_arg(config)),
+      fmt::arg("tma_assert", kv_tma_assert(config)),
       fmt::arg("prologue", checksum_prologue(config, symbol)));
 }
 

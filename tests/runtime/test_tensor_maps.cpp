@@ -50,17 +50,42 @@ AttentionParams bshd_16bit_params() {
 }  // namespace
 
 TEST_CASE(
-    "TMA tensor maps of the 16-bit warp-specialised kernel: which kernels take them, and "
-    "operands they cannot copy are refused",
+    "TMA tensor maps of the 16-bit wgmma kernels: which kernels take them, and operands "
+    "they cannot copy are refused",
     "[runtime][ws]") {
   const KernelConfig c = default_config(128, Precision::f16, Mask::none, kSm90a);
   REQUIRE(warp_specialized(c));
   CHECK(kv_tensor_maps(c));
   CHECK(kv_tensor_maps(default_config(128, Precision::f16_pasa, Mask::causal, kSm90a)));
   CHECK(kv_tensor_maps(default_config(256, Precision::bf16, Mask::none, kSm90a)));
-  // The one-warpgroup wgmma kernel (head dim 64's default), the mma.sync skeleton and the 8-bit
-  // kernels do not.
-  CHECK_FALSE(kv_tensor_maps(default_config(64, Precision::f16, Mask::none, kSm90a)));
+  // Every checksum scheme on the warp-specialised kernel (its rows and chunks beside by
+  // cp.async).
+  CHECK(kv_tensor_maps(
+      default_config(128, Precision::f16, Mask::none, kSm90a, Protection::efta_correct)));
+  // The one-warpgroup kernel, unprotected (head dim 64's defaults, f16_pasa's too): its stage
+  // mbarriers take no shared memory at two stages, and its three CTAs per SM stay.
+  for (Precision p : {Precision::f16, Precision::f16_pasa}) {
+    const KernelConfig one = default_config(64, p, Mask::causal, kSm90a);
+    REQUIRE_FALSE(warp_specialized(one));
+    CHECK(uses_wgmma(one));
+    CHECK(kv_tensor_maps(one));
+    CHECK(one.shared_memory_bytes() == (p == Precision::f16 ? 74752 : 76800));
+  }
+  // Three stages take 64 bytes more, where that costs no CTA per SM: 64 x 64 at head dim 64
+  // (3 CTAs), not at 128 (two CTAs of 115,712 bytes fit, with 64 more only one).
+  const KernelConfig three64 = test::tile_config(64, 64, 64, 4, 3, kSm90a);
+  CHECK(kv_tensor_maps(three64));
+  CHECK(three64.shared_memory_bytes() == 57344 + 64 + 1024);
+  const KernelConfig three128 = test::tile_config(128, 64, 64, 4, 3, kSm90a);
+  CHECK_FALSE(kv_tensor_maps(three128));
+  CHECK(three128.shared_memory_bytes() == 114688 + 1024);
+  // Not: the one-warpgroup kernel with a checksum scheme or injection sites, the mma.sync
+  // skeleton, the 8-bit kernels.
+  CHECK_FALSE(kv_tensor_maps(test::tile_config(64, 64, 128, 4, 2, kSm90a, Precision::f16,
+                                               Mask::none, Protection::flash_abft)));
+  KernelConfig injected = default_config(64, Precision::f16, Mask::none, kSm90a);
+  injected.fault_injection = true;
+  CHECK_FALSE(kv_tensor_maps(injected));
   CHECK_FALSE(kv_tensor_maps(default_config(128, Precision::f16, Mask::none, kSm89)));
   CHECK_FALSE(kv_tensor_maps(default_config(128, Precision::int8, Mask::none, kSm90a)));
   SECTION("a broadcast head stride") {

@@ -40,7 +40,8 @@ struct PasaWgmmaTraits : FwdWgmmaTraits<HeadDim, BlockM, BlockN, NumWarps, NumSt
 };
 
 template <class T>
-__device__ __forceinline__ void attention_fwd_pasa_sm90(const AttentionParams& p) {
+__device__ __forceinline__ void attention_fwd_pasa_sm90(const AttentionParams& p,
+                                                        const KvTensorMaps& maps = {}) {
   using P = precision::F16Pasa;
   constexpr int kST = T::s_tiles;
   constexpr int kOT = T::o_tiles;
@@ -74,10 +75,27 @@ __device__ __forceinline__ void attention_fwd_pasa_sm90(const AttentionParams& p
 
   // One cp.async group per key block: K' rows, on every eighth block the next eight shift rows
   // below them, then V rows; rows past the sequence are zeros (their scores are masked, their P
-  // is 0).
+  // is 0). Where T::kv_tma: thread 0's TMA copies of the same onto the stage's mbarrier.
+  constexpr bool kTma = T::kv_tma;
+  auto full = [&](int stage) {
+    return detail::stage_barrier<T>(sm80::smem_addr(smem_raw), sQ, stage);
+  };
+  const int shift_row0 = (batch * p.heads_kv + head_kv) * n_blocks_all;
   auto load_kv = [&](int stage, int n_block) {
     const int key0 = n_block * T::block_n;
     const u32 dk = sK + stage * T::k_tile_bytes;
+    if constexpr (kTma) {
+      if (threadIdx.x == 0) {
+        const bool shift_rows = n_block % T::recovery_blocks == 0;
+        sm90::mbarrier_expect_tx(full(stage), 2 * detail::kv_tma_bytes<T> +
+                                                  (shift_rows ? detail::shift_tma_bytes<T> : 0));
+        detail::tma_load_rows<T, T::k_rows>(dk, maps.k, key0, head_kv, batch, full(stage));
+        if (shift_rows) detail::tma_load_shift_rows<T>(dk, maps, shift_row0 + n_block, full(stage));
+        detail::tma_load_rows<T, T::block_n>(sV + stage * T::v_tile_bytes, maps.v, key0, head_kv,
+                                             batch, full(stage));
+      }
+      return;
+    }
     sm90::load_rows_swizzled<T::threads, T::block_n, kRowBytes, T::k_rows>(
         dk, k + key0 * p.k_seq_stride, p.k_seq_stride * 2, p.seqlen_k - key0, kRowBytes);
     if (n_block % T::recovery_blocks == 0)
@@ -88,11 +106,23 @@ __device__ __forceinline__ void attention_fwd_pasa_sm90(const AttentionParams& p
     sm80::cp_async_commit();
   };
 
+  if constexpr (kTma) {  // the stage mbarriers, initialised before any thread uses them
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < kStages; ++s) sm90::mbarrier_init(full(s), 1);
+      sm90::fence_barrier_init();
+    }
+    __syncthreads();
+  }
   sm90::load_rows_swizzled<T::threads, T::block_m, kRowBytes>(sQ, q, p.q_seq_stride * 2,
                                                               p.seqlen_q - row0, kRowBytes);
   sm80::cp_async_commit();
-  sm90::KeyBlockPipeline<kStages, kOneGroup> pipeline{n_blocks};
+  typename sm90::KeyBlockPipelineFor<kTma, kStages, kOneGroup>::type pipeline{{n_blocks}};
   pipeline.start(load_kv);
+  if constexpr (kTma) {  // Q for the tensor cores
+    sm80::cp_async_wait<0>();
+    sm90::fence_async_shared();
+    __syncthreads();
+  }
 
   float o[1][kOT][4];
   float row_max[1][2];  // base 2, absolute (the recovered logits)
@@ -103,7 +133,10 @@ __device__ __forceinline__ void attention_fwd_pasa_sm90(const AttentionParams& p
   auto step = [&](const int it, const int n_block, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
     const int stage = it % kStages;
-    pipeline.begin_step(it, load_kv);
+    if constexpr (kTma)
+      pipeline.begin_step(it, full);
+    else
+      pipeline.begin_step(it, load_kv);
 
     // GEMM I in FP16 and, on every eighth block, the recovery in FP32, one commit group. Which
     // MMAs run is fixed at compile time in each branch: a wgmma under a branch can make ptxas

@@ -30,6 +30,7 @@
 #include "ftattn/arch/sm80/cp_async.cuh"
 #include "ftattn/arch/sm90/pipeline.cuh"
 #include "ftattn/arch/sm90/tile_load.cuh"
+#include "ftattn/arch/sm90/tma.cuh"
 #include "ftattn/arch/sm90/wgmma.cuh"
 #include "ftattn/common/math.cuh"
 #include "ftattn/common/types.cuh"
@@ -80,12 +81,28 @@ struct FwdWgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, 
       NumWarps == 8 || (NumWarps == 12 && PrecisionT::pasa);  // two or three consumers
   static constexpr int launch_threads = NumWarps * 32 + (warp_specialized ? 128 : 0);
   static constexpr int tiles_bytes = loop_bytes > out_bytes ? loop_bytes : out_bytes;
-  static constexpr int barrier_bytes = warp_specialized ? 256 : 0;
+  // CTAs per SM that `bytes` of shared memory each allow (1 KB of an SM's 228 KB reserved per
+  // CTA).
+  static constexpr int ctas_for(int bytes) { return 228 * 1024 / (bytes + 1024); }
+  // K and V come by TMA (KvTensorMaps) in the warp-specialised kernel, and in the one-warpgroup
+  // one where it is unprotected and its stage mbarriers cost no CTA per SM (codegen's
+  // kv_tensor_maps decides alike; checksum rows and chunks keep cp.async). With up to two
+  // stages they take the allocation's last 16 bytes, which the tiles never reach (aligning a
+  // 16-byte aligned base up to 1024 bytes moves it by at most 1008 of the 1024 bytes of slack);
+  // with three, 64 bytes after the tiles.
+  static constexpr bool stage_barriers_at_end = NumStages <= 2;
+  static constexpr bool kv_tma =
+      warp_specialized || (ProtectT::k_atoms == 0 && ProtectT::v_atoms == 0 && !Inject &&
+                           (stage_barriers_at_end ||
+                            ctas_for(tiles_bytes + 1024 + 64) == ctas_for(tiles_bytes + 1024)));
+  static constexpr int barrier_bytes = warp_specialized                   ? 256
+                                       : kv_tma && !stage_barriers_at_end ? 64
+                                                                          : 0;
   static constexpr int smem_bytes = tiles_bytes + barrier_bytes + 1024;
-  // As many CTAs per SM as their shared memory allows (1 KB of an SM's 228 KB reserved per CTA),
-  // up to 384 threads in all: ptxas then fits the registers to them, 168 or more per thread (at
-  // 128, with two CTAs of two warpgroups, it spilled and serialised the wgmmas, C7512).
-  static constexpr int ctas_by_smem = 228 * 1024 / (smem_bytes + 1024);
+  // As many CTAs per SM as their shared memory allows, up to 384 threads in all: ptxas then fits
+  // the registers to them, 168 or more per thread (at 128, with two CTAs of two warpgroups, it
+  // spilled and serialised the wgmmas, C7512).
+  static constexpr int ctas_by_smem = ctas_for(smem_bytes);
   static constexpr int ctas_by_threads = 384 / launch_threads;
   static constexpr int min_ctas_raw =
       ctas_by_smem < ctas_by_threads ? ctas_by_smem : ctas_by_threads;
@@ -204,6 +221,40 @@ __device__ __forceinline__ void load_k_checksum_rows(u32 dk, const unsigned char
         dk + sm90::tile_offset<T::row_bytes>(T::k_rows, T::block_n + c / T::chunks_per_row,
                                              c % T::chunks_per_row),
         src + c * 16, true);
+}
+
+// TMA copies of key block `key0` (FwdWgmmaTraits::kv_tma), by one thread, each box one 128-byte
+// swizzle atom column of 64 channels completing its bytes on `bar`: its K rows into the K tile
+// at dk (atom columns T::k_rows rows apart), its V rows into the V tile at dv, and f16_pasa's
+// shift rows `shift_row` .. + 7 of the workspace (runtime::PasaLayout) below the keys. The
+// caller expects the bytes (kv_tma_bytes, shift_tma_bytes) on the barrier first. The
+// one-warpgroup kernels' mbarrier of a stage: stage_barrier.
+template <class T>
+__device__ __forceinline__ u32 stage_barrier(u32 smem_base, u32 sQ, int stage) {
+  if constexpr (T::stage_barriers_at_end)
+    return smem_base + T::smem_bytes - 16 + 8 * stage;
+  else
+    return sQ + T::tiles_bytes + 8 * stage;
+}
+template <class T>
+inline constexpr u32 kv_tma_bytes = T::row_bytes / 128 * T::block_n * 128;  // one K or V tile
+template <class T>
+inline constexpr u32 shift_tma_bytes = T::row_bytes / 128 * T::recovery_blocks * 128;
+// A key block's rows of `map` (K or V) into the tile at dst, whose atom columns are TileRows
+// rows apart (K: T::k_rows, V: T::block_n).
+template <class T, int TileRows>
+__device__ __forceinline__ void tma_load_rows(u32 dst, const TensorMap& map, int key0, int head_kv,
+                                              int batch, u32 bar) {
+#pragma unroll
+  for (int a = 0; a < T::row_bytes / 128; ++a)
+    sm90::tma_load(dst + a * TileRows * 128, map, a * 64, key0, head_kv, batch, bar);
+}
+template <class T>
+__device__ __forceinline__ void tma_load_shift_rows(u32 dk, const KvTensorMaps& maps, int shift_row,
+                                                    u32 bar) {
+#pragma unroll
+  for (int a = 0; a < T::row_bytes / 128; ++a)
+    sm90::tma_load(dk + (a * T::k_rows + T::shift_row) * 128, maps.shift, a * 64, shift_row, bar);
 }
 
 // EFTA: |q| of this thread's two rows of the tile at `q` (its row 0 is global row `row0`), the
@@ -369,7 +420,8 @@ __device__ __forceinline__ float efta_checked_row_sum(const AttentionParams& p,
 }  // namespace detail
 
 template <class T>
-__device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
+__device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p,
+                                                   const KvTensorMaps& maps = {}) {
   using P = typename T::Precision;
   constexpr bool kBf16 = protect::IsBf16<P>::value;
   using Protect = typename T::Protect;
@@ -412,10 +464,23 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
   // One cp.async group per key block: its K rows (and EFTA's checksum rows below them), then its
   // V rows (and their checksum chunks, chunks 0.. of each key's extra atom); rows past the
   // sequence are zeros (their scores are masked, their P is 0), as are their checksums.
+  // Unprotected (T::kv_tma): thread 0's TMA copies of both onto the stage's mbarrier instead.
+  constexpr bool kTma = T::kv_tma;
+  auto full = [&](int stage) {
+    return detail::stage_barrier<T>(sm80::smem_addr(smem_raw), sQ, stage);
+  };
   auto load_kv = [&](int stage, int n_block) {
     const int key0 = n_block * T::block_n;
     const u32 dk = sK + stage * T::k_tile_bytes;
     const u32 dv = sV + stage * T::v_tile_bytes;
+    if constexpr (kTma) {
+      if (threadIdx.x == 0) {
+        sm90::mbarrier_expect_tx(full(stage), 2 * detail::kv_tma_bytes<T>);
+        detail::tma_load_rows<T, T::k_rows>(dk, maps.k, key0, head_kv, batch, full(stage));
+        detail::tma_load_rows<T, T::block_n>(dv, maps.v, key0, head_kv, batch, full(stage));
+      }
+      return;
+    }
     sm90::load_rows_swizzled<T::threads, T::block_n, kRowBytes, T::k_rows>(
         dk, k + key0 * p.k_seq_stride, p.k_seq_stride * 2, p.seqlen_k - key0, kRowBytes);
     if constexpr (kEfta)
@@ -433,11 +498,25 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
     sm80::cp_async_commit();
   };
 
+  if constexpr (kTma) {  // the stage mbarriers, initialised before any thread uses them
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < kStages; ++s) sm90::mbarrier_init(full(s), 1);
+      sm90::fence_barrier_init();
+    }
+    __syncthreads();
+  }
   sm90::load_rows_swizzled<T::threads, T::block_m, kRowBytes>(sQ, q, p.q_seq_stride * 2,
                                                               p.seqlen_q - row0, kRowBytes);
   sm80::cp_async_commit();
-  sm90::KeyBlockPipeline<kStages, kOneGroup> pipeline{n_blocks};
+  typename sm90::KeyBlockPipelineFor<kTma, kStages, kOneGroup>::type pipeline{{n_blocks}};
   pipeline.start(load_kv);
+  if constexpr (kTma) {
+    // Q for the tensor cores (the cp.async pipeline waits for Q's group with the first
+    // block's).
+    sm80::cp_async_wait<0>();
+    sm90::fence_async_shared();
+    __syncthreads();
+  }
 
   // O, then (Flash-ABFT) its checksum tile: one accumulator array for GEMM II's wgmma.
   float acc[1][kOT + kCT][4];
@@ -463,7 +542,10 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p) {
     constexpr bool kMasked = decltype(masked)::value;
     const int stage = it % kStages;
     const float k_norm = kEfta ? k_norms[n_block * 4 + quad_t] : 0.f;
-    pipeline.begin_step(it, load_kv);
+    if constexpr (kTma)
+      pipeline.begin_step(it, full);
+    else
+      pipeline.begin_step(it, load_kv);
 
     // GEMM I: this warpgroup's 64 rows of S = Q K^T (EFTA: and its checksum tile, sc).
     const u32 sKs = sK + stage * T::k_tile_bytes;

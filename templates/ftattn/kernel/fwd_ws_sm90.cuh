@@ -121,9 +121,6 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
       sm80::cp_async_wait<0>();
       return;
     }
-    constexpr int kAtoms = T::row_bytes / 128;  // 128-byte swizzle atom columns per row
-    constexpr u32 kKBytes = kAtoms * T::block_n * 128;
-    constexpr u32 kShiftBytes = kAtoms * T::recovery_blocks * 128;
     // f16_pasa: maps.k holds the shifted keys K' (the shift kernel's output), maps.shift their
     // r_j, this KV head's from row shift_row0 (runtime::PasaLayout).
     [[maybe_unused]] const int shift_row0 =
@@ -141,16 +138,10 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
       if (t == 0) {
         // PASA: every eighth block, the next eight shift rows below the keys.
         const bool shift_rows = kPasa && j % T::recovery_blocks == 0;
-        sm90::mbarrier_expect_tx(pipe.k_full(s), kKBytes + (shift_rows ? kShiftBytes : 0));
-#pragma unroll
-        for (int a = 0; a < kAtoms; ++a)
-          sm90::tma_load(dk + a * T::k_rows * 128, maps.k, a * 64, key0, head_kv, batch,
-                         pipe.k_full(s));
-        if (shift_rows)
-#pragma unroll
-          for (int a = 0; a < kAtoms; ++a)
-            sm90::tma_load(dk + (a * T::k_rows + T::shift_row) * 128, maps.shift, a * 64,
-                           shift_row0 + j, pipe.k_full(s));
+        sm90::mbarrier_expect_tx(pipe.k_full(s), detail::kv_tma_bytes<T> +
+                                                     (shift_rows ? detail::shift_tma_bytes<T> : 0));
+        detail::tma_load_rows<T, T::k_rows>(dk, maps.k, key0, head_kv, batch, pipe.k_full(s));
+        if (shift_rows) detail::tma_load_shift_rows<T>(dk, maps, shift_row0 + j, pipe.k_full(s));
       }
       if constexpr (kEfta)  // the block's checksum rows below the keys
         detail::load_k_checksum_rows<T, kProducers>(
@@ -162,11 +153,8 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
       pipe.acquire_v(j);
       const u32 dv = sV + s * T::v_tile_bytes;
       if (t == 0) {
-        sm90::mbarrier_expect_tx(pipe.v_full(s), kKBytes);
-#pragma unroll
-        for (int a = 0; a < kAtoms; ++a)
-          sm90::tma_load(dv + a * T::block_n * 128, maps.v, a * 64, key0, head_kv, batch,
-                         pipe.v_full(s));
+        sm90::mbarrier_expect_tx(pipe.v_full(s), detail::kv_tma_bytes<T>);
+        detail::tma_load_rows<T, T::block_n>(dv, maps.v, key0, head_kv, batch, pipe.v_full(s));
       }
       if constexpr (kCT > 0)  // each key's checksum chunk, in an atom after its head_dim ones
         detail::load_v_checksum_chunks<T, kProducers>(

@@ -74,4 +74,15 @@ struct TmaKeyBlockPipeline
   }
 };
 
+// The one-warpgroup 16-bit skeleton's pipeline: TMA copies where it takes them (Tma), else
+// cp.async groups.
+template <bool Tma, int Stages, bool OneWarpgroup>
+struct KeyBlockPipelineFor {
+  using type = KeyBlockPipeline<Stages, OneWarpgroup>;
+};
+template <int Stages, bool OneWarpgroup>
+struct KeyBlockPipelineFor<true, Stages, OneWarpgroup> {
+  using type = TmaKeyBlockPipeline<Stages>;
+};
+
 }  // namespace ftattn::sm90
