@@ -76,6 +76,17 @@ TEST_CASE("NVRTC compiles every config of the first kernel for sm_80 and sm_90a"
             CHECK(count(out.ptx, gemm2) >= c.block_n / 16);
             CHECK(count(out.ptx, "mma.sync") == 0);
             CHECK(out.ptx.find("ldmatrix") == std::string::npos);
+            // Unprotected, K and V come by TMA: a 4-D box per 128-byte atom column of each tile
+            // per copy site, bytes expected on an mbarrier; cp.async is left for Q alone (one
+            // 16-byte chunk per copying thread and pass over its rows).
+            REQUIRE(kv_tensor_maps(c));
+            const int atoms = d * 2 / 128;
+            const int boxes = count(out.ptx, "cp.async.bulk.tensor.4d");
+            CHECK(boxes >= 2 * atoms);
+            CHECK(boxes % atoms == 0);
+            CHECK(count(out.ptx, "mbarrier.arrive.expect_tx") >= 1);
+            const int copiers = warp_specialized(c) ? 128 : 32 * c.num_warps;
+            CHECK(count(out.ptx, "cp.async.cg.shared.global") <= c.block_m * d * 2 / 16 / copiers);
           } else {
             const std::string mma = "mma.sync.aligned.m16n8k16.row.col.f32." + type + ".f32";
             // Two GEMMs of d/16 and block_n/16 k-steps per key block, fully unrolled.
