@@ -100,8 +100,8 @@ bool fp8_two_ctas(const KernelConfig& c) {
 bool is_8bit(Precision p) { return p == Precision::int8 || p == Precision::fp8_e4m3; }
 
 // The wgmma skeletons that copy by TMA take their tensor maps as a second, __grid_constant__
-// parameter: the 8-bit ones K, its scales and V^T (q8_tensor_maps), the 16-bit
-// warp-specialised one K and V (kv_tensor_maps).
+// parameter: the 8-bit ones K, its scales and V^T (q8_tensor_maps), the 16-bit ones K and V
+// (kv_tensor_maps).
 std::string maps_param(const KernelConfig& config) {
   if (q8_tensor_maps(config)) return ", const __grid_constant__ ftattn::Q8TensorMaps maps";
   if (kv_tensor_maps(config)) return ", const __grid_constant__ ftattn::KvTensorMaps maps";

@@ -96,8 +96,8 @@ class LoadedKernel final : public Kernel {
             ? Dim3{static_cast<unsigned>(run.tile_count), 1, 1}
             : Dim3{static_cast<unsigned>((problem.seqlen_q + c.block_m - 1) / c.block_m),
                    static_cast<unsigned>(problem.heads_q), static_cast<unsigned>(problem.batch)};
-    // The warp-specialised 16-bit kernel copies K and V by TMA: its tensor maps ride as a second
-    // parameter, encoded over the operands this launch reads (PASA's shifted keys).
+    // The 16-bit wgmma kernels copy K and V by TMA (kv_tensor_maps): their tensor maps ride as a
+    // second parameter, encoded over the operands this launch reads (PASA's shifted keys).
     KvTensorMaps maps{};
     if (kv_tensor_maps(c)) maps = encode_kv_tensor_maps(c, run);
     void* args[] = {&run, &maps};

@@ -1,6 +1,6 @@
 // The TMA tensor maps of the 8-bit Hopper kernels (q8_tensor_maps(config)) and of the 16-bit
-// warp-specialised one (kv_tensor_maps(config)), encoded per launch on the host over the operands
-// an AttentionParams points at.
+// ones (kv_tensor_maps(config)), encoded per launch on the host over the operands an
+// AttentionParams points at.
 #pragma once
 
 #include "ftattn/config.hpp"

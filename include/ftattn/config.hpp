@@ -130,7 +130,10 @@ bool q8_tensor_maps(const KernelConfig& config);
 
 // True when `config`'s attention kernel copies K and V (f16_pasa: K' and its shift rows) by TMA,
 // which takes the tensor maps of KvTensorMaps (params.cuh) as a second kernel parameter: f16,
-// bf16 and f16_pasa on the warp-specialised skeleton (kernel/fwd_ws_sm90.cuh).
+// bf16 and f16_pasa on the warp-specialised skeleton (kernel/fwd_ws_sm90.cuh, any protection),
+// and on the one-warpgroup ones (fwd_sm90.cuh, fwd_pasa_sm90.cuh) where unprotected and without
+// injection sites, unless three stages' mbarriers would cost a CTA per SM
+// (FwdWgmmaTraits::kv_tma).
 bool kv_tensor_maps(const KernelConfig& config);
 
 // True when `config` runs int8's lazy softmax (kernel/fwd_q8_sm90.cuh, q8::lazy_softmax): int8 on

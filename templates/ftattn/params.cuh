@@ -143,8 +143,9 @@ struct Q8TensorMaps {
   TensorMap k_scale;
 };
 
-// The 16-bit warp-specialised skeleton's TMA tensor maps (kernel/fwd_ws_sm90.cuh), over the
-// caller's K and V (or PASA's shifted keys) as AttentionParams strides them:
+// The 16-bit wgmma skeletons' TMA tensor maps (kernel/fwd_ws_sm90.cuh, and fwd_sm90.cuh and
+// fwd_pasa_sm90.cuh where unprotected: kv_tensor_maps), over the caller's K and V (or PASA's
+// shifted keys) as AttentionParams strides them:
 //   k, v:  head_dim x seqlen_k x heads_kv x batch halves, boxes of 64 x block_n x 1 x 1: one
 //          128-byte swizzle atom column of a key block per copy;
 //   shift: f16_pasa's shift rows, head_dim x (batch heads_kv key blocks) halves, boxes of 64 x 8.
