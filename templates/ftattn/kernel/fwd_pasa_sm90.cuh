@@ -80,7 +80,7 @@ __device__ __forceinline__ void attention_fwd_pasa_sm90(const AttentionParams& p
   auto full = [&](int stage) {
     return detail::stage_barrier<T>(sm80::smem_addr(smem_raw), sQ, stage);
   };
-  const int shift_row0 = (batch * p.heads_kv + head_kv) * n_blocks_all;
+  [[maybe_unused]] const int shift_row0 = (batch * p.heads_kv + head_kv) * n_blocks_all;
   auto load_kv = [&](int stage, int n_block) {
     const int key0 = n_block * T::block_n;
     const u32 dk = sK + stage * T::k_tile_bytes;
