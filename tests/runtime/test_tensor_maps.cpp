@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <string>
 
 #include "ftattn/config.hpp"
@@ -13,15 +14,22 @@ namespace {
 
 const Arch kSm89{89, false}, kSm90a{90, true};
 
-// Dense 8-bit operands for 1 x 2 KV heads of 100 keys at head dim 128 (keys_padded 112), at
-// 256-byte aligned fake addresses: the checks below run before any driver call.
-AttentionParams dense_q8_params() {
+// K and V of `batch` x `heads_kv` KV heads of `seqlen_k` keys at fake 256-byte aligned addresses
+// (the checks below run before any driver call); strides left to the caller.
+AttentionParams kv_operands(int batch, int heads_kv, int seqlen_k, std::uintptr_t k,
+                            std::uintptr_t v) {
   AttentionParams p{};
-  p.batch = 1;
-  p.heads_kv = 2;
-  p.seqlen_k = 100;
-  p.k = reinterpret_cast<const void*>(0x10000);
-  p.v = reinterpret_cast<const void*>(0x20000);
+  p.batch = batch;
+  p.heads_kv = heads_kv;
+  p.seqlen_k = seqlen_k;
+  p.k = reinterpret_cast<const void*>(k);
+  p.v = reinterpret_cast<const void*>(v);
+  return p;
+}
+
+// Dense 8-bit operands for 1 x 2 KV heads of 100 keys at head dim 128 (keys_padded 112).
+AttentionParams dense_q8_params() {
+  AttentionParams p = kv_operands(1, 2, 100, 0x10000, 0x20000);
   p.k_scale = reinterpret_cast<const float*>(0x30000);
   p.k_seq_stride = 128;
   p.k_head_stride = 100 * 128;
@@ -33,14 +41,9 @@ AttentionParams dense_q8_params() {
 }
 
 // 16-bit K and V in the bshd layout (seq stride heads x head_dim) for 2 x 4 KV heads of 300 keys
-// at head dim 128, at fake 256-byte aligned addresses.
+// at head dim 128.
 AttentionParams bshd_16bit_params() {
-  AttentionParams p{};
-  p.batch = 2;
-  p.heads_kv = 4;
-  p.seqlen_k = 300;
-  p.k = reinterpret_cast<const void*>(0x100000);
-  p.v = reinterpret_cast<const void*>(0x200000);
+  AttentionParams p = kv_operands(2, 4, 300, 0x100000, 0x200000);
   for (long long* s : {&p.k_seq_stride, &p.v_seq_stride}) *s = 4 * 128;
   for (long long* s : {&p.k_head_stride, &p.v_head_stride}) *s = 128;
   for (long long* s : {&p.k_batch_stride, &p.v_batch_stride}) *s = 300 * 4 * 128;
