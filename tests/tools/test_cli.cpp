@@ -278,6 +278,21 @@ TEST_CASE("cli: run without a GPU is an error that says so", "[cli]") {
   CHECK(contains(no_hd.err, "head_dim"));
 }
 
+TEST_CASE("cli: bench --interleave without a GPU is an error that says so", "[cli]") {
+  TempDir dir;
+  const CliResult r =
+      run_cli(dir,
+              with_cache(dir, {"bench", "--interleave", "--precisions", "f16", "--protection",
+                               "none,flash_abft", "--shapes", "128,2,256,1"}),
+              {no_driver_env(dir)});
+  CHECK(r.exit_code == 2);
+  CHECK((contains(r.err, "no CUDA driver") || contains(r.err, "no CUDA device")));
+  // The flag is the bench's own: another command refuses it.
+  const CliResult other = run_cli(dir, with_cache(dir, {"compile", "--interleave"}));
+  CHECK(other.exit_code == 2);
+  CHECK(contains(other.err, "--interleave"));
+}
+
 TEST_CASE("cli: demo without a GPU compiles, inspects and says nothing ran", "[cli]") {
   TempDir dir;
   const CliResult r = run_cli(dir, with_cache(dir, {"demo"}), {no_driver_env(dir)});

@@ -32,7 +32,54 @@ struct BenchOptions {
   ConfigFlags config;
   std::string shapes, precisions = "f16,bf16", masks = "none,causal", tiles, csv, json;
   DeviceRunOptions device{.lse = false, .check_rows = 32, .warmup = 5, .iters = 20, .seed = 1};
+  bool interleave = false;
 };
+
+// One kernel of a shape and mask: its precision, tile and scheme, and its result.
+struct Entry {
+  Precision precision;
+  std::size_t tile;
+  Protection protection;
+  DeviceRunResult result;
+};
+
+// Times checked kernels launch by launch in turn (A B C A B C ...), each launch its own CUDA
+// events, so clock and temperature drift (long runs lose clock to the power limit) fall on every
+// kernel alike instead of on whichever ran last.
+void time_interleaved(std::vector<PreparedRun>& runs, const Problem& problem,
+                      const DeviceRunOptions& opt) {
+  for (int i = 0; i < opt.warmup; ++i)
+    for (auto& r : runs) r.launch();
+  std::vector<std::vector<double>> ms(runs.size());
+  runtime::EventTimer timer;
+  for (int i = 0; i < opt.iters; ++i)
+    for (std::size_t k = 0; k < runs.size(); ++k) {
+      timer.start(nullptr);
+      runs[k].launch();
+      timer.stop(nullptr);
+      ms[k].push_back(timer.elapsed_ms());
+    }
+  for (std::size_t k = 0; k < runs.size(); ++k) record_times(runs[k].result, problem, ms[k]);
+  // 8-bit kernels' split into quantisation and attention, in turn as well.
+  std::vector<std::vector<double>> quantize_ms(runs.size()), attention_ms(runs.size());
+  for (int i = 0; i < opt.iters; ++i)
+    for (std::size_t k = 0; k < runs.size(); ++k) {
+      if (!runs[k].quantize) continue;
+      timer.start(nullptr);
+      runs[k].quantize();
+      timer.stop(nullptr);
+      quantize_ms[k].push_back(timer.elapsed_ms());
+      timer.start(nullptr);
+      runs[k].attention();
+      timer.stop(nullptr);
+      attention_ms[k].push_back(timer.elapsed_ms());
+    }
+  for (std::size_t k = 0; k < runs.size(); ++k)
+    if (runs[k].quantize) {
+      runs[k].result.quantize_ms = median_of(quantize_ms[k]);
+      runs[k].result.attention_ms = median_of(attention_ms[k]);
+    }
+}
 
 int run_bench(const BenchOptions& o, const GlobalOptions& global) {
   if (o.device.iters < 20)
@@ -59,61 +106,89 @@ int run_bench(const BenchOptions& o, const GlobalOptions& global) {
 
   nlohmann::json rows = nlohmann::json::array();
   int failures = 0;
-  for (const Shape& s : shapes)
-    for (Precision p : precisions) {
-      const Problem problem =
-          Problem::bhsd(s.batch, s.heads, s.heads, s.seqlen, s.seqlen, s.head_dim);
-      auto inputs = make_inputs(problem, p, o.device.seed);
-      for (Mask m : masks)
-        for (size_t t = 0; t < std::max<size_t>(1, tiles.size()); ++t) {
-          double none_ms = 0.0;  // this shape and tile without protection, when timed
+  for (const Shape& s : shapes) {
+    const Problem problem =
+        Problem::bhsd(s.batch, s.heads, s.heads, s.seqlen, s.seqlen, s.head_dim);
+    // Made once per shape and precision, shared by every kernel timed on it.
+    std::vector<std::unique_ptr<DeviceInputs>> inputs;
+    for (Precision p : precisions) inputs.push_back(make_inputs(problem, p, o.device.seed));
+    for (Mask m : masks) {
+      std::vector<Entry> entries;
+      std::vector<PreparedRun> prepared;  // --interleave: checked, timed below all together
+      for (std::size_t pi = 0; pi < precisions.size(); ++pi)
+        for (size_t t = 0; t < std::max<size_t>(1, tiles.size()); ++t)
           for (Protection prot : protections) {
             KernelConfig c = base;
             c.head_dim = s.head_dim;
-            c.precision = p;
+            c.precision = precisions[pi];
             c.mask = m;
             c.protection = prot;
             if (!tiles.empty()) c = apply_tile(c, tiles[t]);
-            DeviceRunResult r;
+            Entry e{precisions[pi], t, prot, {}};
             try {
-              r = run_on_device(runtime, c, problem, *inputs, o.device);
-            } catch (const ConfigError& e) {  // a tile (or a scheme) that does not fit: skip it
+              if (o.interleave) {
+                DeviceRunOptions check_only = o.device;
+                check_only.iters = 0;
+                PreparedRun run = prepare_on_device(runtime, c, problem, *inputs[pi], check_only);
+                e.result = run.result;
+                if (run.result.check.passed) prepared.push_back(std::move(run));
+              } else {
+                e.result = run_on_device(runtime, c, problem, *inputs[pi], o.device);
+              }
+            } catch (const ConfigError& err) {  // a tile (or a scheme) that does not fit: skip it
               log << fmt::format("skip  d{} s{} {} {}: {}\n", s.head_dim, s.seqlen,
-                                 tiles.empty() ? "" : tiles[t], to_string(prot), e.what());
+                                 tiles.empty() ? "" : tiles[t], to_string(prot), err.what());
               continue;
             }
-            failures += !r.check.passed;
-            if (prot == Protection::none && r.timed) none_ms = r.median_ms;
-            const double overhead = none_ms > 0 && r.timed && prot != Protection::none
-                                        ? r.median_ms / none_ms - 1
-                                        : 0.0;
-            log << fmt::format(
-                "d{:<3} h{:<2} s{:<5} b{:<2} {:<4} {:<6} {:>8.4f} ms {:>6.1f} TFLOP/s {:>8}  "
-                "{}{}\n",
-                s.head_dim, s.heads, s.seqlen, s.batch, to_string(p), to_string(m), r.median_ms,
-                r.tflops,
-                prot == Protection::none || none_ms <= 0 ? std::string()
-                                                         : fmt::format("{:+.1f}%", 100 * overhead),
-                r.config.name(), r.check.passed ? "" : "  CHECK FAILED: " + r.check.summary());
-            rows.push_back({{"head_dim", s.head_dim},
-                            {"seqlen", s.seqlen},
-                            {"batch", s.batch},
-                            {"heads", s.heads},
-                            {"causal", is_causal(m) ? 1 : 0},
-                            {"dtype", std::string(to_string(p))},
-                            {"config", r.config.name()},
-                            {"ms", r.median_ms},
-                            {"min_ms", r.min_ms},
-                            {"tflops", r.tflops},
-                            {"rel_l2_error", r.check.rel_l2_error},
-                            {"passed", r.check.passed},
-                            {"protection", std::string(to_string(prot))},
-                            {"overhead_vs_none", overhead},
-                            {"attention_ms", r.attention_ms},
-                            {"quantize_ms", r.quantize_ms}});
+            entries.push_back(std::move(e));
           }
-        }
+      if (o.interleave && !prepared.empty()) {
+        time_interleaved(prepared, problem, o.device);
+        std::size_t next = 0;  // the prepared runs are the entries that passed, in order
+        for (Entry& e : entries)
+          if (e.result.check.passed) e.result = prepared[next++].result;
+      }
+
+      for (const Entry& e : entries) {
+        const DeviceRunResult& r = e.result;
+        // This shape, precision and tile without protection, when timed.
+        double none_ms = 0.0;
+        for (const Entry& n : entries)
+          if (n.precision == e.precision && n.tile == e.tile && n.protection == Protection::none &&
+              n.result.timed)
+            none_ms = n.result.median_ms;
+        failures += !r.check.passed;
+        const double overhead = none_ms > 0 && r.timed && e.protection != Protection::none
+                                    ? r.median_ms / none_ms - 1
+                                    : 0.0;
+        log << fmt::format(
+            "d{:<3} h{:<2} s{:<5} b{:<2} {:<4} {:<6} {:>8.4f} ms {:>6.1f} TFLOP/s {:>8}  "
+            "{}{}\n",
+            s.head_dim, s.heads, s.seqlen, s.batch, to_string(e.precision), to_string(m),
+            r.median_ms, r.tflops,
+            e.protection == Protection::none || none_ms <= 0
+                ? std::string()
+                : fmt::format("{:+.1f}%", 100 * overhead),
+            r.config.name(), r.check.passed ? "" : "  CHECK FAILED: " + r.check.summary());
+        rows.push_back({{"head_dim", s.head_dim},
+                        {"seqlen", s.seqlen},
+                        {"batch", s.batch},
+                        {"heads", s.heads},
+                        {"causal", is_causal(m) ? 1 : 0},
+                        {"dtype", std::string(to_string(e.precision))},
+                        {"config", r.config.name()},
+                        {"ms", r.median_ms},
+                        {"min_ms", r.min_ms},
+                        {"tflops", r.tflops},
+                        {"rel_l2_error", r.check.rel_l2_error},
+                        {"passed", r.check.passed},
+                        {"protection", std::string(to_string(e.protection))},
+                        {"overhead_vs_none", overhead},
+                        {"attention_ms", r.attention_ms},
+                        {"quantize_ms", r.quantize_ms}});
+      }
     }
+  }
 
   if (!o.csv.empty()) {
     std::ofstream file;
@@ -162,6 +237,9 @@ Command add_bench_command(CLI::App& parent, const GlobalOptions& global) {
       ->capture_default_str();
   cmd->add_option("--check-rows", o->device.check_rows, "rows checked per run")
       ->capture_default_str();
+  cmd->add_flag("--interleave", o->interleave,
+                "time a shape's kernels launch by launch in turn (A B A B ...) instead of one "
+                "after the other, so clock drift falls on all alike");
   return {cmd, [o, &global] { return run_bench(*o, global); }};
 }
 

@@ -15,13 +15,20 @@ namespace {
 
 constexpr std::size_t kElementBytes = 2;  // f16 and bf16, the precisions that are built
 
-double median(std::vector<double> v) {
+}  // namespace
+
+double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-}  // namespace
+void record_times(DeviceRunResult& r, const Problem& problem, std::vector<double> ms) {
+  r.timed = true;
+  r.min_ms = *std::min_element(ms.begin(), ms.end());
+  r.median_ms = median_of(std::move(ms));
+  r.tflops = problem.flops(r.config.mask) / (r.median_ms * 1e-3) / 1e12;
+}
 
 std::unique_ptr<DeviceInputs> make_inputs(const Problem& problem, Precision precision,
                                           uint64_t seed) {
@@ -61,31 +68,32 @@ DeviceRunResult run_on_device(Runtime& rt, const KernelConfig& wanted, const Pro
   return run_on_device(rt, c, problem, *inputs, opt);
 }
 
-DeviceRunResult run_on_device(Runtime& rt, const KernelConfig& wanted, const Problem& problem,
+PreparedRun prepare_on_device(Runtime& rt, const KernelConfig& wanted, const Problem& problem,
                               DeviceInputs& in, const DeviceRunOptions& opt) {
-  DeviceRunResult result;
+  PreparedRun run;
+  DeviceRunResult& result = run.result;
   result.config = rt.resolve(wanted, &problem);
   const KernelConfig& c = result.config;
   if (c.precision != in.precision)
     throw ConfigError("the inputs were made for another precision than the config's");
   validate(problem, c);
-  const auto kernel = rt.kernel(c);
+  const std::shared_ptr<const Kernel> kernel = rt.kernel(c);
   result.from_cache = kernel->compiled().from_disk_cache;
   result.compile_seconds = kernel->compiled().compile_seconds;
 
   // Block-sparse kernels get a random mask of the asked density over the problem's blocks.
   std::vector<uint8_t> block_mask;
-  runtime::DeviceBuffer d_mask;
+  auto d_mask = std::make_shared<runtime::DeviceBuffer>();
   if (is_block_sparse(c.mask)) {
     std::mt19937_64 rng(opt.seed + 1);
     std::bernoulli_distribution keep(opt.density);
     block_mask.resize(problem.block_mask_bytes());
     for (auto& b : block_mask) b = keep(rng) ? 1 : 0;
-    d_mask = runtime::DeviceBuffer(block_mask.size());
-    d_mask.upload(block_mask.data(), block_mask.size());
+    *d_mask = runtime::DeviceBuffer(block_mask.size());
+    d_mask->upload(block_mask.data(), block_mask.size());
   }
   const auto* mask_ptr =
-      is_block_sparse(c.mask) ? static_cast<const unsigned char*>(d_mask.data()) : nullptr;
+      is_block_sparse(c.mask) ? static_cast<const unsigned char*>(d_mask->data()) : nullptr;
 
   reference::Tensor16 o;
   o.strides = problem.o;
@@ -96,21 +104,46 @@ DeviceRunResult run_on_device(Runtime& rt, const KernelConfig& wanted, const Pro
   float* lse_ptr = opt.lse ? static_cast<float*>(in.d_lse.data()) : nullptr;
   if (opt.lse) in.d_lse.fill_bytes(0xFF);
 
-  auto launch = [&] {
-    kernel->launch(problem, in.dq.data(), in.dk.data(), in.dv.data(), in.d_o.data(), lse_ptr,
-                   nullptr, mask_ptr);
+  DeviceInputs* inputs = &in;
+  run.launch = [kernel, problem, inputs, lse_ptr, mask_ptr, d_mask] {
+    kernel->launch(problem, inputs->dq.data(), inputs->dk.data(), inputs->dv.data(),
+                   inputs->d_o.data(), lse_ptr, nullptr, mask_ptr);
   };
-  launch();
+  run.launch();
   in.d_o.download(o.data.data(), in.d_o.bytes());  // synchronous: waits for the launch
   if (opt.lse) in.d_lse.download(lse.data(), in.d_lse.bytes());
   result.check =
       reference::check(problem, c.precision, c.mask, in.q, in.k, in.v, o, opt.lse ? &lse : nullptr,
                        opt.check_rows, opt.seed, block_mask.empty() ? nullptr : block_mask.data());
+
+  if (runtime::is_quantized(c.precision)) {
+    struct Quantized {
+      runtime::DeviceBuffer workspace;
+      QuantizedInputs operands;
+    };
+    auto q = std::make_shared<Quantized>();
+    q->workspace = runtime::DeviceBuffer(QuantizedLayout::of(problem).bytes);
+    run.quantize = [kernel, problem, inputs, q] {
+      q->operands = quantize(*kernel, problem, inputs->dq.data(), inputs->dk.data(),
+                             inputs->dv.data(), Precision::f16, q->workspace.data(), nullptr);
+    };
+    run.attention = [kernel, problem, inputs, q, lse_ptr] {
+      launch_quantized(*kernel, problem, q->operands, inputs->d_o.data(), Precision::f16, lse_ptr,
+                       nullptr);
+    };
+  }
+  return run;
+}
+
+DeviceRunResult run_on_device(Runtime& rt, const KernelConfig& wanted, const Problem& problem,
+                              DeviceInputs& in, const DeviceRunOptions& opt) {
+  PreparedRun run = prepare_on_device(rt, wanted, problem, in, opt);
+  DeviceRunResult& result = run.result;
   if (!result.check.passed || opt.iters <= 0) return result;
 
-  for (int i = 0; i < opt.warmup; ++i) launch();
+  for (int i = 0; i < opt.warmup; ++i) run.launch();
   runtime::EventTimer timer;
-  auto time = [&](auto&& work) {
+  auto time = [&](const std::function<void()>& work) {
     std::vector<double> ms;
     for (int i = 0; i < opt.iters; ++i) {
       timer.start(nullptr);
@@ -120,23 +153,10 @@ DeviceRunResult run_on_device(Runtime& rt, const KernelConfig& wanted, const Pro
     }
     return ms;
   };
-  const std::vector<double> ms = time(launch);
-  result.timed = true;
-  result.median_ms = median(ms);
-  result.min_ms = *std::min_element(ms.begin(), ms.end());
-  result.tflops = problem.flops(c.mask) / (result.median_ms * 1e-3) / 1e12;
-  if (runtime::is_quantized(c.precision)) {
-    runtime::DeviceBuffer workspace(QuantizedLayout::of(problem).bytes);
-    QuantizedInputs quantized;
-    auto quantize_inputs = [&] {
-      quantized = quantize(*kernel, problem, in.dq.data(), in.dk.data(), in.dv.data(),
-                           Precision::f16, workspace.data(), nullptr);
-    };
-    result.quantize_ms = median(time(quantize_inputs));
-    result.attention_ms = median(time([&] {
-      launch_quantized(*kernel, problem, quantized, in.d_o.data(), Precision::f16, lse_ptr,
-                       nullptr);
-    }));
+  record_times(result, problem, time(run.launch));
+  if (run.quantize) {
+    result.quantize_ms = median_of(time(run.quantize));  // leaves the operands attention reads
+    result.attention_ms = median_of(time(run.attention));
   }
   return result;
 }

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ftattn/reference.hpp"
 #include "ftattn/runtime.hpp"
@@ -51,6 +53,21 @@ DeviceRunResult run_on_device(Runtime& runtime, const KernelConfig& config, cons
 // The same on inputs made by make_inputs (their precision must be the config's).
 DeviceRunResult run_on_device(Runtime& runtime, const KernelConfig& config, const Problem& problem,
                               DeviceInputs& inputs, const DeviceRunOptions& options);
+
+// A kernel checked against the reference once and ready to be launched again on the same inputs,
+// for callers that time several kernels in turn (`bench --interleave`). The launches stay valid
+// while the inputs and the runtime live.
+struct PreparedRun {
+  DeviceRunResult result;        // config, cache and check; not yet timed
+  std::function<void()> launch;  // the whole call, as a caller with 16-bit tensors makes it
+  // 8-bit precisions: the quantisation alone, and the attention on its last output (empty else).
+  std::function<void()> quantize, attention;
+};
+PreparedRun prepare_on_device(Runtime& runtime, const KernelConfig& config, const Problem& problem,
+                              DeviceInputs& inputs, const DeviceRunOptions& options);
+// Fills result's timing from the launches' times in ms (median, min, TFLOP/s).
+void record_times(DeviceRunResult& result, const Problem& problem, std::vector<double> ms);
+double median_of(std::vector<double> values);
 
 // "batch 2, heads 8 (kv 8), seqlen 1024 (k 1024), head_dim 128"
 std::string describe_problem(const Problem& problem);
