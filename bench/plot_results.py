@@ -218,6 +218,8 @@ def main():
     protect_overhead(folder, "protect_overhead_ws")
     protect_overhead(folder, "protect_overhead_abft_ws", schemes=("flash_abft",))
     protect_overhead(folder, "protect_overhead_ws_efta")
+    protect_overhead(folder, "protect_overhead_interleaved")
+    speed_vs_f16(folder, "precision_interleaved", goals=(1.5, 1.6))
     tiles_vs_f16(folder, "q8_ws_tiles")
     tile_sweep(folder, "abft_ws_tiles")
     build_ab_tiles(folder, "ws_tiles")
