@@ -7,8 +7,10 @@ and prints, per kernel, each build's median over rounds and its speed against th
     python3 bench/ab.py --bin base=build/ftattn --bin late_v=other/ftattn --rounds 3 \\
         --out bench/results/<gpu>/late_v.csv -- --shapes "128,32,512,32" --tiles 128x64w4s2
 
-Everything after `--` goes to `ftattn bench` as given. Exits 1 if any kernel failed its
-reference check, 2 on bad arguments.
+Everything after `--` goes to `ftattn bench` as given. Where the bench times protection schemes
+beside `none` (`--protection none,flash_abft,...`, best with `--interleave`), a second table gives
+each build's median overhead against its own unprotected kernel. Exits 1 if any kernel failed
+its reference check, 2 on bad arguments.
 """
 import argparse
 import csv
@@ -57,6 +59,24 @@ def summarize(rows, names):
         key = tuple(r[k] for k in KEY)
         times.setdefault(key, {}).setdefault(r["build"], []).append(float(r["ms"]))
     return {k: {b: statistics.median(v) for b, v in per.items()} for k, per in times.items()}
+
+
+def overheads(rows):
+    """{key: {build: median overhead}} of the protected kernels, from the bench's own
+    overhead_vs_none (against `none` of the same shape, build and round; with --interleave, timed
+    in turn with it). Rows whose shape had no `none` timed beside them are left out."""
+    shape = ("head_dim", "seqlen", "batch", "heads", "causal", "dtype", "build", "round")
+    timed_none = {tuple(r[k] for k in shape) for r in rows
+                  if r.get("protection", "none") == "none" and r.get("passed") == "1"}
+    out = {}
+    for r in rows:
+        if r.get("protection", "none") == "none" or r.get("passed") != "1":
+            continue
+        if tuple(r[k] for k in shape) not in timed_none:
+            continue
+        key = tuple(r[k] for k in KEY)
+        out.setdefault(key, {}).setdefault(r["build"], []).append(float(r["overhead_vs_none"]))
+    return {k: {b: statistics.median(v) for b, v in per.items()} for k, per in out.items()}
 
 
 def plot(summary, names, path):
@@ -134,6 +154,14 @@ def main(argv):
         shape = f"s{key[1]} b{key[2]} h{key[3]}"
         print(f"{key[6] + ('' if key[7] == 'none' else ' ' + key[7]):<58} {shape:<18} "
               + " ".join(cells))
+    over = overheads(rows)
+    if over:
+        print("overhead against each build's own unprotected kernel (median over rounds)")
+        for key in sorted(over, key=lambda k: (int(k[0]), k[6], k[7], k[4], int(k[1]))):
+            per = over[key]
+            cells = [f"{100 * per[n]:+13.1f}%" if n in per else f"{'-':>14}" for n in names]
+            shape = f"s{key[1]} b{key[2]} h{key[3]}"
+            print(f"{key[6] + ' ' + key[7]:<58} {shape:<18} " + " ".join(cells))
     plot(summary, names, os.path.splitext(args.out)[0] + ".png")
 
     failed = [r for r in rows if r.get("passed") != "1"]

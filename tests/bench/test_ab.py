@@ -19,15 +19,23 @@ echo "{name} $FTATTN_CACHE_DIR $*" >> "{log}"
 echo "head_dim,seqlen,batch,heads,causal,dtype,config,ms,min_ms,tflops,rel_l2_error,passed,protection,overhead_vs_none"
 echo "128,512,32,32,0,f16,k_none,{ms},{ms},300,1e-4,{passed},none,0"
 echo "128,512,32,32,1,f16,k_causal,{ms2},{ms2},200,1e-4,1,none,0"
+echo "128,512,32,32,0,f16,k_abft,{ms},{ms},300,1e-4,{passed},flash_abft,{overhead}"
+echo "128,512,32,32,1,f16,k_abft_causal,{ms2},{ms2},200,1e-4,1,flash_abft,0.5"
 """
 
 
-def fake(folder, name, ms, ms2, passed, log):
+def fake(folder, name, ms, ms2, passed, log, overhead=0.05):
     path = os.path.join(folder, name)
     with open(path, "w") as f:
-        f.write(FAKE.format(name=name, ms=ms, ms2=ms2, passed=passed, log=log))
+        f.write(FAKE.format(name=name, ms=ms, ms2=ms2, passed=passed, log=log, overhead=overhead))
     os.chmod(path, os.stat(path).st_mode | stat.S_IEXEC)
     return path
+
+
+def overhead_lines(lines):
+    """The overhead table's lines by kernel (those after its heading)."""
+    start = next(i for i, line in enumerate(lines) if line.startswith("overhead against"))
+    return {line.split()[0]: line for line in lines[start + 1:] if line.startswith("k_")}
 
 
 def check(cond, what):
@@ -39,7 +47,7 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         log = os.path.join(d, "calls.log")
         a = fake(d, "a", 2.0, 1.0, 1, log)
-        b = fake(d, "b", 1.0, 2.0, 1, log)
+        b = fake(d, "b", 1.0, 2.0, 1, log, overhead=0.02)
         out = os.path.join(d, "ab.csv")
         text = io.StringIO()
         with redirect_stdout(text):
@@ -54,7 +62,7 @@ def main():
         caches = {c[0]: c[1] for c in calls}
         check(caches["a"] != caches["b"], "the builds share a kernel cache")
         rows = list(csv.DictReader(open(out)))
-        check(len(rows) == 12, len(rows))
+        check(len(rows) == 24, len(rows))
         check({r["build"] for r in rows} == {"base", "new"}, rows[0])
         check({r["round"] for r in rows} == {"1", "2", "3"}, rows[0])
         # new is twice as fast on k_none and half as fast on k_causal.
@@ -63,6 +71,11 @@ def main():
         causal_line = next(line for line in lines if line.startswith("k_causal"))
         check(none_line.split()[-1] == "2.000x", none_line)
         check(causal_line.split()[-1] == "0.500x", causal_line)
+        # Each build's protected kernel against its own unprotected one, as the bench gave it,
+        # in a second table after the speed ratios.
+        over = overhead_lines(lines)
+        check(over["k_abft"].split()[-2:] == ["+5.0%", "+2.0%"], over)
+        check(over["k_abft_causal"].split()[-2:] == ["+50.0%", "+50.0%"], over)
 
         # A failed reference check in any build makes the exit code 1.
         open(log, "w").close()
@@ -85,6 +98,11 @@ def main():
         causal_line = next(line for line in lines if line.startswith("k_causal"))
         check(none_line.split()[-1] == "-", none_line)
         check(causal_line.split()[-1] == "0.500x", causal_line)
+        # zero's unprotected k_none failed, so its k_abft has no overhead ('-'); its causal
+        # pair still has one.
+        over = overhead_lines(lines)
+        check(over["k_abft"].split()[-1] == "-", over)
+        check(over["k_abft_causal"].split()[-1] == "+50.0%", over)
 
         # Bad arguments are refused with a reason.
         for argv, reason in ((["--bin", f"base={a}", "--out", out], "at least two"),
