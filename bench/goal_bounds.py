@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Which speed goals of issues 4 and 5 the current designs cannot reach, on the host (no GPU).
+
+Each scheme or precision that misses its goal pays for a separate pass over memory before the
+attention kernel: Flash-ABFT's checksum prologue reads V, EFTA's reads K and V, f16_pasa's shift
+reads K and writes K', the 8-bit precisions' quantisation reads K and V in 16 bits and writes
+them in 8 (and Q at head dim 256). A separate pass takes at least its bytes over the GPU's peak
+DRAM bandwidth, whatever the attention kernel does. (The checksum tiles' wider MMAs are no such
+floor: the unprotected kernel leaves the tensor cores idle part of the time, and Flash-ABFT's
+extra tile hides there.) Those floors, against the measured times of the baselines (our
+unprotected and f16 kernels, timed in turn with the others by `ftattn bench --interleave`), say:
+
+  protection   floor % = the pass at peak bandwidth / unprotected time; above the goal, no kernel
+               can meet it while the pass stays a separate read of memory.
+  f16_pasa     the speed-up PASA's attention kernel needs over f16's so that the shift pass
+               at peak bandwidth still leaves 1.0x end to end.
+  int8, fp8    the speed-up over f16 the attention alone needs so that the quantisation at
+               peak bandwidth still leaves the goal end to end, beside the measured one.
+
+    python3 bench/goal_bounds.py --out bench/results/host/goal_bounds.csv
+"""
+import argparse
+import csv
+import os
+import statistics
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+H100 = os.path.join(HERE, "results", "nvidia-h100")
+# H100 SXM5 80 GB: HBM3 peak bandwidth (NVIDIA's data sheet).
+BANDWIDTH = 3.35e12
+
+GOALS = {"flash_abft": 3.0, "efta_detect": 8.0, "efta_correct": 12.0,
+         "int8": 1.6, "fp8_e4m3": 1.5, "f16_pasa": 1.0}
+
+
+def tensor_bytes(r, element_bytes):
+    """One of Q, K, V of the bench's shape (heads = KV heads there) at element_bytes each."""
+    return int(r["batch"]) * int(r["heads"]) * int(r["seqlen"]) * int(r["head_dim"]) * element_bytes
+
+
+def protection_floor(r, scheme):
+    """The checksum prologue at peak bandwidth, in ms: V (Flash-ABFT), K and V (EFTA)."""
+    pass_bytes = tensor_bytes(r, 2) * (1 if scheme == "flash_abft" else 2)
+    return 1e3 * pass_bytes / BANDWIDTH
+
+
+def quantize_floor(r):
+    """The 8-bit quantisation pass at peak bandwidth, in ms: K and V read in 16 bits and written
+    in 8, Q too at head dim 256 (fused into the kernel at 64 and 128)."""
+    tensors = 3 if int(r["head_dim"]) == 256 else 2
+    return 1e3 * tensors * tensor_bytes(r, 3) / BANDWIDTH
+
+
+def shift_floor(r):
+    """f16_pasa's shift at peak bandwidth, in ms: K read, K' written, 16 bits each."""
+    return 1e3 * 2 * tensor_bytes(r, 2) / BANDWIDTH
+
+
+def medians(rows, value):
+    """{(head_dim, seqlen, batch, heads, causal, dtype, protection): median of value} over runs."""
+    keys = ("head_dim", "seqlen", "batch", "heads", "causal", "dtype", "protection")
+    out = {}
+    for r in rows:
+        if r.get("passed", "1") == "1":
+            out.setdefault(tuple(r[k] for k in keys), []).append(float(r[value]))
+    return {k: statistics.median(v) for k, v in out.items()}
+
+
+def shape_of(key):
+    return dict(zip(("head_dim", "seqlen", "batch", "heads", "causal"), key[:5]))
+
+
+def protection_rows(rows):
+    ms = medians(rows, "ms")
+    out = []
+    for key, t in sorted(ms.items(), key=lambda kv: (kv[0][6], kv[0][4], int(kv[0][1]))):
+        scheme = key[6]
+        none = ms.get(key[:6] + ("none",))
+        if scheme == "none" or none is None:
+            continue
+        r = shape_of(key)
+        floor = protection_floor(r, scheme)
+        out.append(dict(r, target=scheme, baseline_ms=f"{none:.4f}", floor_ms=f"{floor:.4f}",
+                        needed=f"{100 * floor / none:.2f}%", goal=f"{GOALS[scheme]:.0f}%",
+                        measured=f"{100 * (t / none - 1):.2f}%",
+                        verdict="floor above goal" if 100 * floor / none > GOALS[scheme]
+                        else "floor below goal"))
+    return out
+
+
+def precision_rows(rows):
+    ms, attention = medians(rows, "ms"), medians(rows, "attention_ms")
+    out = []
+    for key, t in sorted(ms.items(), key=lambda kv: (kv[0][5], int(kv[0][0]), kv[0][4],
+                                                      int(kv[0][1]))):
+        precision = key[5]
+        f16 = ms.get(key[:5] + ("f16",) + key[6:])
+        if precision == "f16" or f16 is None:
+            continue
+        r = shape_of(key)
+        goal = GOALS[precision]
+        if precision == "f16_pasa":
+            floor = shift_floor(r)
+            needed = f16 / (f16 / goal - floor)  # PASA's kernel over f16's
+            measured = f"{f16 / t:.3f} end to end"
+        else:
+            floor = quantize_floor(r)
+            budget = f16 / goal - floor
+            needed = f16 / budget if budget > 0 else float("inf")
+            measured = f"{f16 / attention[key]:.3f} attention" if attention.get(key) else ""
+        out.append(dict(r, target=precision, baseline_ms=f"{f16:.4f}", floor_ms=f"{floor:.4f}",
+                        needed=f"{needed:.3f}x", goal=f"{goal:.1f}x", measured=measured,
+                        verdict=""))
+    return out
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--overheads", default=os.path.join(H100, "protect_overhead_interleaved.csv"))
+    ap.add_argument("--precisions", default=os.path.join(H100, "precision_interleaved.csv"))
+    ap.add_argument("--out", help="CSV to write")
+    args = ap.parse_args(argv)
+    table = protection_rows(list(csv.DictReader(open(args.overheads))))
+    table += precision_rows(list(csv.DictReader(open(args.precisions))))
+    fields = ["target", "head_dim", "seqlen", "batch", "heads", "causal", "baseline_ms",
+              "floor_ms", "needed", "goal", "measured", "verdict"]
+    print(" ".join(f"{f:>13}" for f in fields))
+    for row in table:
+        print(" ".join(f"{row[f]:>13}" for f in fields))
+    if args.out:
+        with open(args.out, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=fields)
+            w.writeheader()
+            w.writerows(table)
+        print("wrote", args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
