@@ -118,12 +118,13 @@ PreparedRun prepare_on_device(Runtime& rt, const KernelConfig& wanted, const Pro
 
   if (runtime::is_quantized(c.precision)) {
     struct Quantized {
-      runtime::DeviceBuffer workspace;
+      runtime::DeviceBuffer workspace;  // allocated on first use: a check alone needs none
       QuantizedInputs operands;
     };
     auto q = std::make_shared<Quantized>();
-    q->workspace = runtime::DeviceBuffer(QuantizedLayout::of(problem).bytes);
     run.quantize = [kernel, problem, inputs, q] {
+      if (q->workspace.bytes() == 0)
+        q->workspace = runtime::DeviceBuffer(QuantizedLayout::of(problem).bytes);
       q->operands = quantize(*kernel, problem, inputs->dq.data(), inputs->dk.data(),
                              inputs->dv.data(), Precision::f16, q->workspace.data(), nullptr);
     };
