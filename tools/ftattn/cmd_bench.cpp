@@ -53,26 +53,15 @@ void time_interleaved(std::vector<PreparedRun>& runs, const Problem& problem,
   std::vector<std::vector<double>> ms(runs.size());
   runtime::EventTimer timer;
   for (int i = 0; i < opt.iters; ++i)
-    for (std::size_t k = 0; k < runs.size(); ++k) {
-      timer.start(nullptr);
-      runs[k].launch();
-      timer.stop(nullptr);
-      ms[k].push_back(timer.elapsed_ms());
-    }
+    for (std::size_t k = 0; k < runs.size(); ++k) ms[k].push_back(time_once(timer, runs[k].launch));
   for (std::size_t k = 0; k < runs.size(); ++k) record_times(runs[k].result, problem, ms[k]);
   // 8-bit kernels' split into quantisation and attention, in turn as well.
   std::vector<std::vector<double>> quantize_ms(runs.size()), attention_ms(runs.size());
   for (int i = 0; i < opt.iters; ++i)
     for (std::size_t k = 0; k < runs.size(); ++k) {
       if (!runs[k].quantize) continue;
-      timer.start(nullptr);
-      runs[k].quantize();
-      timer.stop(nullptr);
-      quantize_ms[k].push_back(timer.elapsed_ms());
-      timer.start(nullptr);
-      runs[k].attention();
-      timer.stop(nullptr);
-      attention_ms[k].push_back(timer.elapsed_ms());
+      quantize_ms[k].push_back(time_once(timer, runs[k].quantize));  // then its attention
+      attention_ms[k].push_back(time_once(timer, runs[k].attention));
     }
   for (std::size_t k = 0; k < runs.size(); ++k)
     if (runs[k].quantize) {

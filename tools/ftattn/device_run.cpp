@@ -23,6 +23,13 @@ double median_of(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+double time_once(runtime::EventTimer& timer, const std::function<void()>& work) {
+  timer.start(nullptr);
+  work();
+  timer.stop(nullptr);
+  return timer.elapsed_ms();
+}
+
 void record_times(DeviceRunResult& r, const Problem& problem, std::vector<double> ms) {
   r.timed = true;
   r.min_ms = *std::min_element(ms.begin(), ms.end());
@@ -146,12 +153,7 @@ DeviceRunResult run_on_device(Runtime& rt, const KernelConfig& wanted, const Pro
   runtime::EventTimer timer;
   auto time = [&](const std::function<void()>& work) {
     std::vector<double> ms;
-    for (int i = 0; i < opt.iters; ++i) {
-      timer.start(nullptr);
-      work();
-      timer.stop(nullptr);
-      ms.push_back(timer.elapsed_ms());
-    }
+    for (int i = 0; i < opt.iters; ++i) ms.push_back(time_once(timer, work));
     return ms;
   };
   record_times(result, problem, time(run.launch));

@@ -65,6 +65,8 @@ struct PreparedRun {
 };
 PreparedRun prepare_on_device(Runtime& runtime, const KernelConfig& config, const Problem& problem,
                               DeviceInputs& inputs, const DeviceRunOptions& options);
+// One timed piece of work on the default stream: its events' elapsed ms.
+double time_once(runtime::EventTimer& timer, const std::function<void()>& work);
 // Fills result's timing from the launches' times in ms (median, min, TFLOP/s).
 void record_times(DeviceRunResult& result, const Problem& problem, std::vector<double> ms);
 double median_of(std::vector<double> values);
