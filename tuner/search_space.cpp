@@ -10,12 +10,16 @@ namespace ftattn::tuner {
 
 Pruned enumerate(const Family& family, const Knobs& knobs) {
   Pruned out;
-  // f16_pasa also runs three consumer warpgroups on sm_90a (192 rows, 12 warps; its default at
-  // head dims 64 and 128), so its space holds them too.
+  // The 16-bit precisions also run three consumer warpgroups on sm_90a (192 rows, 12 warps; the
+  // default at head dim 128, and f16_pasa's at 64 too), so their spaces hold them; f16 and bf16
+  // only unprotected (validate() drops the rest).
   std::vector<std::pair<int, int>> rows_warps;
   for (int m : knobs.block_m)
     for (int w : knobs.num_warps) rows_warps.emplace_back(m, w);
-  if (family.precision == Precision::f16_pasa && family.arch.sm == 90 && family.arch.arch_specific)
+  const bool sixteen_bit = family.precision == Precision::f16_pasa ||
+                           family.precision == Precision::f16 ||
+                           family.precision == Precision::bf16;
+  if (sixteen_bit && family.arch.sm == 90 && family.arch.arch_specific)
     rows_warps.emplace_back(192, 12);
   for (auto [m, w] : rows_warps)
     for (int n : knobs.block_n)

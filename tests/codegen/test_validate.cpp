@@ -76,14 +76,24 @@ TEST_CASE("validate: head_dim, warps, stages, block_n", "[validate]") {
   REQUIRE_CONFIG_ERROR(validate(make(128, 128, 64, 3, 2)),
                        "num_warps 3 is not supported: use 1, 2, 4 or 8");
   REQUIRE_CONFIG_ERROR(validate(make(128, 256, 64, 16, 2)), "num_warps 16");
-  // 12 warps: f16_pasa's warp-specialised kernel with three consumer warpgroups, sm_90a only.
+  // 12 warps: the 16-bit warp-specialised kernel with three consumer warpgroups, sm_90a only;
+  // f16 and bf16 unprotected and without injection sites.
   const Arch sm90a{90, true};
   CHECK_NOTHROW(validate(make(128, 192, 128, 12, 2, sm90a, Precision::f16_pasa)));
   CHECK_NOTHROW(validate(make(64, 192, 64, 12, 2, sm90a, Precision::f16_pasa)));
   CHECK(warp_specialized(make(128, 192, 128, 12, 2, sm90a, Precision::f16_pasa)));
   CHECK(launch_threads(make(128, 192, 128, 12, 2, sm90a, Precision::f16_pasa)) == 512);
-  REQUIRE_CONFIG_ERROR(validate(make(128, 192, 128, 12, 2, sm90a)),
-                       "num_warps 12 (three consumer warpgroups) is f16_pasa's");
+  CHECK_NOTHROW(validate(make(128, 192, 128, 12, 2, sm90a)));
+  CHECK_NOTHROW(validate(make(64, 192, 64, 12, 2, sm90a, Precision::bf16)));
+  CHECK(warp_specialized(make(128, 192, 128, 12, 2, sm90a)));
+  KernelConfig checked = make(128, 192, 128, 12, 2, sm90a);
+  checked.protection = Protection::flash_abft;
+  REQUIRE_CONFIG_ERROR(validate(checked), "num_warps 12 (three consumer warpgroups) is the 16-bit");
+  KernelConfig injected = make(128, 192, 128, 12, 2, sm90a);
+  injected.fault_injection = true;
+  REQUIRE_CONFIG_ERROR(validate(injected), "without fault injection");
+  REQUIRE_CONFIG_ERROR(validate(make(128, 192, 128, 12, 2, sm90a, Precision::int8)),
+                       "num_warps 12");
   REQUIRE_CONFIG_ERROR(validate(make(128, 192, 128, 12, 2, kSm80, Precision::f16_pasa)),
                        "use 1, 2, 4 or 8");
   REQUIRE_CONFIG_ERROR(validate(make(128, 192, 128, 12, 1, sm90a, Precision::f16_pasa)),
@@ -216,11 +226,19 @@ TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
 
   // sm_90a, unprotected f16/bf16 at head dims 64 and 128: the wgmma skeleton's tiles (the H100's
   // tune): 64 x 128 at 64 (64-key blocks causal up to 1024 keys); at 128 the warp-specialised
-  // 128 x 128 w8s2 at every length, but causal up to 512 keys: 64 x 64 w4s3.
+  // kernel, three consumers (192 x 128 w12s2) from 2k keys (4k without a problem), 128 x 128
+  // w8s2 below, but causal up to 512 keys: 64 x 64 w4s3.
   c = with_defaults(partial(128), kSm90a);
-  CHECK(c == make(128, 128, 128, 8, 2, kSm90a));
+  CHECK(c == make(128, 192, 128, 12, 2, kSm90a));
   CHECK(warp_specialized(c));
-  CHECK(launch_threads(c) == 384);
+  CHECK(launch_threads(c) == 512);
+  const Problem keys_2k_128 = Problem::bhsd(1, 1, 1, 2048, 2048, 128);
+  CHECK(with_defaults(partial(128), kSm90a, &keys_2k_128) == make(128, 192, 128, 12, 2, kSm90a));
+  const Problem keys_2047 = Problem::bhsd(1, 1, 1, 2047, 2047, 128);
+  CHECK(with_defaults(partial(128), kSm90a, &keys_2047) == make(128, 128, 128, 8, 2, kSm90a));
+  KernelConfig abft_128 = partial(128);
+  abft_128.protection = Protection::flash_abft;
+  CHECK(with_defaults(abft_128, kSm90a).num_warps == 8);  // the checksum schemes keep two
   CHECK(with_defaults(partial(64), kSm90a) == make(64, 64, 128, 4, 2, kSm90a));
   CHECK_FALSE(warp_specialized(with_defaults(partial(64), kSm90a)));
   CHECK(with_defaults(partial(128), kSm90a, &keys_512) == make(128, 128, 128, 8, 2, kSm90a));
@@ -238,9 +256,9 @@ TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
     return e;
   }());
   const Problem keys_16k = Problem::bhsd(1, 1, 1, 16384, 16384, 128);
-  CHECK(with_defaults(partial(128), kSm90a, &keys_16k) == make(128, 128, 128, 8, 2, kSm90a));
+  CHECK(with_defaults(partial(128), kSm90a, &keys_16k) == make(128, 192, 128, 12, 2, kSm90a));
   CHECK(with_defaults(masked, kSm90a, &keys_16k) == [&] {
-    auto e = make(128, 128, 128, 8, 2, kSm90a);
+    auto e = make(128, 192, 128, 12, 2, kSm90a);
     e.mask = Mask::causal;
     return e;
   }());

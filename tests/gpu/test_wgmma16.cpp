@@ -92,21 +92,25 @@ TEST_CASE("f16 and bf16 on Hopper: the warp-specialised skeleton on long and rag
   // runs once per block; a wrong parity, a buffer refilled early or a lost turn shows up only on
   // long runs (or hangs). Short and ragged ones cover CTAs with one key block, a partial last
   // block and, causal with seqlen_q > seqlen_k, CTAs with none.
+  // Three consumers (192 x n w12, the default at head dim 128 from 2k keys) pass the turn round
+  // three warpgroups and finish GEMM II before GEMM I; causal, their ragged tile comes first.
   for (Precision prec : {Precision::f16, Precision::bf16})
     for (int d : {64, 128, 256})
-      for (auto [n, st] : std::vector<std::array<int, 2>>{{64, 2}, {64, 3}, {128, 2}})
+      for (auto [n, st, w] : std::vector<std::array<int, 3>>{
+               {64, 2, 8}, {64, 3, 8}, {128, 2, 8}, {64, 2, 12}, {128, 2, 12}})
         for (Mask mask : {Mask::none, Mask::causal})
           for (const Problem& pr :
                {Problem::bhsd(2, 8, 2, 2048, 2048, d), Problem::bhsd(1, 2, 1, 1000, 60, d),
                 Problem::bhsd(1, 3, 1, 129, 1111, d)}) {
-            if (d == 256 && !(n == 64 && st == 2)) continue;  // its one tile: 128 x 64 w8s2
+            if (d == 256 && !(n == 64 && st == 2 && w == 8))
+              continue;  // its one tile: 128 x 64 w8s2
             KernelConfig c;
             c.head_dim = d, c.precision = prec, c.mask = mask;
-            c.block_m = 128, c.block_n = n, c.num_warps = 8, c.num_stages = st;
+            c.block_m = 16 * w, c.block_n = n, c.num_warps = w, c.num_stages = st;
             c.arch = rt.device_arch();
             REQUIRE(warp_specialized(c));
             const int rows = pr.seqlen_q > 1500 ? 256 : 0;
-            const auto a = gpu_test::run_case(rt, c, pr, true, rows, 1300 + d + n + st);
+            const auto a = gpu_test::run_case(rt, c, pr, true, rows, 1300 + d + n + st + w);
             INFO(a.config_name << " s" << pr.seqlen_q << "x" << pr.seqlen_k << ": "
                                << a.report.summary());
             CHECK(a.report.passed);

@@ -87,7 +87,7 @@ bool contains(const std::string& haystack, const std::string& needle) {
 }
 
 // The default at head dim 128 on sm_90a: the wgmma skeleton (kernel/fwd_sm90.cuh).
-const std::string kName = "ftattn_fwd_sm90a_f16_d128_m128n128_w8s2_none_none";
+const std::string kName = "ftattn_fwd_sm90a_f16_d128_m192n128_w12s2_none_none";
 
 }  // namespace
 
@@ -209,7 +209,7 @@ TEST_CASE("cli: inspect shows name, resources, source and PTX", "[cli]") {
   const CliResult bf16 =
       run_cli(dir, with_cache(dir, {"inspect", "--config", kName, "--precision", "bf16"}));
   CHECK(bf16.exit_code == 0);
-  CHECK(contains(bf16.out, "ftattn_fwd_sm90a_bf16_d128_m128n128_w8s2_none_none"));
+  CHECK(contains(bf16.out, "ftattn_fwd_sm90a_bf16_d128_m192n128_w12s2_none_none"));
 }
 
 TEST_CASE("cli: compile fills the cache, cache ls, clear and path", "[cli]") {

@@ -12,8 +12,9 @@ TEST_CASE("enumerate keeps exactly the configs validate accepts", "[tuner]") {
   const Family f{Arch{90, true}, Precision::f16, Protection::none, 128, Mask::causal};
   const Pruned p = enumerate(f);
   const Knobs k;
+  // The grid, and on sm_90a the three-consumer rows (192, 12) with every block_n and stage count.
   CHECK(p.kept.size() + p.rejected.size() ==
-        k.block_m.size() * k.block_n.size() * k.num_warps.size() * k.num_stages.size());
+        (k.block_m.size() * k.num_warps.size() + 1) * k.block_n.size() * k.num_stages.size());
   REQUIRE_FALSE(p.kept.empty());
   std::set<std::string> names;
   for (const auto& c : p.kept) {
@@ -40,28 +41,34 @@ TEST_CASE("enumerate keeps exactly the configs validate accepts", "[tuner]") {
   CHECK(names.count(d.name()) == 1);
 }
 
-TEST_CASE("enumerate: f16_pasa on sm_90a also tries three consumer warpgroups", "[tuner]") {
-  for (int d : {64, 128})
-    for (Mask m : {Mask::none, Mask::causal}) {
-      const Family f{Arch{90, true}, Precision::f16_pasa, Protection::none, d, m};
-      const Pruned p = enumerate(f);
-      std::set<std::string> names;
-      for (const auto& c : p.kept) names.insert(c.name());
-      const KernelConfig d_config = with_defaults(
-          KernelConfig{.head_dim = d, .precision = Precision::f16_pasa, .mask = m}, f.arch);
-      CHECK(names.count(d_config.name()) == 1);  // the default is in the space
-      bool three = false;
-      for (const auto& c : p.kept) three |= c.num_warps == 12 && c.block_m == 192;
-      CHECK(three);
-    }
-  // Not for other precisions or arches.
+TEST_CASE("enumerate: the 16-bit precisions on sm_90a also try three consumer warpgroups",
+          "[tuner]") {
+  for (Precision prec : {Precision::f16_pasa, Precision::f16, Precision::bf16})
+    for (int d : {64, 128})
+      for (Mask m : {Mask::none, Mask::causal}) {
+        const Family f{Arch{90, true}, prec, Protection::none, d, m};
+        const Pruned p = enumerate(f);
+        std::set<std::string> names;
+        for (const auto& c : p.kept) names.insert(c.name());
+        const KernelConfig d_config =
+            with_defaults(KernelConfig{.head_dim = d, .precision = prec, .mask = m}, f.arch);
+        CHECK(names.count(d_config.name()) == 1);  // the default is in the space
+        bool three = false;
+        for (const auto& c : p.kept) three |= c.num_warps == 12 && c.block_m == 192;
+        CHECK(three);
+      }
+  // Not for 8-bit precisions or other arches; kept only where validate() takes them (f16 with a
+  // checksum scheme: rejected).
   for (const Family& f :
-       {Family{Arch{90, true}, Precision::f16, Protection::none, 128, Mask::none},
+       {Family{Arch{90, true}, Precision::int8, Protection::none, 128, Mask::none},
         Family{Arch{80, false}, Precision::f16_pasa, Protection::none, 128, Mask::none}}) {
     const Pruned p = enumerate(f);
     for (const auto& c : p.kept) CHECK(c.num_warps != 12);
     for (const auto& r : p.rejected) CHECK(r.config.num_warps != 12);
   }
+  const Pruned abft =
+      enumerate(Family{Arch{90, true}, Precision::f16, Protection::flash_abft, 128, Mask::none});
+  for (const auto& c : abft.kept) CHECK(c.num_warps != 12);
 }
 
 TEST_CASE("enumerate drops what does not fit a small arch's shared memory", "[tuner]") {

@@ -74,11 +74,11 @@ struct FwdWgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, 
   static constexpr int v_tile_bytes = kv_tile_bytes + (checksum_tiles > 0 ? BlockN * 128 : 0);
   static constexpr int loop_bytes = q_bytes + NumStages * (k_tile_bytes + v_tile_bytes);
   static constexpr int out_bytes = BlockM * row_stride * 2;
-  // Two consumer warpgroups of 16-bit tiles run warp-specialised (kernel/fwd_ws_sm90.cuh): a
-  // producer warpgroup loads, the consumers take turns on the tensor cores. Its mbarriers sit
-  // after the tiles.
+  // Two or three consumer warpgroups of 16-bit tiles run warp-specialised
+  // (kernel/fwd_ws_sm90.cuh): a producer warpgroup loads, the consumers take turns on the tensor
+  // cores. Its mbarriers sit after the tiles.
   static constexpr bool warp_specialized =
-      NumWarps == 8 || (NumWarps == 12 && PrecisionT::pasa);  // two or three consumers
+      NumWarps == 8 || NumWarps == 12;  // two or three consumers
   static constexpr int launch_threads = NumWarps * 32 + (warp_specialized ? 128 : 0);
   static constexpr int tiles_bytes = loop_bytes > out_bytes ? loop_bytes : out_bytes;
   // CTAs per SM that `bytes` of shared memory each allow (1 KB of an SM's 228 KB reserved per

@@ -10,13 +10,13 @@
 //              TMA (the tensor maps: params.cuh's KvTensorMaps) into their own rings of
 //              num_stages buffers; the copies complete on the buffer's "full" mbarrier, and a
 //              buffer is refilled once every consumer has arrived on its "empty" one.
-//   consumers  warpgroups 0 and 1 (64 query rows each, 224 registers; f16_pasa also 0 to 2 with
-//              160) take turns on the tensor cores: named barriers pass a token round them, and
-//              each turn issues the previous block's GEMM II (O += P V) and this block's GEMM I
-//              (S = Q K^T) back to back. While one warpgroup's MMAs run, the others run their
-//              softmax, so the tensor cores no longer idle through it (in fwd_sm90.cuh both
-//              warpgroups met at a CTA barrier every key block and ran their softmax at the same
-//              time).
+//   consumers  warpgroups 0 and 1 (64 query rows each, 224 registers; unprotected 16-bit also 0
+//              to 2 with 160) take turns on the tensor cores: named barriers pass a token round
+//              them, and each turn issues the previous block's GEMM II (O += P V) and this block's
+//              GEMM I (S = Q K^T) back to back (three FP32-score consumers: GEMM II done first).
+//              While one warpgroup's MMAs run, the others run their softmax, so the tensor cores no
+//              longer idle through it (in fwd_sm90.cuh both warpgroups met at a CTA barrier every
+//              key block and ran their softmax at the same time).
 //
 // No CTA-wide barrier runs in the main loop: a consumer waits only for the buffers it reads.
 #pragma once
@@ -61,6 +61,9 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   // efta_correct rebuilds a faulty score from the weighted checksum rows in the K buffer, so the
   // buffer is released after the softmax, not after GEMM I.
   constexpr bool kLateKRelease = T::Protect::correct;
+  // Three 16-bit FP32-score consumers: GEMM II done before GEMM I, so O, S and P never all
+  // sit in the wgmma pipeline at once (160 registers each).
+  constexpr bool kSplitTurn = T::num_warps == 12 && !P::pasa;
   constexpr int kStages = T::num_stages;
   constexpr int kRowBytes = T::row_bytes;
   constexpr int kConsumers = T::threads;  // 256 or 384
@@ -231,6 +234,11 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
         for (int kc = 0; kc < kST / 2; ++kc)
           sm90::wgmma_16bit_rs<kBf16>(reinterpret_cast<float(&)[(kOT + kCT) * 4]>(acc[0]), pa[kc],
                                       sm90::n_major_k_step_descriptor(sVs, T::block_n, kc));
+        if constexpr (kSplitTurn && QK::value) {
+          sm90::wgmma_commit();
+          sm90::wgmma_wait<0>();  // P's registers free before GEMM I's accumulators take them
+          sm90::wgmma_fence();
+        }
       }
       if constexpr (QK::value) {
         const u32 sKs = sK + (j % kStages) * T::k_tile_bytes;
