@@ -177,18 +177,6 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   const bool long_d128 = c.head_dim == 128 && (keys >= 16384 || c.protection != Protection::none);
   wgmma16.block_m = long_d128 || ws_d128 ? 128 : 64;
   wgmma16.num_warps = long_d128 || ws_d128 ? 8 : 4;
-  // Unprotected from 2k keys at head dim 128: three consumer warpgroups, 192 x 128 w12s2 (each
-  // turn finishes GEMM II before GEMM I, so O, S and P fit 160 registers). On the H100, timed in
-  // turn with 128 x 128 w8s2 (ws_three_consumers.csv, 2k-16k keys): 1.09-1.18x without a mask and
-  // 1.02-1.10x causal for f16 and bf16. At head dim 64 it was level with 64 x 128 w4s2 at 16k
-  // keys without a mask and 2-13% slower elsewhere, so 64 keeps that; the checksum schemes keep two
-  // consumers (EFTA spills 1.9-3 KB at three).
-  const bool three_d128 =
-      c.head_dim == 128 && c.protection == Protection::none && !c.fault_injection && keys >= 2048;
-  if (three_d128) {
-    wgmma16.block_m = 192;
-    wgmma16.num_warps = 12;
-  }
   if (open_n) {
     if (c.head_dim == 64)
       wgmma16.block_n = is_causal(c.mask) && keys <= 1024 ? 64 : 128;
@@ -200,6 +188,18 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
         c.head_dim == 128 && (keys <= 512 || (is_causal(c.mask) && keys <= 1024));
     wgmma16.num_stages = !ws_d128 && (short_d128 || long_d128) && !efta ? 3 : 2;
   }
+  // Unprotected from 2k keys at head dim 128: three consumer warpgroups, 192 x 128 w12s2 (each
+  // turn finishes GEMM II before GEMM I, so O, S and P fit 160 registers). On the H100, timed in
+  // turn with 128 x 128 w8s2 (ws_three_consumers.csv, 2k-16k keys): 1.09-1.18x without a mask and
+  // 1.02-1.10x causal for f16 and bf16. At head dim 64 it was level with 64 x 128 w4s2 at 16k
+  // keys without a mask and 2-13% slower elsewhere, so 64 keeps that; the checksum schemes keep two
+  // consumers (EFTA spills 1.9-3 KB at three).
+  // Which configs may run three consumers is warp_specialized()'s rule, asked of the finished
+  // candidate.
+  KernelConfig three = wgmma16;
+  three.block_m = 192;
+  three.num_warps = 12;
+  if (c.head_dim == 128 && keys >= 2048 && warp_specialized(three)) wgmma16 = three;
   // Unprotected at head dim 256: the warp-specialised kernel's one tile there, 128 x 64 w8s2 (O's
   // 128 registers beside 64-key scores in each consumer). On the H100 at 4k-16k keys, both masks,
   // 1.77-2.00x the mma.sync 128 x 128 w8s1 for f16 and bf16 (d256_ws.csv), and 1.4-2.0x the
