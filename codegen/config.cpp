@@ -349,10 +349,12 @@ bool warp_specialized(const KernelConfig& c) {
   // unprotected, at head_dims 64 to 256.
   const bool q8 = element_bytes(c.precision) == 1;
   // Three consumer warpgroups (num_warps 12): f16_pasa, whose FP16 scores leave the registers
-  // for a third, and f16 and bf16 without protection, whose turn finishes GEMM II before GEMM I
-  // (kernel/fwd_ws_sm90.cuh); the checksum schemes' consumers spill there (EFTA 1.9-3 KB).
-  const bool b16_three = (c.precision == Precision::f16 || c.precision == Precision::bf16) &&
-                         c.protection == Protection::none && !c.fault_injection;
+  // for a third, and f16 and bf16 unprotected or with Flash-ABFT, whose turn finishes GEMM II
+  // before GEMM I (kernel/fwd_ws_sm90.cuh; Flash-ABFT's checksum tile costs a 4-byte spill).
+  // EFTA's consumers spill 1.9-3 KB there and ptxas serialises their wgmmas.
+  const bool b16_three =
+      (c.precision == Precision::f16 || c.precision == Precision::bf16) &&
+      (c.protection == Protection::none || c.protection == Protection::flash_abft);
   const bool three = c.num_warps == 12 && (c.precision == Precision::f16_pasa || b16_three);
   return uses_wgmma(c) && (element_bytes(c.precision) == 2 || q8) && (c.num_warps == 8 || three);
 }

@@ -192,8 +192,10 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   // turn finishes GEMM II before GEMM I, so O, S and P fit 160 registers). On the H100, timed in
   // turn with 128 x 128 w8s2 (ws_three_consumers.csv, 2k-16k keys): 1.09-1.18x without a mask and
   // 1.02-1.10x causal for f16 and bf16. At head dim 64 it was level with 64 x 128 w4s2 at 16k
-  // keys without a mask and 2-13% slower elsewhere, so 64 keeps that; the checksum schemes keep two
-  // consumers (EFTA spills 1.9-3 KB at three).
+  // keys without a mask and 2-13% slower elsewhere, so 64 keeps that. Flash-ABFT takes it too
+  // (its checksum tile costs a 4-byte spill): on the H100, f16 and bf16, 2k-16k keys, timed in
+  // turn with its 128 x 128 w8s2, 1.10-1.16x without a mask and 1.04-1.12x causal
+  // (abft_three_consumers*.csv). EFTA keeps two consumers (it spills 1.9-3 KB at three).
   // Which configs may run three consumers is warp_specialized()'s rule, asked of the finished
   // candidate.
   KernelConfig three = wgmma16;

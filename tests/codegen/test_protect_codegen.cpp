@@ -90,8 +90,10 @@ TEST_CASE("checksum schemes generate a prologue and compile with their extra MMA
 TEST_CASE("Flash-ABFT on the wgmma skeleton: GEMM II carries the checksum tile",
           "[codegen][protect][nvrtc]") {
   // sm_90a, head dims 64 and 128, both 16-bit types and masks: GEMM II is one m64n{d + 8}k16
-  // wgmma per 16 keys (the checksum tile beside O), the prologue is there, nothing spills, and
-  // the injection build compiles into the same skeleton.
+  // wgmma per 16 keys (the checksum tile beside O), the prologue is there, and the injection
+  // build compiles into the same skeleton. Two consumers spill nothing; three (the head dim 128
+  // default, 160 registers each) spill a word, the checksum tile beside O, S and P (more with
+  // the injection sites, whose builds only run campaigns).
   for (Precision p : {Precision::f16, Precision::bf16})
     for (int d : {64, 128})
       for (Mask m : {Mask::none, Mask::causal})
@@ -110,10 +112,12 @@ TEST_CASE("Flash-ABFT on the wgmma skeleton: GEMM II carries the checksum tile",
           // Masked and unmasked steps; warp-specialised (two warpgroups): the loop's two turns
           // and the last block's after it.
           CHECK(count(out.ptx, gemm2) == (warp_specialized(c) ? 3 : 2) * (c.block_n / 16));
-          CHECK(warp_specialized(c) == (c.num_warps == 8));
+          CHECK(warp_specialized(c) == (c.num_warps == 8 || c.num_warps == 12));
+          CHECK(c.num_warps == (d == 128 ? 12 : 4));
           CHECK(count(out.ptx, "mma.sync") == 0);
           CHECK(out.ptx.find("atom.global") != std::string::npos);  // the fault log
-          CHECK(runtime::parse_ptxas_log(out.log, src.symbol).spill_stores == 0);
+          const int spills = runtime::parse_ptxas_log(out.log, src.symbol).spill_stores;
+          CHECK(spills <= (c.num_warps == 12 ? (inject ? 16 : 4) : 0));
         }
 }
 

@@ -77,7 +77,7 @@ TEST_CASE("validate: head_dim, warps, stages, block_n", "[validate]") {
                        "num_warps 3 is not supported: use 1, 2, 4 or 8");
   REQUIRE_CONFIG_ERROR(validate(make(128, 256, 64, 16, 2)), "num_warps 16");
   // 12 warps: the 16-bit warp-specialised kernel with three consumer warpgroups, sm_90a only;
-  // f16 and bf16 unprotected and without injection sites.
+  // f16 and bf16 unprotected or with Flash-ABFT (its injection builds too), not with EFTA.
   const Arch sm90a{90, true};
   CHECK_NOTHROW(validate(make(128, 192, 128, 12, 2, sm90a, Precision::f16_pasa)));
   CHECK_NOTHROW(validate(make(64, 192, 64, 12, 2, sm90a, Precision::f16_pasa)));
@@ -88,10 +88,19 @@ TEST_CASE("validate: head_dim, warps, stages, block_n", "[validate]") {
   CHECK(warp_specialized(make(128, 192, 128, 12, 2, sm90a)));
   KernelConfig checked = make(128, 192, 128, 12, 2, sm90a);
   checked.protection = Protection::flash_abft;
-  REQUIRE_CONFIG_ERROR(validate(checked), "num_warps 12 (three consumer warpgroups) is the 16-bit");
-  KernelConfig injected = make(128, 192, 128, 12, 2, sm90a);
-  injected.fault_injection = true;
-  REQUIRE_CONFIG_ERROR(validate(injected), "without fault injection");
+  CHECK_NOTHROW(validate(checked));
+  CHECK(warp_specialized(checked));
+  checked.fault_injection = true;
+  CHECK_NOTHROW(validate(checked));
+  for (Protection efta : {Protection::efta_detect, Protection::efta_correct}) {
+    checked.protection = efta;
+    REQUIRE_CONFIG_ERROR(validate(checked),
+                         "num_warps 12 (three consumer warpgroups) is the 16-bit");
+    REQUIRE_CONFIG_ERROR(validate(checked), "unprotected or with flash_abft");
+  }
+  KernelConfig pasa_checked = make(128, 192, 128, 12, 2, sm90a, Precision::f16_pasa);
+  pasa_checked.protection = Protection::flash_abft;
+  REQUIRE_CONFIG_ERROR(validate(pasa_checked), "num_warps 12");
   REQUIRE_CONFIG_ERROR(validate(make(128, 192, 128, 12, 2, sm90a, Precision::int8)),
                        "num_warps 12");
   REQUIRE_CONFIG_ERROR(validate(make(128, 192, 128, 12, 2, kSm80, Precision::f16_pasa)),
@@ -190,27 +199,29 @@ TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
   KernelConfig protected_128 = partial(128);
   protected_128.protection = Protection::flash_abft;
   CHECK(with_defaults(protected_128, kSm90).num_stages == 1);
-  // On sm_90a every checksum scheme runs the wgmma skeleton with two warpgroups at head dim 128,
-  // 128 x 128 with two stages, warp-specialised, with injection sites too; at head dim 64 EFTA
-  // takes the unprotected tile, 64 x 128 w4s2. On sm_90 EFTA keeps the mma.sync defaults.
+  // On sm_90a every checksum scheme runs the warp-specialised wgmma skeleton at head dim 128,
+  // with injection sites too: EFTA two consumers, 128 x 128 w8s2; Flash-ABFT three from 2k keys
+  // (192 x 128 w12s2; 4k without a problem), two below. At head dim 64 EFTA takes the
+  // unprotected tile, 64 x 128 w4s2. On sm_90 EFTA keeps the mma.sync defaults.
+  const Problem keys_2047_abft = Problem::bhsd(1, 1, 1, 2047, 2047, 128);
   for (Protection prot :
        {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct}) {
     protected_128.protection = prot;
     const bool efta = prot != Protection::flash_abft;
-    CHECK(with_defaults(protected_128, kSm90a) == [&] {
-      auto e = make(128, 128, 128, 8, 2, kSm90a);
-      e.protection = prot;
-      return e;
-    }());
-    CHECK(warp_specialized(with_defaults(protected_128, kSm90a)));
-    KernelConfig injected = protected_128;
-    injected.fault_injection = true;
-    CHECK(with_defaults(injected, kSm90a) == [&] {
-      auto e = make(128, 128, 128, 8, 2, kSm90a);
-      e.protection = prot;
-      e.fault_injection = true;
-      return e;
-    }());
+    const int rows = efta ? 128 : 192, warps = efta ? 8 : 12;
+    for (bool inject : {false, true}) {
+      KernelConfig asked = protected_128;
+      asked.fault_injection = inject;
+      auto expect = [&](int m, int w) {
+        auto e = make(128, m, 128, w, 2, kSm90a);
+        e.protection = prot;
+        e.fault_injection = inject;
+        return e;
+      };
+      CHECK(with_defaults(asked, kSm90a) == expect(rows, warps));
+      CHECK(warp_specialized(with_defaults(asked, kSm90a)));
+      CHECK(with_defaults(asked, kSm90a, &keys_2047_abft) == expect(128, 8));
+    }
     KernelConfig protected_64 = partial(64);
     protected_64.protection = prot;
     if (efta)
@@ -238,7 +249,13 @@ TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
   CHECK(with_defaults(partial(128), kSm90a, &keys_2047) == make(128, 128, 128, 8, 2, kSm90a));
   KernelConfig abft_128 = partial(128);
   abft_128.protection = Protection::flash_abft;
-  CHECK(with_defaults(abft_128, kSm90a).num_warps == 8);  // the checksum schemes keep two
+  CHECK(with_defaults(abft_128, kSm90a, &keys_2k_128) == [&] {
+    auto e = make(128, 192, 128, 12, 2, kSm90a);
+    e.protection = Protection::flash_abft;
+    return e;
+  }());
+  abft_128.protection = Protection::efta_detect;
+  CHECK(with_defaults(abft_128, kSm90a, &keys_2k_128).num_warps == 8);  // EFTA keeps two
   CHECK(with_defaults(partial(64), kSm90a) == make(64, 64, 128, 4, 2, kSm90a));
   CHECK_FALSE(warp_specialized(with_defaults(partial(64), kSm90a)));
   CHECK(with_defaults(partial(128), kSm90a, &keys_512) == make(128, 128, 128, 8, 2, kSm90a));

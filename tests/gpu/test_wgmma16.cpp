@@ -21,14 +21,19 @@ Runtime& wgmma_runtime() {
 bool on_sm90a(Runtime& rt) { return gpu_test::hopper_device(rt, "the wgmma skeleton").has_value(); }
 
 // Clean runs of a checksum scheme on every tile (one and two warpgroups, 64- and 128-key blocks,
-// two and three stages), both 16-bit types, head dims 64 and 128, both masks: the reference check
-// passes and the fault log stays empty.
+// two and three stages; Flash-ABFT also three warpgroups), both 16-bit types, head dims 64 and
+// 128, both masks: the reference check passes and the fault log stays empty.
 void check_clean_on_every_tile(Runtime& rt, Protection prot, uint64_t seed) {
   for (Precision prec : {Precision::f16, Precision::bf16})
     for (int d : {64, 128})
-      for (auto [m, n, w, st] : std::vector<std::array<int, 4>>{
-               {64, 64, 4, 2}, {64, 128, 4, 2}, {128, 64, 8, 3}, {128, 128, 8, 2}})
+      for (auto [m, n, w, st] : std::vector<std::array<int, 4>>{{64, 64, 4, 2},
+                                                                {64, 128, 4, 2},
+                                                                {128, 64, 8, 3},
+                                                                {128, 128, 8, 2},
+                                                                {192, 64, 12, 2},
+                                                                {192, 128, 12, 2}})
         for (Mask mask : {Mask::none, Mask::causal}) {
+          if (w == 12 && prot != Protection::flash_abft) continue;  // EFTA: two at most
           KernelConfig c;
           c.head_dim = d, c.precision = prec, c.mask = mask, c.protection = prot;
           c.block_m = m, c.block_n = n, c.num_warps = w, c.num_stages = st;
@@ -126,15 +131,17 @@ TEST_CASE("Checksum schemes warp-specialised: no false alarm on the five distrib
   // and V chunks come with the producer's copies, and efta_correct keeps a K buffer until its
   // softmax is done. Clean runs over the campaign's five distributions (PASA's biased and hybrid
   // ones included) raise no alarm, and long runs (16 key blocks per CTA) pass the reference.
+  // Flash-ABFT also runs three consumers (192 x 128 w12s2), its checksum tile in GEMM II.
   const Problem pr = Problem::bhsd(1, 4, 4, 1024, 1024, 128);
   for (Protection prot :
        {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct})
     for (Precision prec : {Precision::f16, Precision::bf16})
-      for (auto [n, st] : std::vector<std::array<int, 2>>{{64, 3}, {128, 2}})
+      for (auto [n, st, w] : std::vector<std::array<int, 3>>{{64, 3, 8}, {128, 2, 8}, {128, 2, 12}})
         for (Mask mask : {Mask::none, Mask::causal}) {
+          if (w == 12 && prot != Protection::flash_abft) continue;  // EFTA keeps two consumers
           KernelConfig c;
           c.head_dim = 128, c.precision = prec, c.mask = mask, c.protection = prot;
-          c.block_m = 128, c.block_n = n, c.num_warps = 8, c.num_stages = st;
+          c.block_m = 16 * w, c.block_n = n, c.num_warps = w, c.num_stages = st;
           c.arch = rt.device_arch();
           REQUIRE(warp_specialized(c));
           for (campaign::Distribution dist : campaign::kDistributions) {
@@ -178,35 +185,41 @@ TEST_CASE("Flash-ABFT on the wgmma skeleton: clean, live, and a planted output f
   if (!on_sm90a(rt)) return;
   // Clean on every tile (the checksum column rides in GEMM II's wgmma as its last 8-wide tile).
   check_clean_on_every_tile(rt, Protection::flash_abft, 40);
-  KernelConfig c;
-  c.head_dim = 128, c.precision = Precision::f16, c.protection = Protection::flash_abft;
-  c.arch = rt.device_arch();
+  // Two consumers (128 x 128 w8s2) and three (192 x 128 w12s2): the planted faults below run on
+  // each.
   const Problem pr = Problem::bhsd(1, 2, 2, 256, 512, 128);
-  REQUIRE(uses_wgmma(rt.resolve(c, &pr)));
-  // The check is live: at a threshold far below rounding every row trips it, and recompute
-  // relaunches those tiles to the right answer.
-  gpu_test::check_live_output(rt, c, pr, 5);
-  // An exponent flip of an O accumulator (CTA 0, thread 5, block 1) is seen, not corrected, and
-  // recompute repairs the output; the injection build runs the wgmma skeleton too.
-  c.fault_injection = true;
-  REQUIRE(uses_wgmma(rt.resolve(c, &pr)));
-  ProtectOptions o;
-  o.inject = FaultPlan{FaultSite::output, 0, 5, 1, 2, 30};
-  const gpu_test::Planted seen = gpu_test::run_planted(rt, c, pr, o, 9);
-  INFO(seen.fault.summary());
-  CHECK(seen.fault.detected >= 1);
-  CHECK(seen.fault.corrected == 0);
-  CHECK_FALSE(seen.result.report.passed);
-  o.on_fault = OnFault::recompute;
-  const gpu_test::Planted fixed = gpu_test::run_planted(rt, c, pr, o, 9);
-  INFO(fixed.fault.summary() << " | " << fixed.result.report.summary());
-  CHECK(fixed.fault.detected >= 1);
-  CHECK(fixed.fault.recomputed_tiles >= 1);
-  CHECK(fixed.result.report.passed);
-  // A flipped score moves O and its checksum alike: Flash-ABFT cannot see it (its blind spot).
-  o.on_fault = OnFault::report;
-  o.inject = FaultPlan{FaultSite::scores, 0, 5, 1, 2, 27};
-  CHECK(gpu_test::run_planted(rt, c, pr, o, 9).fault.detected == 0);
+  for (int w : {8, 12}) {
+    KernelConfig c;
+    c.head_dim = 128, c.precision = Precision::f16, c.protection = Protection::flash_abft;
+    c.block_m = 16 * w, c.block_n = 128, c.num_warps = w, c.num_stages = 2;
+    c.arch = rt.device_arch();
+    REQUIRE(warp_specialized(c));
+    INFO(c.name());
+    // The check is live: at a threshold far below rounding every row trips it, and recompute
+    // relaunches those tiles to the right answer.
+    gpu_test::check_live_output(rt, c, pr, 5);
+    // An exponent flip of an O accumulator (CTA 0, thread 5, block 1) is seen, not corrected, and
+    // recompute repairs the output; the injection build runs the wgmma skeleton too.
+    c.fault_injection = true;
+    REQUIRE(warp_specialized(c));
+    ProtectOptions o;
+    o.inject = FaultPlan{FaultSite::output, 0, 5, 1, 2, 30};
+    const gpu_test::Planted seen = gpu_test::run_planted(rt, c, pr, o, 9);
+    INFO(seen.fault.summary());
+    CHECK(seen.fault.detected >= 1);
+    CHECK(seen.fault.corrected == 0);
+    CHECK_FALSE(seen.result.report.passed);
+    o.on_fault = OnFault::recompute;
+    const gpu_test::Planted fixed = gpu_test::run_planted(rt, c, pr, o, 9);
+    INFO(fixed.fault.summary() << " | " << fixed.result.report.summary());
+    CHECK(fixed.fault.detected >= 1);
+    CHECK(fixed.fault.recomputed_tiles >= 1);
+    CHECK(fixed.result.report.passed);
+    // A flipped score moves O and its checksum alike: Flash-ABFT cannot see it (its blind spot).
+    o.on_fault = OnFault::report;
+    o.inject = FaultPlan{FaultSite::scores, 0, 5, 1, 2, 27};
+    CHECK(gpu_test::run_planted(rt, c, pr, o, 9).fault.detected == 0);
+  }
 }
 
 TEST_CASE(

@@ -57,8 +57,8 @@ TEST_CASE("enumerate: the 16-bit precisions on sm_90a also try three consumer wa
         for (const auto& c : p.kept) three |= c.num_warps == 12 && c.block_m == 192;
         CHECK(three);
       }
-  // Not for 8-bit precisions or other arches; kept only where validate() takes them (f16 with a
-  // checksum scheme: rejected).
+  // Not for 8-bit precisions or other arches; kept only where validate() takes them (f16 with
+  // Flash-ABFT: kept; with EFTA: rejected).
   for (const Family& f :
        {Family{Arch{90, true}, Precision::int8, Protection::none, 128, Mask::none},
         Family{Arch{80, false}, Precision::f16_pasa, Protection::none, 128, Mask::none}}) {
@@ -68,7 +68,15 @@ TEST_CASE("enumerate: the 16-bit precisions on sm_90a also try three consumer wa
   }
   const Pruned abft =
       enumerate(Family{Arch{90, true}, Precision::f16, Protection::flash_abft, 128, Mask::none});
-  for (const auto& c : abft.kept) CHECK(c.num_warps != 12);
+  bool abft_three = false;
+  for (const auto& c : abft.kept) abft_three |= c.num_warps == 12 && c.block_m == 192;
+  CHECK(abft_three);
+  const Pruned efta =
+      enumerate(Family{Arch{90, true}, Precision::f16, Protection::efta_detect, 128, Mask::none});
+  bool efta_rejected = false;
+  for (const auto& c : efta.kept) CHECK(c.num_warps != 12);
+  for (const auto& r : efta.rejected) efta_rejected |= r.config.num_warps == 12;
+  CHECK(efta_rejected);
 }
 
 TEST_CASE("enumerate drops what does not fit a small arch's shared memory", "[tuner]") {

@@ -10,10 +10,11 @@
 //              TMA (the tensor maps: params.cuh's KvTensorMaps) into their own rings of
 //              num_stages buffers; the copies complete on the buffer's "full" mbarrier, and a
 //              buffer is refilled once every consumer has arrived on its "empty" one.
-//   consumers  warpgroups 0 and 1 (64 query rows each, 224 registers; unprotected 16-bit also 0
-//              to 2 with 160) take turns on the tensor cores: named barriers pass a token round
-//              them, and each turn issues the previous block's GEMM II (O += P V) and this block's
-//              GEMM I (S = Q K^T) back to back (three FP32-score consumers: GEMM II done first).
+//   consumers  warpgroups 0 and 1 (64 query rows each, 224 registers; f16 and bf16 unprotected or
+//              with Flash-ABFT also 0 to 2 with 160) take turns on the tensor cores: named
+//              barriers pass a token round them, and each turn issues the previous block's GEMM II
+//              (O += P V) and this block's GEMM I (S = Q K^T) back to back (three FP32-score
+//              consumers: GEMM II done first).
 //              While one warpgroup's MMAs run, the others run their softmax, so the tensor cores no
 //              longer idle through it (in fwd_sm90.cuh both warpgroups met at a CTA barrier every
 //              key block and ran their softmax at the same time).
