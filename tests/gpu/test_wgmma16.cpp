@@ -196,8 +196,12 @@ TEST_CASE("Flash-ABFT on the wgmma skeleton: clean, live, and a planted output f
     REQUIRE(warp_specialized(c));
     INFO(c.name());
     // The check is live: at a threshold far below rounding every row trips it, and recompute
-    // relaunches those tiles to the right answer.
+    // relaunches those tiles to the right answer. Causal on 400 rows, the three consumers' ragged
+    // tile (16 rows) comes first, and recompute must relaunch it as such.
     gpu_test::check_live_output(rt, c, pr, 5);
+    KernelConfig causal = c;
+    causal.mask = Mask::causal;
+    gpu_test::check_live_output(rt, causal, Problem::bhsd(1, 2, 2, 400, 512, 128), 6);
     // An exponent flip of an O accumulator (CTA 0, thread 5, block 1) is seen, not corrected, and
     // recompute repairs the output; the injection build runs the wgmma skeleton too.
     c.fault_injection = true;
