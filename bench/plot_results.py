@@ -195,6 +195,38 @@ def llvm_campaign(folder):
     save(fig, folder, "llvm_campaign.png")
 
 
+def overhead_runs(folder, name, runs, scheme="flash_abft"):
+    """One scheme's overhead over the unprotected kernel of the same run, per shape, one bar per
+    run (each CSV a separate in-turn run, its rows of either tile: the scheme's tile's own)."""
+    series = []
+    for run in runs:
+        data = rows(folder, run)
+        if not data:
+            return
+        tile = lambda r: "_".join(r["config"].split("_")[5:7])
+        ms = {(r["dtype"], r["seqlen"], r["causal"], tile(r), r["protection"]): float(r["ms"])
+              for r in data}
+        series.append((run, {k[:4]: 100 * (t / ms[k[:4] + ("none",)] - 1) for k, t in ms.items()
+                             if k[4] == scheme and k[:4] + ("none",) in ms and
+                             k[3].startswith("m192")}))
+    shapes = sorted({k for _, s in series for k in s},
+                    key=lambda k: (k[0], k[2], int(k[1])))
+    fig, ax = plt.subplots(figsize=(max(9, len(shapes)), 4))
+    width = 0.8 / len(series)
+    for i, (run, s) in enumerate(series):
+        ax.bar([x + i * width for x in range(len(shapes))], [s.get(k, 0) for k in shapes], width,
+               label=run.replace(".csv", ""))
+    ax.axhline(3, ls=":", lw=1, color="gray")
+    ax.set_xticks([x + width * (len(series) - 1) / 2 for x in range(len(shapes))])
+    ax.set_xticklabels([f"{p} {s}\n{'causal' if c == '1' else 'none'}" for p, s, c, _ in shapes],
+                       fontsize=8)
+    ax.set_ylabel("time over unprotected (%)")
+    ax.set_title(f"{scheme} over the unprotected kernel, three consumers, each run in turn "
+                 "(dotted: the 3% goal)")
+    ax.legend(fontsize=7)
+    save(fig, folder, name + ".png")
+
+
 def main():
     folder = sys.argv[1] if len(sys.argv) > 1 else "bench/results"
     protect_overhead(folder)
@@ -226,6 +258,10 @@ def main():
     tile_sweep(folder, "abft_three_consumers")
     tile_sweep(folder, "abft_three_consumers_bf16")
     protect_overhead(folder, "protect_overhead_abft_three")
+    overhead_runs(folder, "abft_three_runs",
+                  ["abft_three_consumers.csv", "abft_three_consumers_bf16.csv",
+                   "protect_overhead_abft_three.csv", "abft_three_rounds_f16_1.csv",
+                   "abft_three_rounds_f16_2.csv", "abft_three_rounds_bf16.csv"])
     tiles_vs_f16(folder, "q8_ws_tiles")
     tile_sweep(folder, "abft_ws_tiles")
     build_ab_tiles(folder, "ws_tiles")
