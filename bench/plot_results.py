@@ -28,6 +28,16 @@ def save(fig, folder, name):
     print("wrote", os.path.join(folder, name))
 
 
+def label_groups(ax, width, bars_per_group, labels, **kw):
+    """Ticks under the middle of each group of bars_per_group side-by-side bars."""
+    ax.set_xticks([x + width * (bars_per_group - 1) / 2 for x in range(len(labels))])
+    ax.set_xticklabels(labels, **kw)
+
+
+def shape_label(head_or_dtype, seqlen, causal):
+    return f"{head_or_dtype} {seqlen}\n{'causal' if causal == '1' else 'none'}"
+
+
 def protect_overhead(folder, name="protect_overhead", schemes=("flash_abft", "efta_detect",
                                                                  "efta_correct")):
     """Each scheme's time over the unprotected kernel of the same run, per shape."""
@@ -45,8 +55,7 @@ def protect_overhead(folder, name="protect_overhead", schemes=("flash_abft", "ef
         ax.bar([x + i * width for x in range(len(shapes))], ys, width, label=scheme)
     for goal in (3, 8, 12):
         ax.axhline(goal, ls=":", lw=1, color="gray")
-    ax.set_xticks([x + width * (len(schemes) - 1) / 2 for x in range(len(shapes))])
-    ax.set_xticklabels([f"d{d} {s}\n{'causal' if c == '1' else 'none'}" for d, s, c in shapes])
+    label_groups(ax, width, len(schemes), [shape_label(f"d{d}", s, c) for d, s, c in shapes])
     ax.set_ylabel("time over unprotected (%)")
     precision = data[0]["dtype"]
     ax.set_title(f"Protection overhead, {precision} (dotted: the goals 3/8/12%)")
@@ -79,9 +88,8 @@ def speed_vs_f16(folder, name, goals=()):
                        label=f"{prec}, attention alone", zorder=3)
     for goal in (1.0,) + tuple(goals):
         ax.axhline(goal, ls=":", lw=1, color="gray")
-    ax.set_xticks([x + width * (len(precisions) - 1) / 2 for x in range(len(keys))])
-    ax.set_xticklabels([f"d{d} s{s}\n{'causal' if c == '1' else 'none'}" for d, s, c in keys],
-                       fontsize=8)
+    label_groups(ax, width, len(precisions), [shape_label(f"d{d}", f"s{s}", c) for d, s, c in keys],
+                 fontsize=8)
     ax.set_ylabel("speed vs our f16")
     ax.set_title(f"{name}: against our f16 kernel, same run (dotted: 1.0 and the goals; "
                  "bars: end to end, dashes: attention alone)")
@@ -161,8 +169,7 @@ def build_ab_tiles(folder, name):
             ys = [statistics.median(float(r["tflops"]) for r in sel
                                     if r["tile"] == t and r["build"] == b) for t in tiles]
             ax.bar([x + i * width for x in range(len(tiles))], ys, width, label=b)
-        ax.set_xticks([x + width * (len(builds) - 1) / 2 for x in range(len(tiles))])
-        ax.set_xticklabels(tiles, rotation=60, fontsize=7)
+        label_groups(ax, width, len(builds), tiles, rotation=60, fontsize=7)
         d, causal, seqlen = shape
         ax.set_title(f"d{d} s{seqlen} {'causal' if causal == '1' else 'none'}", fontsize=9)
     axes[0][0].set_ylabel("TFLOP/s")
@@ -217,9 +224,8 @@ def overhead_runs(folder, name, runs, scheme="flash_abft"):
         ax.bar([x + i * width for x in range(len(shapes))], [s.get(k, 0) for k in shapes], width,
                label=run.replace(".csv", ""))
     ax.axhline(3, ls=":", lw=1, color="gray")
-    ax.set_xticks([x + width * (len(series) - 1) / 2 for x in range(len(shapes))])
-    ax.set_xticklabels([f"{p} {s}\n{'causal' if c == '1' else 'none'}" for p, s, c, _ in shapes],
-                       fontsize=8)
+    label_groups(ax, width, len(series), [shape_label(p, s, c) for p, s, c, _ in shapes],
+                 fontsize=8)
     ax.set_ylabel("time over unprotected (%)")
     ax.set_title(f"{scheme} over the unprotected kernel, three consumers, each run in turn "
                  "(dotted: the 3% goal)")
