@@ -401,6 +401,27 @@ int launch_threads(const KernelConfig& c) {
   return 32 * c.num_warps + (warp_specialized(c) ? 128 : 0);
 }
 
+namespace {
+// The rows of tile 0 where the ragged tile comes first (fwd_ws_sm90.cuh's kRaggedFirst: causal,
+// block_m not a multiple of 128), else 0.
+int ragged_first_rows(const KernelConfig& c, int seqlen_q) {
+  const bool ragged_first = warp_specialized(c) && element_bytes(c.precision) == 2 &&
+                            is_causal(c.mask) && c.block_m % 128 != 0;
+  return ragged_first ? seqlen_q % c.block_m : 0;
+}
+}  // namespace
+
+int query_tile_row0(const KernelConfig& c, int seqlen_q, int m_block) {
+  const int ragged = ragged_first_rows(c, seqlen_q);
+  return ragged > 0 && m_block > 0 ? ragged + (m_block - 1) * c.block_m : m_block * c.block_m;
+}
+
+int query_tile_of_row(const KernelConfig& c, int seqlen_q, int row) {
+  const int ragged = ragged_first_rows(c, seqlen_q);
+  if (ragged == 0) return row / c.block_m;
+  return row < ragged ? 0 : 1 + (row - ragged) / c.block_m;
+}
+
 bool quantises_q_in_kernel(const KernelConfig& c) {
   return element_bytes(c.precision) == 1 && uses_wgmma(c) && c.head_dim <= 128;
 }

@@ -63,7 +63,7 @@ InjectionSpace fused_space(const KernelConfig& c, const Problem& pr, FaultSite s
         const int m_block = is_causal(c.mask) ? m_blocks - 1 - x : x;
         int n_blocks = (pr.seqlen_k + c.block_n - 1) / c.block_n;
         if (is_causal(c.mask)) {
-          const int last_key = m_block * c.block_m + c.block_m - 1 + diag;
+          const int last_key = query_tile_row0(c, pr.seqlen_q, m_block) + c.block_m - 1 + diag;
           n_blocks = last_key < 0 ? 0 : std::min(n_blocks, last_key / c.block_n + 1);
         }
         s.iterations.push_back(n_blocks);

@@ -156,7 +156,7 @@ FaultReport ProtectedLauncher::settle(FaultReport report, OnFault on_fault,
   if (report.events.size() >= report.detected) {
     for (const FaultEvent& e : report.events) {
       if (e.corrected) continue;
-      const int tile[3] = {e.row / config.block_m, e.head, e.batch};
+      const int tile[3] = {query_tile_of_row(config, problem.seqlen_q, e.row), e.head, e.batch};
       bool seen = false;
       for (size_t i = 0; i < tiles.size() && !seen; i += 3)
         seen = std::equal(tile, tile + 3, tiles.begin() + i);

@@ -146,6 +146,15 @@ bool lazy_int8_softmax(const KernelConfig& config);
 // 128 when warp_specialized.
 int launch_threads(const KernelConfig& config);
 
+// The first query row of `config`'s query tile `m_block` (the tile list's and the grid's m
+// index) on a problem of seqlen_q query rows: m_block * block_m, except on the 16-bit
+// warp-specialised kernel's causal 192-row tiles, whose ragged part (seqlen_q % block_m rows) is
+// tile 0, the others following it (kernel/fwd_ws_sm90.cuh).
+int query_tile_row0(const KernelConfig& config, int seqlen_q, int m_block);
+// The query tile that computes query row `row` (query_tile_row0's inverse): the one a recompute
+// relaunches for a fault reported at that row.
+int query_tile_of_row(const KernelConfig& config, int seqlen_q, int row);
+
 struct Problem;
 
 // Fills the open knobs of `config` with the heuristic defaults for `device_arch` (used when the

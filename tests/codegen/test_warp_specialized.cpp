@@ -2,8 +2,10 @@
 // CTA (a producer warpgroup on top of num_warps) and shared memory, and what NVRTC and ptxas make
 // of the generated units.
 #include <algorithm>
+#include <array>
 #include <catch2/catch.hpp>
 #include <string>
+#include <vector>
 
 #include "ftattn/codegen.hpp"
 #include "runtime/nvrtc_compiler.hpp"
@@ -101,6 +103,39 @@ TEST_CASE("warp_specialized: two consumer warpgroups of 16-bit tiles on sm_90a",
       sm80.arch = Arch{80, false};
       CHECK_FALSE(warp_specialized(sm80));
     }
+}
+
+TEST_CASE("query tiles: the causal 192-row tiles put their ragged tile first", "[ws][codegen]") {
+  // A recompute relaunches the tile that computed a reported row: on the three-consumer causal
+  // kernel that is not row / block_m, since tile 0 holds the seqlen_q % 192 ragged rows.
+  const KernelConfig three = test::tile_config(128, 192, 128, 12, 2, kSm90a, Precision::f16,
+                                               Mask::causal, Protection::flash_abft);
+  REQUIRE(warp_specialized(three));
+  // 400 rows: tile 0 is rows 0-15, tile 1 rows 16-207, tile 2 rows 208-399.
+  CHECK(query_tile_row0(three, 400, 0) == 0);
+  CHECK(query_tile_row0(three, 400, 1) == 16);
+  CHECK(query_tile_row0(three, 400, 2) == 208);
+  for (auto [row, tile] : std::vector<std::array<int, 2>>{
+           {0, 0}, {15, 0}, {16, 1}, {207, 1}, {208, 2}, {209, 2}, {399, 2}})
+    CHECK(query_tile_of_row(three, 400, row) == tile);
+  // Every row maps to the tile whose rows hold it.
+  for (int seqlen_q : {1, 191, 192, 193, 256, 400, 4096})
+    for (int row = 0; row < seqlen_q; ++row) {
+      const int t = query_tile_of_row(three, seqlen_q, row);
+      INFO(seqlen_q << " " << row);
+      CHECK(query_tile_row0(three, seqlen_q, t) <= row);
+      CHECK(row < query_tile_row0(three, seqlen_q, t + 1));
+    }
+  // A whole number of tiles, no mask, or 128-row tiles: row / block_m.
+  CHECK(query_tile_of_row(three, 384, 200) == 1);
+  KernelConfig unmasked = three;
+  unmasked.mask = Mask::none;
+  CHECK(query_tile_of_row(unmasked, 400, 209) == 1);
+  CHECK(query_tile_row0(unmasked, 400, 2) == 384);
+  const KernelConfig two = test::tile_config(128, 128, 128, 8, 2, kSm90a, Precision::f16,
+                                             Mask::causal, Protection::flash_abft);
+  CHECK(query_tile_of_row(two, 400, 209) == 1);
+  CHECK(query_tile_row0(two, 400, 3) == 384);
 }
 
 TEST_CASE("warp_specialized: two consumer warpgroups of int8 and fp8 tiles at head dims 64-256",

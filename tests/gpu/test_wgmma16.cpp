@@ -219,6 +219,18 @@ TEST_CASE("Flash-ABFT on the wgmma skeleton: clean, live, and a planted output f
     CHECK(fixed.fault.detected >= 1);
     CHECK(fixed.fault.recomputed_tiles >= 1);
     CHECK(fixed.result.report.passed);
+    // Causal on 400 rows the same flip lands in CTA 0's tile, the last (rows 208-399 at three
+    // consumers, whose ragged tile is tile 0; 384-399 at two): recompute must relaunch the tile
+    // that holds the reported row, not row / block_m's.
+    KernelConfig causal_injected = c;
+    causal_injected.mask = Mask::causal;
+    const gpu_test::Planted causal_fixed =
+        gpu_test::run_planted(rt, causal_injected, Problem::bhsd(1, 2, 2, 400, 512, 128), o, 9);
+    INFO(causal_fixed.fault.summary() << " | " << causal_fixed.result.report.summary());
+    REQUIRE(causal_fixed.fault.detected >= 1);
+    CHECK(causal_fixed.fault.events.at(0).row >= (w == 12 ? 208 : 384));
+    CHECK(causal_fixed.fault.recomputed_tiles >= 1);
+    CHECK(causal_fixed.result.report.passed);
     // A flipped score moves O and its checksum alike: Flash-ABFT cannot see it (its blind spot).
     o.on_fault = OnFault::report;
     o.inject = FaultPlan{FaultSite::scores, 0, 5, 1, 2, 27};

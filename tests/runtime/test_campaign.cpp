@@ -129,6 +129,18 @@ TEST_CASE("the fused injection space follows the kernel's grid and causal schedu
     CHECK(s.iterations[1] == 4);
     CHECK(s.iterations[2] == 2);
   }
+  SECTION("causal on three consumers: the ragged tile is tile 0") {
+    // 400 rows in 192-row tiles: tile 0 is rows 0..15, tile 1 rows 16..207, tile 2 rows
+    // 208..399 (kernel/fwd_ws_sm90.cuh). blockIdx.x 0 runs tile 2 (keys up to 399: 4 blocks of
+    // 128), then tile 1 (keys up to 207: 2, where row / 192's tiles would give 3), then tile 0.
+    KernelConfig c = test::tile_config(128, 192, 128, 12, 2, Arch::parse("sm_90a"), Precision::f16,
+                                       Mask::causal, Protection::flash_abft);
+    c.fault_injection = true;
+    REQUIRE(warp_specialized(c));
+    const InjectionSpace s =
+        injection_space(c, Problem::bhsd(1, 1, 1, 400, 400, 128), FaultSite::output);
+    CHECK(s.iterations == std::vector<int>{4, 2, 2});
+  }
   SECTION("causal with more queries than keys leaves the first rows empty") {
     const Problem tall = Problem::bhsd(1, 1, 1, 512, 64, 64);
     const KernelConfig c = fused(64, 128, 64, 4, Mask::causal);
