@@ -282,6 +282,7 @@ def main():
     tile_sweep(folder, "abft_wgmma_tiles")
     tile_sweep(folder, "efta_wgmma_tiles")
     tile_sweep(folder, "efta_wgmma_tiles_d64")
+    tile_sweep(folder, "efta_three_consumers_n64")
     llvm_campaign(folder)
 
 
