@@ -11,6 +11,7 @@
 #include "ftattn/codegen.hpp"
 #include "runtime/decoupled_launch.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/kv_checksums.hpp"
 #include "runtime/pasa_shift.hpp"
 #include "runtime/protected_launch.hpp"
 #include "runtime/quantized_kernel.hpp"
@@ -47,19 +48,29 @@ class LoadedKernel final : public Kernel {
 
   const CompiledKernel& compiled() const override { return *compiled_; }
 
+  using Kernel::launch;
   void launch(const Problem& problem, const void* q, const void* k, const void* v, void* o,
-              float* lse, CUstream stream, const unsigned char* block_mask) const override {
+              float* lse, CUstream stream, const unsigned char* block_mask,
+              const ProtectOptions& protect) const override {
     AttentionParams params = make_params(problem, compiled_->config, q, k, v, o, lse, block_mask);
     ensure_context();
     std::lock_guard lock(protect_mu_);
-    enqueue(problem, params, stream, ProtectOptions{});
+    enqueue(problem, params, stream, protect);
+  }
+
+  KvChecksums encode_checksums(const Problem& problem, const void* k, const void* v,
+                               CUstream stream) const override {
+    require_reusable_checksums(compiled_->config);
+    const AttentionParams params = kv_params(problem, compiled_->config, k, v);
+    ensure_context();
+    return ProtectedLauncher::encode(prologue_, compiled_->config, problem, params, stream);
   }
 
   FaultReport run(const Problem& problem, const void* q, const void* k, const void* v, void* o,
                   float* lse, CUstream stream, const unsigned char* block_mask,
                   const ProtectOptions& protect) const override {
     const KernelConfig& c = compiled_->config;
-    if (c.protection == Protection::none && !protect.inject) {
+    if (c.protection == Protection::none && !protect.inject && protect.checksums == nullptr) {
       launch(problem, q, k, v, o, lse, stream, block_mask);
       return {};
     }
@@ -84,7 +95,7 @@ class LoadedKernel final : public Kernel {
     const KernelConfig& c = compiled_->config;
     AttentionParams run = params;
     if (shift_ != nullptr) enqueue_pasa_shift(shift_, c, problem, run, pasa_workspace_, stream);
-    if (c.protection != Protection::none || protect.inject)
+    if (c.protection != Protection::none || protect.inject || protect.checksums != nullptr)
       protector_.prepare(prologue_, c, problem, run, stream, protect);
     if (c.protection == Protection::decoupled) {  // three kernels over a global S and P
       decoupled_.launch(module_, compiled_->symbol, c, problem, run, stream);
@@ -118,48 +129,55 @@ class LoadedKernel final : public Kernel {
 
 }  // namespace
 
-AttentionParams make_params(const Problem& problem, const KernelConfig& config, const void* q,
-                            const void* k, const void* v, void* o, float* lse,
-                            const unsigned char* block_mask) {
+AttentionParams kv_params(const Problem& problem, const KernelConfig& config, const void* k,
+                          const void* v) {
   validate(problem, config);
-  if (q == nullptr || k == nullptr || v == nullptr || o == nullptr)
-    throw ConfigError("q, k, v and o must be device pointers, not null");
+  if (k == nullptr || v == nullptr) throw ConfigError("k and v must be device pointers, not null");
   if (problem.heads_q > 65535 || problem.batch > 65535)
     throw ConfigError(
         fmt::format("batch ({}) and heads_q ({}) must each be at most 65535 (grid "
                     "limits): split the call",
                     problem.batch, problem.heads_q));
   const int element_bytes = 2;
-  require_aligned("q", q, problem.q, element_bytes);
   require_aligned("k", k, problem.k, element_bytes);
   require_aligned("v", v, problem.v, element_bytes);
-  require_aligned("o", o, problem.o, element_bytes);
-  if (reinterpret_cast<std::uintptr_t>(lse) % alignof(float) != 0)
-    throw ConfigError("lse must be float-aligned");
-
   AttentionParams p{};
-  p.q = q;
   p.k = k;
   p.v = v;
-  p.o = o;
-  p.lse = lse;
-  p.q_batch_stride = problem.q.batch;
-  p.q_head_stride = problem.q.head;
-  p.q_seq_stride = problem.q.seq;
   p.k_batch_stride = problem.k.batch;
   p.k_head_stride = problem.k.head;
   p.k_seq_stride = problem.k.seq;
   p.v_batch_stride = problem.v.batch;
   p.v_head_stride = problem.v.head;
   p.v_seq_stride = problem.v.seq;
-  p.o_batch_stride = problem.o.batch;
-  p.o_head_stride = problem.o.head;
-  p.o_seq_stride = problem.o.seq;
   p.batch = problem.batch;
   p.heads_q = problem.heads_q;
   p.heads_kv = problem.heads_kv;
   p.seqlen_q = problem.seqlen_q;
   p.seqlen_k = problem.seqlen_k;
+  return p;
+}
+
+AttentionParams make_params(const Problem& problem, const KernelConfig& config, const void* q,
+                            const void* k, const void* v, void* o, float* lse,
+                            const unsigned char* block_mask) {
+  AttentionParams p = kv_params(problem, config, k, v);
+  if (q == nullptr || o == nullptr)
+    throw ConfigError("q, k, v and o must be device pointers, not null");
+  const int element_bytes = 2;
+  require_aligned("q", q, problem.q, element_bytes);
+  require_aligned("o", o, problem.o, element_bytes);
+  if (reinterpret_cast<std::uintptr_t>(lse) % alignof(float) != 0)
+    throw ConfigError("lse must be float-aligned");
+  p.q = q;
+  p.o = o;
+  p.lse = lse;
+  p.q_batch_stride = problem.q.batch;
+  p.q_head_stride = problem.q.head;
+  p.q_seq_stride = problem.q.seq;
+  p.o_batch_stride = problem.o.batch;
+  p.o_head_stride = problem.o.head;
+  p.o_seq_stride = problem.o.seq;
   p.group_size = problem.heads_q / problem.heads_kv;
   p.scale = problem.scale();
   p.scale_log2 = p.scale * static_cast<float>(M_LOG2E);

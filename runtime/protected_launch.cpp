@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "ftattn/protect/workspace.cuh"
+#include "runtime/kv_checksums.hpp"
 
 namespace ftattn::runtime {
 
@@ -107,20 +108,44 @@ void ProtectedLauncher::prepare(CUfunction prologue, const KernelConfig& config,
     params.fault = FaultPlanParams{};
   }
 
+  // Checksums encoded earlier for this K and V: no prologue.
+  if (options.checksums != nullptr) {
+    if (options.checksums->empty())
+      throw ConfigError(
+          "ProtectOptions::checksums points at empty KvChecksums: fill them with the kernel's "
+          "encode_checksums first");
+    require_reusable_checksums(config);
+    require_same_subject(options.checksums->state()->subject,
+                         checksum_subject(config, problem, params.k, params.v));
+    params.checksums = options.checksums->state()->buffer.data();
+    return;
+  }
   // No prologue: the kernel's checksums come from elsewhere (int8's digit rows, built by the
   // quantised kernel object), or there are none.
   if (prologue == nullptr) return;
-  const ChecksumAtoms atoms = checksum_atoms(config.protection);
-  if (atoms.k == 0 && atoms.v == 0) return;
-  const ChecksumWorkspace w = checksum_workspace(problem.batch, problem.heads_kv, problem.seqlen_k,
-                                                 config.head_dim, config.block_n, atoms.k, atoms.v);
+  const ChecksumWorkspace w = workspace_layout(config, problem);
+  if (w.bytes == 0) return;
   if (workspace_.bytes() < static_cast<std::size_t>(w.bytes))
     workspace_ = DeviceBuffer(static_cast<std::size_t>(w.bytes));
-  // The V maxima are built with atomicMax from zero.
-  check(api.cuMemsetD8Async(workspace_.ptr() + w.vmax_offset, 0,
-                            static_cast<std::size_t>(w.bytes - w.vmax_offset), stream),
-        "cuMemsetD8Async");
   params.checksums = workspace_.data();
+  enqueue_prologue(prologue, config, problem, params, w, stream);
+}
+
+ChecksumWorkspace ProtectedLauncher::workspace_layout(const KernelConfig& config,
+                                                      const Problem& problem) {
+  const ChecksumAtoms atoms = checksum_atoms(config.protection);
+  return checksum_workspace(problem.batch, problem.heads_kv, problem.seqlen_k, config.head_dim,
+                            config.block_n, atoms.k, atoms.v);
+}
+
+void ProtectedLauncher::enqueue_prologue(CUfunction prologue, const KernelConfig& config,
+                                         const Problem& problem, const AttentionParams& params,
+                                         const ChecksumWorkspace& w, CUstream stream) {
+  // The V maxima are built with atomicMax from zero.
+  const CUdeviceptr base = reinterpret_cast<CUdeviceptr>(params.checksums);
+  check(driver().cuMemsetD8Async(base + w.vmax_offset, 0,
+                                 static_cast<std::size_t>(w.bytes - w.vmax_offset), stream),
+        "cuMemsetD8Async");
   // The plan is the attention kernel's: the prologue has no source-level sites, and IR-level
   // instance counts are the attention kernel's alone (else a plan would flip in both kernels).
   AttentionParams prologue_params = params;
@@ -132,6 +157,22 @@ void ProtectedLauncher::prepare(CUfunction prologue, const KernelConfig& config,
          // The prologue's CTA is num_warps warps (Traits::threads), also where the attention
          // kernel's has a producer warpgroup on top.
          Dim3{static_cast<unsigned>(32 * config.num_warps), 1, 1}, 0, stream, args);
+}
+
+KvChecksums ProtectedLauncher::encode(CUfunction prologue, const KernelConfig& config,
+                                      const Problem& problem, const AttentionParams& params,
+                                      CUstream stream) {
+  require_reusable_checksums(config);
+  const ChecksumWorkspace w = workspace_layout(config, problem);
+  if (prologue == nullptr || w.bytes == 0)
+    throw ConfigError(config.name() + " has no checksum prologue to encode with");
+  auto state = std::make_shared<KvChecksums::State>();
+  state->subject = checksum_subject(config, problem, params.k, params.v);
+  state->buffer = DeviceBuffer(static_cast<std::size_t>(w.bytes));
+  AttentionParams p = params;
+  p.checksums = state->buffer.data();
+  enqueue_prologue(prologue, config, problem, p, w, stream);
+  return KvChecksums(std::move(state));
 }
 
 void ProtectedLauncher::set_tiles(AttentionParams& params, const std::vector<int>& tiles) {

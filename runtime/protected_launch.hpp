@@ -12,6 +12,7 @@
 #include "ftattn/config.hpp"
 #include "ftattn/fault.hpp"
 #include "ftattn/params.cuh"
+#include "ftattn/protect/workspace.cuh"
 #include "runtime/driver.hpp"
 
 namespace ftattn::runtime {
@@ -35,6 +36,9 @@ class ProtectedLauncher {
   // module's checksum kernel (null for schemes without one).
   void prepare(CUfunction prologue, const KernelConfig& config, const Problem& problem,
                AttentionParams& params, CUstream stream, const ProtectOptions& options);
+  // Kernel::encode_checksums: the prologue alone, on `params`' K and V, into a buffer of its own.
+  static KvChecksums encode(CUfunction prologue, const KernelConfig& config, const Problem& problem,
+                            const AttentionParams& params, CUstream stream);
   // Uploads a recompute list of (query block, head, batch) triples and points `params` at it.
   void set_tiles(AttentionParams& params, const std::vector<int>& tiles);
   // Waits for `stream`, then reads the log.
@@ -48,6 +52,13 @@ class ProtectedLauncher {
                      const std::function<void(AttentionParams&)>& relaunch);
 
  private:
+  // The checksum workspace of `config` on `problem` (0 bytes: no checksums).
+  static ChecksumWorkspace workspace_layout(const KernelConfig& config, const Problem& problem);
+  // The prologue into params.checksums, its V maxima zeroed first.
+  static void enqueue_prologue(CUfunction prologue, const KernelConfig& config,
+                               const Problem& problem, const AttentionParams& params,
+                               const ChecksumWorkspace& w, CUstream stream);
+
   DeviceBuffer workspace_, log_, tiles_;
   unsigned capacity_ = 0;
 };

@@ -10,6 +10,7 @@
 #include "ftattn/quantize.hpp"
 #include "ftattn/quantize_params.cuh"
 #include "runtime/driver.hpp"
+#include "runtime/kv_checksums.hpp"
 #include "runtime/loaded_kernel.hpp"
 #include "runtime/protected_launch.hpp"
 #include "runtime/tensor_maps.hpp"
@@ -61,15 +62,18 @@ class QuantizedKernel final : public Kernel {
   const CompiledKernel& compiled() const override { return *compiled_; }
 
   // 16-bit f16 tensors in and out; quantised into this kernel's workspace.
+  using Kernel::launch;
   void launch(const Problem& problem, const void* q, const void* k, const void* v, void* o,
-              float* lse, CUstream stream, const unsigned char* /*block_mask*/) const override {
+              float* lse, CUstream stream, const unsigned char* /*block_mask*/,
+              const ProtectOptions& protect) const override {
+    if (protect.checksums != nullptr) require_reusable_checksums(compiled_->config);
     const QuantizedLayout layout = QuantizedLayout::of(problem);
     std::lock_guard lock(workspace_mu_);
     if (workspace_.bytes() < layout.bytes) workspace_ = DeviceBuffer(layout.bytes);
     if (!quantises_q_in_kernel(compiled_->config)) {
       const QuantizedInputs in =
           quantize(problem, q, k, v, Precision::f16, workspace_.data(), stream);
-      launch_quantized(problem, in, o, Precision::f16, lse, stream);
+      launch_quantized(problem, in, o, Precision::f16, lse, stream, protect);
       return;
     }
     // The wgmma kernel quantises Q itself as it loads it (kernel/fwd_q8_sm90.cuh): only K and V
@@ -79,7 +83,7 @@ class QuantizedKernel final : public Kernel {
     in.q = q;
     AttentionParams p = attention_params(problem, in, o, Precision::f16, lse, /*q_16bit=*/true);
     std::lock_guard protect_lock(protect_mu_);
-    enqueue(problem, p, stream, ProtectOptions{});
+    enqueue(problem, p, stream, protect);
   }
 
   // Protected (int8 checksum schemes): quantise, build the checksum rows, run (with the fault
@@ -89,6 +93,7 @@ class QuantizedKernel final : public Kernel {
                   float* lse, CUstream stream, const unsigned char* block_mask,
                   const ProtectOptions& protect) const override {
     const KernelConfig& c = compiled_->config;
+    if (protect.checksums != nullptr) require_reusable_checksums(c);
     if (c.protection == Protection::none)
       return Kernel::run(problem, q, k, v, o, lse, stream, block_mask, protect);
     const QuantizedLayout layout = QuantizedLayout::of(problem);
@@ -191,10 +196,11 @@ class QuantizedKernel final : public Kernel {
   }
 
   void launch_quantized(const Problem& problem, const QuantizedInputs& in, void* o,
-                        Precision output, float* lse, CUstream stream) const {
+                        Precision output, float* lse, CUstream stream,
+                        const ProtectOptions& protect = {}) const {
     AttentionParams p = attention_params(problem, in, o, output, lse);
     std::lock_guard lock(protect_mu_);
-    enqueue(problem, p, stream, ProtectOptions{});
+    enqueue(problem, p, stream, protect);
   }
 
  private:

@@ -10,6 +10,7 @@
 #include "ftattn/tuner.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/kernel_builder.hpp"
+#include "runtime/kv_checksums.hpp"
 #include "runtime/loaded_kernel.hpp"
 
 namespace ftattn {
@@ -118,8 +119,13 @@ FaultReport Kernel::run(const Problem& problem, const void* q, const void* k, co
     throw ConfigError(config().name() +
                       " takes no fault plan: only 16-bit kernels built with "
                       "fault_injection do");
-  launch(problem, q, k, v, o, lse, stream, block_mask);
+  launch(problem, q, k, v, o, lse, stream, block_mask, protect);
   return {};
+}
+
+KvChecksums Kernel::encode_checksums(const Problem&, const void*, const void*, CUstream) const {
+  runtime::require_reusable_checksums(config());
+  throw ConfigError(config().name() + " has no checksum prologue to encode with");
 }
 
 KernelConfig Runtime::resolve(KernelConfig config, const Problem* problem) const {

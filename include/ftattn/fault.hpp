@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -66,11 +67,37 @@ struct Thresholds {
   float row_sum = 0.0f;  // l against the ones column (relative to l)
 };
 
+// The checksums of K and V that a protected 16-bit kernel's prologue computes on every call
+// (Flash-ABFT: V's row sums and their bound; EFTA: K's checksum rows and norms too), encoded once
+// by Kernel::encode_checksums and kept by the caller for calls that read the same K and V
+// unchanged, such as a KV cache between calls: given in ProtectOptions::checksums, such a call
+// skips the prologue's pass over K and V. They are the checksums of K and V as they were when
+// encoded, so a later change to either (a write, or a fault in memory) makes the kernel's checks
+// fail. Copies share one device buffer, freed with the last; keep one alive until the calls that
+// use it are done. Default-constructed: empty.
+class KvChecksums {
+ public:
+  struct State;  // runtime/kv_checksums.hpp
+  KvChecksums() = default;
+  explicit KvChecksums(std::shared_ptr<const State> state) : state_(std::move(state)) {}
+  bool empty() const { return state_ == nullptr; }
+  const State* state() const { return state_.get(); }
+  // The kernel that encoded them (its canonical name), for messages.
+  std::string encoded_by() const;
+
+ private:
+  std::shared_ptr<const State> state_;
+};
+
 struct ProtectOptions {
   OnFault on_fault = OnFault::report;
   Thresholds thresholds;
   std::optional<FaultPlan> inject;  // needs a config with fault_injection
   int max_events = 16;              // records kept by the kernel
+  // Checksums encoded earlier for this call's K and V (see KvChecksums): the prologue is skipped.
+  // ConfigError where they cannot serve: another K or V (pointer, strides, batch, KV heads, keys),
+  // another precision, head_dim, block_n or scheme, or a kernel with no prologue to skip.
+  const KvChecksums* checksums = nullptr;
 };
 
 }  // namespace ftattn

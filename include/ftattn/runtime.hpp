@@ -32,9 +32,24 @@ class Kernel {
   // `block_mask` (device bytes laid out as Problem describes) is required by block-sparse
   // kernels and ignored by the others. Checks `problem` against the config first and throws
   // ConfigError if they do not match.
+  void launch(const Problem& problem, const void* q, const void* k, const void* v, void* o,
+              float* lse, CUstream stream, const unsigned char* block_mask = nullptr) const {
+    launch(problem, q, k, v, o, lse, stream, block_mask, ProtectOptions{});
+  }
+  // The same with `protect`'s thresholds, fault plan and reused checksums. Nothing waits and the
+  // fault log is not read: run() does both.
   virtual void launch(const Problem& problem, const void* q, const void* k, const void* v, void* o,
-                      float* lse, CUstream stream,
-                      const unsigned char* block_mask = nullptr) const = 0;
+                      float* lse, CUstream stream, const unsigned char* block_mask,
+                      const ProtectOptions& protect) const = 0;
+
+  // Encodes on `stream` the checksums of `k` and `v` that this protected kernel's calls on
+  // `problem` read (its prologue alone), for ProtectOptions::checksums: calls of any kernel of
+  // the same precision, head_dim, block_n and scheme (the mask may differ) on the same K and V
+  // may reuse them. ConfigError for kernels with none to reuse: unprotected and decoupled ones,
+  // int8 and fp8 (their checksum rows come from each call's quantised operands), and f16_pasa
+  // with EFTA (its K checksums are of the keys each call shifts).
+  virtual KvChecksums encode_checksums(const Problem& problem, const void* k, const void* v,
+                                       CUstream stream) const;
 
   // launch(), then for protected kernels (or a fault plan) waits for `stream`, reads the
   // kernel's fault log and acts on it as `protect.on_fault` says: OnFault::recompute relaunches

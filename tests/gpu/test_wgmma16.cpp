@@ -289,3 +289,103 @@ TEST_CASE(
       }
     }
 }
+
+TEST_CASE("checksums encoded once serve later calls; a V changed since is seen; mismatches refused",
+          "[gpu][wgmma16][protect]") {
+  Runtime& rt = wgmma_runtime();
+  if (!on_sm90a(rt)) return;
+  // Every 16-bit scheme at its default tile (Flash-ABFT's three consumers included), GQA, a
+  // ragged causal tile: O from reused checksums equals O from the per-call prologue bit for bit,
+  // and the report is clean. Then V changes after encoding (a write the checksums do not know):
+  // Flash-ABFT and EFTA see it through the stale V checksums, and a fresh encode is clean again.
+  const Problem pr = Problem::bhsd(1, 4, 2, 400, 2048, 128);
+  std::mt19937_64 rng(71);
+  auto q = reference::random_tensor(rng, Precision::f16, pr.q, 1, 4, 400, 128);
+  auto k = reference::random_tensor(rng, Precision::f16, pr.k, 1, 2, 2048, 128);
+  auto v = reference::random_tensor(rng, Precision::f16, pr.v, 1, 2, 2048, 128);
+  for (Protection prot :
+       {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct})
+    for (Mask mask : {Mask::none, Mask::causal}) {
+      KernelConfig open;
+      open.head_dim = 128, open.mask = mask, open.protection = prot;
+      const KernelConfig c = rt.resolve(open, &pr);
+      INFO(c.name());
+      REQUIRE(warp_specialized(c));
+      const auto kernel = rt.kernel(c);
+      gpu_test::DeviceIo io(q, k, v);
+      const FaultReport fresh = kernel->run(pr, io.q.data(), io.k.data(), io.v.data(), io.o.data(),
+                                            nullptr, nullptr, nullptr, {});
+      CHECK(fresh.clean());
+      const reference::Tensor16 o_fresh = io.output(pr);
+      CHECK(reference::check(pr, Precision::f16, mask, q, k, v, o_fresh, nullptr, 0).passed);
+
+      const KvChecksums encoded = kernel->encode_checksums(pr, io.k.data(), io.v.data(), nullptr);
+      REQUIRE_FALSE(encoded.empty());
+      CHECK(encoded.encoded_by() == c.name());
+      ProtectOptions reuse;
+      reuse.checksums = &encoded;
+      for (int call = 0; call < 2; ++call) {
+        io.o.fill_bytes(0xFF);
+        const FaultReport r = kernel->run(pr, io.q.data(), io.k.data(), io.v.data(), io.o.data(),
+                                          nullptr, nullptr, nullptr, reuse);
+        INFO("reused, call " << call << ": " << r.summary());
+        CHECK(r.clean());
+        CHECK(io.output(pr).data == o_fresh.data);
+      }
+      // The other mask's kernel of the same tile reads the same checksums.
+      KernelConfig other = c;
+      other.mask = mask == Mask::none ? Mask::causal : Mask::none;
+      CHECK(rt.kernel(other)
+                ->run(pr, io.q.data(), io.k.data(), io.v.data(), io.o.data(), nullptr, nullptr,
+                      nullptr, reuse)
+                .clean());
+
+      // V's element (batch 0, KV head 1, key 700, channel 5) moves by 0.5 after encoding.
+      auto changed = v;
+      const size_t at = static_cast<size_t>(pr.v.head) + 700 * pr.v.seq + 5;
+      changed.data[at] = reference::to_bits(reference::from_bits(v.data[at], Precision::f16) + 0.5f,
+                                            Precision::f16);
+      io.v.upload(changed.data.data(), io.v.bytes());
+      const FaultReport stale = kernel->run(pr, io.q.data(), io.k.data(), io.v.data(), io.o.data(),
+                                            nullptr, nullptr, nullptr, reuse);
+      INFO("stale: " << stale.summary());
+      CHECK(stale.detected >= 1);
+      const KvChecksums again = kernel->encode_checksums(pr, io.k.data(), io.v.data(), nullptr);
+      ProtectOptions renewed;
+      renewed.checksums = &again;
+      CHECK(kernel
+                ->run(pr, io.q.data(), io.k.data(), io.v.data(), io.o.data(), nullptr, nullptr,
+                      nullptr, renewed)
+                .clean());
+      CHECK(reference::check(pr, Precision::f16, mask, q, k, changed, io.output(pr), nullptr, 0)
+                .passed);
+
+      // Refused with a message: another V, more keys, an unprotected kernel.
+      runtime::DeviceBuffer other_v(io.v.bytes());
+      other_v.upload(changed.data.data(), other_v.bytes());
+      REQUIRE_THROWS_WITH(kernel->run(pr, io.q.data(), io.k.data(), other_v.data(), io.o.data(),
+                                      nullptr, nullptr, nullptr, renewed),
+                          Catch::Contains("V at") && Catch::Contains("encode_checksums"));
+      KernelConfig none = c;
+      none.protection = Protection::none;
+      REQUIRE_THROWS_WITH(rt.kernel(none)->run(pr, io.q.data(), io.k.data(), io.v.data(),
+                                               io.o.data(), nullptr, nullptr, nullptr, renewed),
+                          Catch::Contains("unprotected"));
+      REQUIRE_THROWS_WITH(rt.kernel(none)->encode_checksums(pr, io.k.data(), io.v.data(), nullptr),
+                          Catch::Contains("unprotected"));
+    }
+  // A problem with more keys than encoded.
+  KernelConfig abft;
+  abft.head_dim = 128, abft.protection = Protection::flash_abft;
+  const Problem longer = Problem::bhsd(1, 4, 2, 400, 2048 + 64, 128);
+  const auto kernel = rt.kernel(rt.resolve(abft, &pr));
+  gpu_test::DeviceIo io(q, k, v);
+  const KvChecksums encoded = kernel->encode_checksums(pr, io.k.data(), io.v.data(), nullptr);
+  ProtectOptions reuse;
+  reuse.checksums = &encoded;
+  runtime::DeviceBuffer k2(longer.seqlen_k * 2 * 128 * 2), v2(longer.seqlen_k * 2 * 128 * 2),
+      o2(400 * 4 * 128 * 2);
+  REQUIRE_THROWS_WITH(kernel->run(longer, io.q.data(), k2.data(), v2.data(), o2.data(), nullptr,
+                                  nullptr, nullptr, reuse),
+                      Catch::Contains("seqlen_k 2048 (this call: 2112)"));
+}

@@ -1,0 +1,92 @@
+#include "runtime/kv_checksums.hpp"
+
+#include <fmt/format.h>
+
+#include <vector>
+
+#include "codegen/checksum_atoms.hpp"
+#include "ftattn/errors.hpp"
+
+namespace ftattn {
+
+std::string KvChecksums::encoded_by() const { return state_ ? state_->subject.kernel : "nothing"; }
+
+namespace runtime {
+namespace {
+
+std::string strides(const Strides& s) {
+  return fmt::format("({}, {}, {})", s.batch, s.head, s.seq);
+}
+bool same(const Strides& a, const Strides& b) {
+  return a.batch == b.batch && a.head == b.head && a.seq == b.seq;
+}
+
+}  // namespace
+
+void require_reusable_checksums(const KernelConfig& c) {
+  const std::string why = [&]() -> std::string {
+    if (c.protection == Protection::none) return "it is unprotected: there are no checksums";
+    if (c.protection == Protection::decoupled)
+      return "the decoupled baseline checks its three kernels without a prologue";
+    if (c.precision == Precision::int8 || c.precision == Precision::fp8_e4m3)
+      return "int8 and fp8 build their checksum rows from each call's quantised K and V";
+    if (c.precision == Precision::f16_pasa && codegen::checksum_atoms(c.protection).k > 0)
+      return "f16_pasa's EFTA checks the shifted keys K', which each call makes anew (flash_abft "
+             "checks V only and may reuse)";
+    return {};
+  }();
+  if (!why.empty())
+    throw ConfigError(
+        fmt::format("{} cannot reuse encoded checksums: {}. Leave ProtectOptions::checksums unset",
+                    c.name(), why));
+}
+
+ChecksumSubject checksum_subject(const KernelConfig& c, const Problem& problem, const void* k,
+                                 const void* v) {
+  const codegen::ChecksumAtoms atoms = codegen::checksum_atoms(c.protection);
+  ChecksumSubject s;
+  s.kernel = c.name();
+  s.precision = c.precision;
+  s.protection = c.protection;
+  s.head_dim = c.head_dim;
+  s.block_n = c.block_n;
+  s.batch = problem.batch;
+  s.heads_kv = problem.heads_kv;
+  s.seqlen_k = problem.seqlen_k;
+  if (atoms.k > 0) s.k = k, s.k_strides = problem.k;
+  if (atoms.v > 0) s.v = v, s.v_strides = problem.v;
+  return s;
+}
+
+void require_same_subject(const ChecksumSubject& e, const ChecksumSubject& w) {
+  std::vector<std::string> differ;
+  auto knob = [&](const char* name, auto encoded, auto wanted) {
+    if (encoded != wanted)
+      differ.push_back(fmt::format("{} {} (this call: {})", name, encoded, wanted));
+  };
+  knob("precision", to_string(e.precision), to_string(w.precision));
+  knob("protection", to_string(e.protection), to_string(w.protection));
+  knob("head_dim", e.head_dim, w.head_dim);
+  knob("block_n", e.block_n, w.block_n);
+  knob("batch", e.batch, w.batch);
+  knob("heads_kv", e.heads_kv, w.heads_kv);
+  knob("seqlen_k", e.seqlen_k, w.seqlen_k);
+  auto tensor = [&](const char* name, const void* encoded, const void* wanted, const Strides& es,
+                    const Strides& ws) {
+    if (encoded != wanted)
+      differ.push_back(fmt::format("{} at {} (this call: {})", name, encoded, wanted));
+    else if (!same(es, ws))
+      differ.push_back(
+          fmt::format("{} strides {} (this call: {})", name, strides(es), strides(ws)));
+  };
+  tensor("K", e.k, w.k, e.k_strides, w.k_strides);
+  tensor("V", e.v, w.v, e.v_strides, w.v_strides);
+  if (!differ.empty())
+    throw ConfigError(fmt::format(
+        "the checksums encoded by {} cannot serve {}: they are of {}. Encode them for this call "
+        "with its kernel's encode_checksums",
+        e.kernel, w.kernel, fmt::join(differ, ", ")));
+}
+
+}  // namespace runtime
+}  // namespace ftattn
