@@ -233,6 +233,45 @@ def overhead_runs(folder, name, runs, scheme="flash_abft"):
     save(fig, folder, name + ".png")
 
 
+def reuse_overhead(folder, name, runs, schemes=("flash_abft",)):
+    """Each scheme's time over the unprotected kernel of the same run, per shape, with K's and V's
+    checksums encoded by a prologue on every call and encoded once and reused (`bench
+    --reuse-checksums`): a bar at the median over the runs, whiskers at their min and max."""
+    overheads = {}  # (dtype, seqlen, causal, scheme, reused) -> [% per run]
+    for run in runs:
+        data = rows(folder, run)
+        if not data:
+            return
+        none = {(r["dtype"], r["seqlen"], r["causal"]): float(r["ms"]) for r in data
+                if r["protection"] == "none"}
+        for r in data:
+            key = (r["dtype"], r["seqlen"], r["causal"])
+            if r["protection"] in schemes and key in none:
+                overheads.setdefault(key + (r["protection"], r.get("reused_checksums", "0")),
+                                     []).append(100 * (float(r["ms"]) / none[key] - 1))
+    shapes = sorted({k[:3] for k in overheads}, key=lambda k: (k[0], k[2], int(k[1])))
+    bars = [(s, reused) for s in schemes for reused in ("0", "1")]
+    fig, ax = plt.subplots(figsize=(max(9, 1.2 * len(shapes)), 4))
+    width = 0.8 / len(bars)
+    for i, (scheme, reused) in enumerate(bars):
+        values = [overheads.get(k + (scheme, reused), [0]) for k in shapes]
+        mid = [statistics.median(v) for v in values]
+        ax.bar([x + i * width for x in range(len(shapes))], mid, width,
+               yerr=[[m - min(v) for m, v in zip(mid, values)],
+                     [max(v) - m for m, v in zip(mid, values)]], capsize=2,
+               label=f"{scheme}, {'checksums reused' if reused == '1' else 'prologue per call'}")
+    for goal in sorted({3, 8, 12} & {3 if s == "flash_abft" else 8 if s == "efta_detect" else 12
+                                     for s in schemes}):
+        ax.axhline(goal, ls=":", lw=1, color="gray")
+    ax.axhline(0, lw=0.5, color="black")
+    label_groups(ax, width, len(bars), [shape_label(p, s, c) for p, s, c in shapes], fontsize=8)
+    ax.set_ylabel("time over unprotected (%)")
+    ax.set_title(f"Checksums per call or reused, {len(runs)} run(s) in turn: median, min-max "
+                 "(dotted: the goals)")
+    ax.legend(fontsize=7)
+    save(fig, folder, name + ".png")
+
+
 def main():
     folder = sys.argv[1] if len(sys.argv) > 1 else "bench/results"
     protect_overhead(folder)
@@ -283,6 +322,11 @@ def main():
     tile_sweep(folder, "efta_wgmma_tiles")
     tile_sweep(folder, "efta_wgmma_tiles_d64")
     tile_sweep(folder, "efta_three_consumers_n64")
+    reuse_overhead(folder, "abft_reuse_runs",
+                   ["abft_reuse_f16_1.csv", "abft_reuse_f16_2.csv", "abft_reuse_f16_3.csv",
+                    "abft_reuse_f16_reversed_1.csv", "abft_reuse_f16_reversed_2.csv",
+                    "abft_reuse_bf16_1.csv", "abft_reuse_bf16_2.csv"])
+    reuse_overhead(folder, "efta_reuse", ["efta_reuse_f16.csv"], ("efta_detect", "efta_correct"))
     llvm_campaign(folder)
 
 

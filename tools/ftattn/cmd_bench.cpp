@@ -33,13 +33,16 @@ struct BenchOptions {
   std::string shapes, precisions = "f16,bf16", masks = "none,causal", tiles, csv, json;
   DeviceRunOptions device{.lse = false, .check_rows = 32, .warmup = 5, .iters = 20, .seed = 1};
   bool interleave = false;
+  bool reuse_checksums = false;
 };
 
-// One kernel of a shape and mask: its precision, tile and scheme, and its result.
+// One kernel of a shape and mask: its precision, tile and scheme (with checksums encoded per
+// launch, or once and reused), and its result.
 struct Entry {
   Precision precision;
   std::size_t tile;
   Protection protection;
+  bool reused = false;
   DeviceRunResult result;
 };
 
@@ -106,31 +109,35 @@ int run_bench(const BenchOptions& o, const GlobalOptions& global) {
       std::vector<PreparedRun> prepared;  // --interleave: checked, timed below all together
       for (std::size_t pi = 0; pi < precisions.size(); ++pi)
         for (size_t t = 0; t < std::max<size_t>(1, tiles.size()); ++t)
-          for (Protection prot : protections) {
-            KernelConfig c = base;
-            c.head_dim = s.head_dim;
-            c.precision = precisions[pi];
-            c.mask = m;
-            c.protection = prot;
-            if (!tiles.empty()) c = apply_tile(c, tiles[t]);
-            Entry e{precisions[pi], t, prot, {}};
-            try {
-              if (o.interleave) {
-                DeviceRunOptions check_only = o.device;
-                check_only.iters = 0;
-                PreparedRun run = prepare_on_device(runtime, c, problem, *inputs[pi], check_only);
-                e.result = run.result;
-                if (run.result.check.passed) prepared.push_back(std::move(run));
-              } else {
-                e.result = run_on_device(runtime, c, problem, *inputs[pi], o.device);
+          for (Protection prot : protections)
+            for (bool reuse : {false, true}) {
+              if (reuse && (!o.reuse_checksums || prot == Protection::none)) continue;
+              KernelConfig c = base;
+              c.head_dim = s.head_dim;
+              c.precision = precisions[pi];
+              c.mask = m;
+              c.protection = prot;
+              if (!tiles.empty()) c = apply_tile(c, tiles[t]);
+              Entry e{precisions[pi], t, prot, reuse, {}};
+              DeviceRunOptions options = o.device;
+              options.reuse_checksums = reuse;
+              try {
+                if (o.interleave) {
+                  DeviceRunOptions check_only = options;
+                  check_only.iters = 0;
+                  PreparedRun run = prepare_on_device(runtime, c, problem, *inputs[pi], check_only);
+                  e.result = run.result;
+                  if (run.result.check.passed) prepared.push_back(std::move(run));
+                } else {
+                  e.result = run_on_device(runtime, c, problem, *inputs[pi], options);
+                }
+              } catch (const ConfigError& err) {  // a tile (or a scheme) that does not fit: skip it
+                log << fmt::format("skip  d{} s{} {} {}: {}\n", s.head_dim, s.seqlen,
+                                   tiles.empty() ? "" : tiles[t], to_string(prot), err.what());
+                continue;
               }
-            } catch (const ConfigError& err) {  // a tile (or a scheme) that does not fit: skip it
-              log << fmt::format("skip  d{} s{} {} {}: {}\n", s.head_dim, s.seqlen,
-                                 tiles.empty() ? "" : tiles[t], to_string(prot), err.what());
-              continue;
+              entries.push_back(std::move(e));
             }
-            entries.push_back(std::move(e));
-          }
       if (o.interleave && !prepared.empty()) {
         time_interleaved(prepared, problem, o.device);
         std::size_t next = 0;  // the prepared runs are the entries that passed, in order
@@ -152,13 +159,14 @@ int run_bench(const BenchOptions& o, const GlobalOptions& global) {
                                     : 0.0;
         log << fmt::format(
             "d{:<3} h{:<2} s{:<5} b{:<2} {:<4} {:<6} {:>8.4f} ms {:>6.1f} TFLOP/s {:>8}  "
-            "{}{}\n",
+            "{}{}{}\n",
             s.head_dim, s.heads, s.seqlen, s.batch, to_string(e.precision), to_string(m),
             r.median_ms, r.tflops,
             e.protection == Protection::none || none_ms <= 0
                 ? std::string()
                 : fmt::format("{:+.1f}%", 100 * overhead),
-            r.config.name(), r.check.passed ? "" : "  CHECK FAILED: " + r.check.summary());
+            r.config.name(), e.reused ? " (checksums reused)" : "",
+            r.check.passed ? "" : "  CHECK FAILED: " + r.check.summary());
         rows.push_back({{"head_dim", s.head_dim},
                         {"seqlen", s.seqlen},
                         {"batch", s.batch},
@@ -174,7 +182,8 @@ int run_bench(const BenchOptions& o, const GlobalOptions& global) {
                         {"protection", std::string(to_string(e.protection))},
                         {"overhead_vs_none", overhead},
                         {"attention_ms", r.attention_ms},
-                        {"quantize_ms", r.quantize_ms}});
+                        {"quantize_ms", r.quantize_ms},
+                        {"reused_checksums", e.reused}});
       }
     }
   }
@@ -184,15 +193,15 @@ int run_bench(const BenchOptions& o, const GlobalOptions& global) {
     if (o.csv != "-") file.open(o.csv);
     std::ostream& out = o.csv == "-" ? std::cout : file;
     out << "head_dim,seqlen,batch,heads,causal,dtype,config,ms,min_ms,tflops,rel_l2_error,passed,"
-           "protection,overhead_vs_none,attention_ms,quantize_ms\n";
+           "protection,overhead_vs_none,attention_ms,quantize_ms,reused_checksums\n";
     for (const auto& r : rows)
       out << fmt::format(
-          "{},{},{},{},{},{},{},{:.5f},{:.5f},{:.2f},{:.3e},{},{},{:.4f},{:.5f},{:.5f}\n",
+          "{},{},{},{},{},{},{},{:.5f},{:.5f},{:.2f},{:.3e},{},{},{:.4f},{:.5f},{:.5f},{}\n",
           int(r["head_dim"]), int(r["seqlen"]), int(r["batch"]), int(r["heads"]), int(r["causal"]),
           std::string(r["dtype"]), std::string(r["config"]), double(r["ms"]), double(r["min_ms"]),
           double(r["tflops"]), double(r["rel_l2_error"]), bool(r["passed"]) ? 1 : 0,
           std::string(r["protection"]), double(r["overhead_vs_none"]), double(r["attention_ms"]),
-          double(r["quantize_ms"]));
+          double(r["quantize_ms"]), bool(r["reused_checksums"]) ? 1 : 0);
   }
   if (!o.json.empty())
     std::ofstream(o.json) << nlohmann::json{{"device", device}, {"runs", rows}}.dump(2);
@@ -226,6 +235,10 @@ Command add_bench_command(CLI::App& parent, const GlobalOptions& global) {
       ->capture_default_str();
   cmd->add_option("--check-rows", o->device.check_rows, "rows checked per run")
       ->capture_default_str();
+  cmd->add_flag("--reuse-checksums", o->reuse_checksums,
+                "also time each protected 16-bit scheme with K's and V's checksums encoded once "
+                "and reused by every launch (ProtectOptions::checksums: a KV cache between calls), "
+                "beside the same scheme encoding them per launch");
   cmd->add_flag("--interleave", o->interleave,
                 "time a shape's kernels launch by launch in turn (A B A B ...) instead of one "
                 "after the other, so clock drift falls on all alike");

@@ -112,9 +112,15 @@ PreparedRun prepare_on_device(Runtime& rt, const KernelConfig& wanted, const Pro
   if (opt.lse) in.d_lse.fill_bytes(0xFF);
 
   DeviceInputs* inputs = &in;
-  run.launch = [kernel, problem, inputs, lse_ptr, mask_ptr, d_mask] {
+  std::shared_ptr<const KvChecksums> checksums;
+  if (opt.reuse_checksums && c.protection != Protection::none)
+    checksums = std::make_shared<const KvChecksums>(
+        kernel->encode_checksums(problem, in.dk.data(), in.dv.data(), nullptr));
+  run.launch = [kernel, problem, inputs, lse_ptr, mask_ptr, d_mask, checksums] {
+    ProtectOptions protect;
+    protect.checksums = checksums.get();
     kernel->launch(problem, inputs->dq.data(), inputs->dk.data(), inputs->dv.data(),
-                   inputs->d_o.data(), lse_ptr, nullptr, mask_ptr);
+                   inputs->d_o.data(), lse_ptr, nullptr, mask_ptr, protect);
   };
   run.launch();
   in.d_o.download(o.data.data(), in.d_o.bytes());  // synchronous: waits for the launch

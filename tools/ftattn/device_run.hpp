@@ -21,6 +21,9 @@ struct DeviceRunOptions {
   int iters = 20;  // timed launches; 0: no timing
   uint64_t seed = 1;
   double density = 0.5;  // block-sparse masks: share of (query block, key block) pairs kept
+  // Protected 16-bit kernels: K's and V's checksums encoded once (Kernel::encode_checksums) and
+  // reused by every launch, the checked one included, instead of a prologue per launch.
+  bool reuse_checksums = false;
 };
 
 struct DeviceRunResult {
