@@ -290,7 +290,7 @@ TEST_CASE(
     }
 }
 
-TEST_CASE("checksums encoded once serve later calls; a V changed since is seen; mismatches refused",
+TEST_CASE("checksums encoded once serve later calls, a V changed since is seen, mismatches refused",
           "[gpu][wgmma16][protect]") {
   Runtime& rt = wgmma_runtime();
   if (!on_sm90a(rt)) return;
