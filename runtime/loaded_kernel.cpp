@@ -129,6 +129,16 @@ class LoadedKernel final : public Kernel {
 
 }  // namespace
 
+namespace {
+// A tensor's strides into the kernel parameters' three fields for it.
+template <class Field>
+void copy_strides(const Strides& s, Field& batch, Field& head, Field& seq) {
+  batch = s.batch;
+  head = s.head;
+  seq = s.seq;
+}
+}  // namespace
+
 AttentionParams kv_params(const Problem& problem, const KernelConfig& config, const void* k,
                           const void* v) {
   validate(problem, config);
@@ -144,12 +154,8 @@ AttentionParams kv_params(const Problem& problem, const KernelConfig& config, co
   AttentionParams p{};
   p.k = k;
   p.v = v;
-  p.k_batch_stride = problem.k.batch;
-  p.k_head_stride = problem.k.head;
-  p.k_seq_stride = problem.k.seq;
-  p.v_batch_stride = problem.v.batch;
-  p.v_head_stride = problem.v.head;
-  p.v_seq_stride = problem.v.seq;
+  copy_strides(problem.k, p.k_batch_stride, p.k_head_stride, p.k_seq_stride);
+  copy_strides(problem.v, p.v_batch_stride, p.v_head_stride, p.v_seq_stride);
   p.batch = problem.batch;
   p.heads_q = problem.heads_q;
   p.heads_kv = problem.heads_kv;
@@ -172,12 +178,8 @@ AttentionParams make_params(const Problem& problem, const KernelConfig& config, 
   p.q = q;
   p.o = o;
   p.lse = lse;
-  p.q_batch_stride = problem.q.batch;
-  p.q_head_stride = problem.q.head;
-  p.q_seq_stride = problem.q.seq;
-  p.o_batch_stride = problem.o.batch;
-  p.o_head_stride = problem.o.head;
-  p.o_seq_stride = problem.o.seq;
+  copy_strides(problem.q, p.q_batch_stride, p.q_head_stride, p.q_seq_stride);
+  copy_strides(problem.o, p.o_batch_stride, p.o_head_stride, p.o_seq_stride);
   p.group_size = problem.heads_q / problem.heads_kv;
   p.scale = problem.scale();
   p.scale_log2 = p.scale * static_cast<float>(M_LOG2E);
