@@ -235,8 +235,8 @@ def overhead_runs(folder, name, runs, scheme="flash_abft"):
 
 def reuse_overhead(folder, name, runs, schemes=("flash_abft",)):
     """Each scheme's time over the unprotected kernel of the same run, per shape, with K's and V's
-    checksums encoded by a prologue on every call and encoded once and reused (`bench
-    --reuse-checksums`): a bar at the median over the runs, whiskers at their min and max."""
+    checksums encoded by a prologue on every call and prepared once (`bench --prepare-kv`): a bar
+    at the median over the runs, whiskers at their min and max."""
     overheads = {}  # (dtype, seqlen, causal, scheme, reused) -> [% per run]
     for run in runs:
         data = rows(folder, run)
@@ -247,8 +247,10 @@ def reuse_overhead(folder, name, runs, schemes=("flash_abft",)):
         for r in data:
             key = (r["dtype"], r["seqlen"], r["causal"])
             if r["protection"] in schemes and key in none:
-                overheads.setdefault(key + (r["protection"], r.get("reused_checksums", "0")),
-                                     []).append(100 * (float(r["ms"]) / none[key] - 1))
+                # prepared_kv: bench --prepare-kv; reused_checksums: the same before its rename
+                prepared = r.get("prepared_kv", r.get("reused_checksums", "0"))
+                overheads.setdefault(key + (r["protection"], prepared), []).append(
+                    100 * (float(r["ms"]) / none[key] - 1))
     shapes = sorted({k[:3] for k in overheads}, key=lambda k: (k[0], k[2], int(k[1])))
     bars = [(s, reused) for s in schemes for reused in ("0", "1")]
     fig, ax = plt.subplots(figsize=(max(9, 1.2 * len(shapes)), 4))

@@ -11,8 +11,8 @@
 #include "ftattn/codegen.hpp"
 #include "runtime/decoupled_launch.hpp"
 #include "runtime/driver.hpp"
-#include "runtime/kv_checksums.hpp"
 #include "runtime/pasa_shift.hpp"
+#include "runtime/prepared_kv.hpp"
 #include "runtime/protected_launch.hpp"
 #include "runtime/quantized_kernel.hpp"
 #include "runtime/tensor_maps.hpp"
@@ -58,44 +58,59 @@ class LoadedKernel final : public Kernel {
     enqueue(problem, params, stream, protect);
   }
 
-  KvChecksums encode_checksums(const Problem& problem, const void* k, const void* v,
-                               CUstream stream) const override {
-    require_reusable_checksums(compiled_->config);
-    const AttentionParams params = kv_params(problem, compiled_->config, k, v);
+  // PASA's shift into buffers of the result's own, then the checksum prologue on the keys the
+  // calls will read (K' for PASA's EFTA).
+  PreparedKv prepare_kv(const Problem& problem, const void* k, const void* v,
+                        CUstream stream) const override {
+    const KernelConfig& c = compiled_->config;
+    require_preparable(c);
+    AttentionParams params = kv_params(problem, c, k, v);
     ensure_context();
-    return ProtectedLauncher::encode(prologue_, compiled_->config, problem, params, stream);
+    auto state = std::make_shared<PreparedKv::State>();
+    state->subject = prepared_subject(c, problem, k, v);
+    if (shift_ != nullptr) enqueue_pasa_shift(shift_, c, problem, params, state->shifted, stream);
+    ProtectedLauncher::encode_checksums(prologue_, c, problem, params, state->checksums, stream);
+    return PreparedKv(std::move(state));
   }
 
   FaultReport run(const Problem& problem, const void* q, const void* k, const void* v, void* o,
                   float* lse, CUstream stream, const unsigned char* block_mask,
                   const ProtectOptions& protect) const override {
     const KernelConfig& c = compiled_->config;
-    if (c.protection == Protection::none && !protect.inject && protect.checksums == nullptr) {
-      launch(problem, q, k, v, o, lse, stream, block_mask);
+    if (c.protection == Protection::none && !protect.inject) {  // nothing to read back
+      launch(problem, q, k, v, o, lse, stream, block_mask, protect);
       return {};
     }
     AttentionParams params = make_params(problem, c, q, k, v, o, lse, block_mask);
     ensure_context();
     std::lock_guard lock(protect_mu_);
     enqueue(problem, params, stream, protect);
-    // The relaunch carries no fault plan.
+    // The relaunch carries no fault plan, and the same thresholds and prepared K and V.
+    ProtectOptions relaunch = protect;
+    relaunch.inject.reset();
     return protector_.settle(
         protector_.collect(stream), protect.on_fault, c, problem, params, stream,
-        [&](AttentionParams& again) { enqueue(problem, again, stream, ProtectOptions{}); });
+        [&](AttentionParams& again) { enqueue(problem, again, stream, relaunch); });
   }
 
  private:
-  // PASA's key shift, the protection set-up, then the kernel (or the decoupled pipeline). The
-  // launch reads a copy of the caller's parameters: PASA's points at the shifted keys, so that a
-  // recompute relaunch shifts the caller's keys again, not the shifted ones, and the checksums
-  // are of the keys the kernel reads (K', for PASA's EFTA; V is not shifted). Caller holds
-  // protect_mu_.
+  // PASA's key shift, the protection set-up, then the kernel (or the decoupled pipeline); the
+  // first two taken from `protect`'s prepared K and V where it hands some. The launch reads a
+  // copy of the caller's parameters: PASA's points at the shifted keys, so that a recompute
+  // relaunch shifts the caller's keys again, not the shifted ones, and the checksums are of the
+  // keys the kernel reads (K', for PASA's EFTA; V is not shifted). Caller holds protect_mu_.
   void enqueue(const Problem& problem, const AttentionParams& params, CUstream stream,
                const ProtectOptions& protect) const {
     const KernelConfig& c = compiled_->config;
+    const PreparedKv::State* prepared = prepared_for(protect, c, problem, params.k, params.v);
     AttentionParams run = params;
-    if (shift_ != nullptr) enqueue_pasa_shift(shift_, c, problem, run, pasa_workspace_, stream);
-    if (c.protection != Protection::none || protect.inject || protect.checksums != nullptr)
+    if (shift_ != nullptr) {
+      if (prepared != nullptr)
+        use_shifted_keys(c, problem, run, prepared->shifted);
+      else
+        enqueue_pasa_shift(shift_, c, problem, run, pasa_workspace_, stream);
+    }
+    if (c.protection != Protection::none || protect.inject)
       protector_.prepare(prologue_, c, problem, run, stream, protect);
     if (c.protection == Protection::decoupled) {  // three kernels over a global S and P
       decoupled_.launch(module_, compiled_->symbol, c, problem, run, stream);
@@ -161,6 +176,8 @@ AttentionParams kv_params(const Problem& problem, const KernelConfig& config, co
   p.heads_kv = problem.heads_kv;
   p.seqlen_q = problem.seqlen_q;
   p.seqlen_k = problem.seqlen_k;
+  p.scale = problem.scale();  // f16_pasa's shift is taken in the softmax's units
+  p.scale_log2 = p.scale * static_cast<float>(M_LOG2E);
   return p;
 }
 
@@ -181,8 +198,6 @@ AttentionParams make_params(const Problem& problem, const KernelConfig& config, 
   copy_strides(problem.q, p.q_batch_stride, p.q_head_stride, p.q_seq_stride);
   copy_strides(problem.o, p.o_batch_stride, p.o_head_stride, p.o_seq_stride);
   p.group_size = problem.heads_q / problem.heads_kv;
-  p.scale = problem.scale();
-  p.scale_log2 = p.scale * static_cast<float>(M_LOG2E);
   if (is_block_sparse(config.mask)) {
     if (block_mask == nullptr)
       throw ConfigError(

@@ -49,13 +49,22 @@ void enqueue_pasa_shift(CUfunction shift, const KernelConfig& config, const Prob
       Dim3{n_blocks, static_cast<unsigned>(problem.heads_kv), static_cast<unsigned>(problem.batch)},
       Dim3{128, 1, 1}, 0, stream, args);
 
+  use_shifted_keys(config, problem, p, workspace);
+}
+
+void use_shifted_keys(const KernelConfig& config, const Problem& problem, AttentionParams& p,
+                      const DeviceBuffer& workspace) {
+  const PasaLayout layout = PasaLayout::of(problem, config.block_n);
+  if (workspace.bytes() < layout.bytes)
+    throw Error("the shifted keys' workspace is smaller than their layout");
+  auto* ws = static_cast<char*>(workspace.data());
   // The attention reads the shifted keys, dense.
   const long long d = problem.head_dim;
-  p.k = s.k_shifted;
+  p.k = ws + layout.k_shifted;
   p.k_seq_stride = d;
   p.k_head_stride = d * problem.seqlen_k;
   p.k_batch_stride = p.k_head_stride * problem.heads_kv;
-  p.k_shift = s.shift;
+  p.k_shift = ws + layout.shift;
 }
 
 }  // namespace ftattn::runtime

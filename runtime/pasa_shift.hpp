@@ -22,5 +22,9 @@ struct PasaLayout {
 // needed), then rewrites p's K pointer and strides to the shifted keys and sets its shift vectors.
 void enqueue_pasa_shift(CUfunction shift, const KernelConfig& config, const Problem& problem,
                         AttentionParams& p, DeviceBuffer& workspace, CUstream stream);
+// Points p's K pointer and strides at the shifted keys in `workspace` (enqueue_pasa_shift's, or
+// prepared earlier: PreparedKv) and sets its shift vectors.
+void use_shifted_keys(const KernelConfig& config, const Problem& problem, AttentionParams& p,
+                      const DeviceBuffer& workspace);
 
 }  // namespace ftattn::runtime

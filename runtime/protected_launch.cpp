@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "ftattn/protect/workspace.cuh"
-#include "runtime/kv_checksums.hpp"
+#include "runtime/prepared_kv.hpp"
 
 namespace ftattn::runtime {
 
@@ -108,16 +108,10 @@ void ProtectedLauncher::prepare(CUfunction prologue, const KernelConfig& config,
     params.fault = FaultPlanParams{};
   }
 
-  // Checksums encoded earlier for this K and V: no prologue.
-  if (options.checksums != nullptr) {
-    if (options.checksums->empty())
-      throw ConfigError(
-          "ProtectOptions::checksums points at empty KvChecksums: fill them with the kernel's "
-          "encode_checksums first");
-    require_reusable_checksums(config);
-    require_same_subject(options.checksums->state()->subject,
-                         checksum_subject(config, problem, params.k, params.v));
-    params.checksums = options.checksums->state()->buffer.data();
+  // Checksums prepared earlier for this K and V (the caller checked that they serve this call:
+  // prepared_for): no prologue.
+  if (options.prepared_kv != nullptr && options.prepared_kv->state()->checksums.bytes() > 0) {
+    params.checksums = options.prepared_kv->state()->checksums.data();
     return;
   }
   // No prologue: the kernel's checksums come from elsewhere (int8's digit rows, built by the
@@ -159,20 +153,15 @@ void ProtectedLauncher::enqueue_prologue(CUfunction prologue, const KernelConfig
          Dim3{static_cast<unsigned>(32 * config.num_warps), 1, 1}, 0, stream, args);
 }
 
-KvChecksums ProtectedLauncher::encode(CUfunction prologue, const KernelConfig& config,
-                                      const Problem& problem, const AttentionParams& params,
-                                      CUstream stream) {
-  require_reusable_checksums(config);
+void ProtectedLauncher::encode_checksums(CUfunction prologue, const KernelConfig& config,
+                                         const Problem& problem, const AttentionParams& params,
+                                         DeviceBuffer& into, CUstream stream) {
   const ChecksumWorkspace w = workspace_layout(config, problem);
-  if (prologue == nullptr || w.bytes == 0)
-    throw ConfigError(config.name() + " has no checksum prologue to encode with");
-  auto state = std::make_shared<KvChecksums::State>();
-  state->subject = checksum_subject(config, problem, params.k, params.v);
-  state->buffer = DeviceBuffer(static_cast<std::size_t>(w.bytes));
+  if (prologue == nullptr || w.bytes == 0) return;
+  into = DeviceBuffer(static_cast<std::size_t>(w.bytes));
   AttentionParams p = params;
-  p.checksums = state->buffer.data();
+  p.checksums = into.data();
   enqueue_prologue(prologue, config, problem, p, w, stream);
-  return KvChecksums(std::move(state));
 }
 
 void ProtectedLauncher::set_tiles(AttentionParams& params, const std::vector<int>& tiles) {

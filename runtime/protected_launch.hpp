@@ -36,9 +36,11 @@ class ProtectedLauncher {
   // module's checksum kernel (null for schemes without one).
   void prepare(CUfunction prologue, const KernelConfig& config, const Problem& problem,
                AttentionParams& params, CUstream stream, const ProtectOptions& options);
-  // Kernel::encode_checksums: the prologue alone, on `params`' K and V, into a buffer of its own.
-  static KvChecksums encode(CUfunction prologue, const KernelConfig& config, const Problem& problem,
-                            const AttentionParams& params, CUstream stream);
+  // Kernel::prepare_kv: the prologue alone, on `params`' K and V, into `into` (allocated here);
+  // nothing for schemes without one.
+  static void encode_checksums(CUfunction prologue, const KernelConfig& config,
+                               const Problem& problem, const AttentionParams& params,
+                               DeviceBuffer& into, CUstream stream);
   // Uploads a recompute list of (query block, head, batch) triples and points `params` at it.
   void set_tiles(AttentionParams& params, const std::vector<int>& tiles);
   // Waits for `stream`, then reads the log.

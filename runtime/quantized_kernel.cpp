@@ -10,8 +10,8 @@
 #include "ftattn/quantize.hpp"
 #include "ftattn/quantize_params.cuh"
 #include "runtime/driver.hpp"
-#include "runtime/kv_checksums.hpp"
 #include "runtime/loaded_kernel.hpp"
+#include "runtime/prepared_kv.hpp"
 #include "runtime/protected_launch.hpp"
 #include "runtime/tensor_maps.hpp"
 
@@ -66,7 +66,7 @@ class QuantizedKernel final : public Kernel {
   void launch(const Problem& problem, const void* q, const void* k, const void* v, void* o,
               float* lse, CUstream stream, const unsigned char* /*block_mask*/,
               const ProtectOptions& protect) const override {
-    if (protect.checksums != nullptr) require_reusable_checksums(compiled_->config);
+    if (protect.prepared_kv != nullptr) require_preparable(compiled_->config);
     const QuantizedLayout layout = QuantizedLayout::of(problem);
     std::lock_guard lock(workspace_mu_);
     if (workspace_.bytes() < layout.bytes) workspace_ = DeviceBuffer(layout.bytes);
@@ -93,7 +93,7 @@ class QuantizedKernel final : public Kernel {
                   float* lse, CUstream stream, const unsigned char* block_mask,
                   const ProtectOptions& protect) const override {
     const KernelConfig& c = compiled_->config;
-    if (protect.checksums != nullptr) require_reusable_checksums(c);
+    if (protect.prepared_kv != nullptr) require_preparable(c);
     if (c.protection == Protection::none)
       return Kernel::run(problem, q, k, v, o, lse, stream, block_mask, protect);
     const QuantizedLayout layout = QuantizedLayout::of(problem);

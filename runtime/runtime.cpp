@@ -10,8 +10,8 @@
 #include "ftattn/tuner.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/kernel_builder.hpp"
-#include "runtime/kv_checksums.hpp"
 #include "runtime/loaded_kernel.hpp"
+#include "runtime/prepared_kv.hpp"
 
 namespace ftattn {
 namespace {
@@ -123,9 +123,9 @@ FaultReport Kernel::run(const Problem& problem, const void* q, const void* k, co
   return {};
 }
 
-KvChecksums Kernel::encode_checksums(const Problem&, const void*, const void*, CUstream) const {
-  runtime::require_reusable_checksums(config());
-  throw ConfigError(config().name() + " has no checksum prologue to encode with");
+PreparedKv Kernel::prepare_kv(const Problem&, const void*, const void*, CUstream) const {
+  runtime::require_preparable(config());
+  throw ConfigError(config().name() + " has nothing to prepare");
 }
 
 KernelConfig Runtime::resolve(KernelConfig config, const Problem* problem) const {

@@ -67,23 +67,26 @@ struct Thresholds {
   float row_sum = 0.0f;  // l against the ones column (relative to l)
 };
 
-// The checksums of K and V that a protected 16-bit kernel's prologue computes on every call
-// (Flash-ABFT: V's row sums and their bound; EFTA: K's checksum rows and norms too), encoded once
-// by Kernel::encode_checksums and kept by the caller for calls that read the same K and V
-// unchanged, such as a KV cache between calls: given in ProtectOptions::checksums, such a call
-// skips the prologue's pass over K and V. They are the checksums of K and V as they were when
-// encoded, so a later change to either (a write, or a fault in memory) makes the kernel's checks
-// fail. Copies share one device buffer, freed with the last; keep one alive until the calls that
-// use it are done. Default-constructed: empty.
-class KvChecksums {
+// What a kernel's calls compute from K and V alone before the attention, done once by
+// Kernel::prepare_kv and kept by the caller for calls that read the same K and V unchanged, such
+// as a KV cache between calls; given in ProtectOptions::prepared_kv, such a call skips that work:
+// - a checksum scheme's prologue over V (Flash-ABFT: every key's row sum and their bound) or K
+//   and V (EFTA: K's checksum rows and norms too). They are the checksums of K and V as they were
+//   when prepared, so a later change to either (a write, or a fault in memory) fails the kernel's
+//   checks as a fault in the kernel would;
+// - f16_pasa's shift pass, which reads K and writes the shifted keys K' (and EFTA's checksums of
+//   K'). Such calls read the prepared K', not K: a later change to K does not reach them.
+// Prepare again after changing K or V. Copies share the device buffers, freed with the last;
+// keep one alive until the calls that use it are done. Default-constructed: empty.
+class PreparedKv {
  public:
-  struct State;  // runtime/kv_checksums.hpp
-  KvChecksums() = default;
-  explicit KvChecksums(std::shared_ptr<const State> state) : state_(std::move(state)) {}
+  struct State;  // runtime/prepared_kv.hpp
+  PreparedKv() = default;
+  explicit PreparedKv(std::shared_ptr<const State> state) : state_(std::move(state)) {}
   bool empty() const { return state_ == nullptr; }
   const State* state() const { return state_.get(); }
-  // The kernel that encoded them (its canonical name), for messages.
-  std::string encoded_by() const;
+  // The kernel that prepared it (its canonical name), for messages.
+  std::string prepared_by() const;
 
  private:
   std::shared_ptr<const State> state_;
@@ -94,10 +97,11 @@ struct ProtectOptions {
   Thresholds thresholds;
   std::optional<FaultPlan> inject;  // needs a config with fault_injection
   int max_events = 16;              // records kept by the kernel
-  // Checksums encoded earlier for this call's K and V (see KvChecksums): the prologue is skipped.
-  // ConfigError where they cannot serve: another K or V (pointer, strides, batch, KV heads, keys),
-  // another precision, head_dim, block_n or scheme, or a kernel with no prologue to skip.
-  const KvChecksums* checksums = nullptr;
+  // K's and V's work prepared earlier for this call (see PreparedKv), also for unprotected
+  // f16_pasa kernels: the checksum prologue and PASA's shift pass are skipped. ConfigError where
+  // it cannot serve: another K or V (pointer, strides, batch, KV heads, keys), another precision,
+  // head_dim, block_n, scheme or (f16_pasa) softmax scale, or a kernel with nothing to skip.
+  const PreparedKv* prepared_kv = nullptr;
 };
 
 }  // namespace ftattn

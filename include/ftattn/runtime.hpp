@@ -36,20 +36,20 @@ class Kernel {
               float* lse, CUstream stream, const unsigned char* block_mask = nullptr) const {
     launch(problem, q, k, v, o, lse, stream, block_mask, ProtectOptions{});
   }
-  // The same with `protect`'s thresholds, fault plan and reused checksums. Nothing waits and the
+  // The same with `protect`'s thresholds, fault plan and prepared K and V. Nothing waits and the
   // fault log is not read: run() does both.
   virtual void launch(const Problem& problem, const void* q, const void* k, const void* v, void* o,
                       float* lse, CUstream stream, const unsigned char* block_mask,
                       const ProtectOptions& protect) const = 0;
 
-  // Encodes on `stream` the checksums of `k` and `v` that this protected kernel's calls on
-  // `problem` read (its prologue alone), for ProtectOptions::checksums: calls of any kernel of
-  // the same precision, head_dim, block_n and scheme (the mask may differ) on the same K and V
-  // may reuse them. ConfigError for kernels with none to reuse: unprotected and decoupled ones,
-  // int8 and fp8 (their checksum rows come from each call's quantised operands), and f16_pasa
-  // with EFTA (its K checksums are of the keys each call shifts).
-  virtual KvChecksums encode_checksums(const Problem& problem, const void* k, const void* v,
-                                       CUstream stream) const;
+  // Prepares on `stream` what this kernel's calls on `problem` compute from `k` and `v` alone (a
+  // checksum scheme's prologue, f16_pasa's shift pass), for ProtectOptions::prepared_kv: calls of
+  // any kernel of the same precision, head_dim, block_n and scheme on the same K and V may use
+  // it (the mask may differ). ConfigError for kernels with nothing to prepare: unprotected f16
+  // and bf16, the decoupled baseline, int8 and fp8 (their checksum rows come from each call's
+  // quantised operands).
+  virtual PreparedKv prepare_kv(const Problem& problem, const void* k, const void* v,
+                                CUstream stream) const;
 
   // launch(), then for protected kernels (or a fault plan) waits for `stream`, reads the
   // kernel's fault log and acts on it as `protect.on_fault` says: OnFault::recompute relaunches

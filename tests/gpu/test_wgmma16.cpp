@@ -290,49 +290,65 @@ TEST_CASE(
     }
 }
 
-TEST_CASE("checksums encoded once serve later calls, a V changed since is seen, mismatches refused",
-          "[gpu][wgmma16][protect]") {
+TEST_CASE("K and V prepared once serve later calls, a V changed since is seen, mismatches refused",
+          "[gpu][wgmma16][protect][pasa]") {
   Runtime& rt = wgmma_runtime();
   if (!on_sm90a(rt)) return;
-  // Every 16-bit scheme at its default tile (Flash-ABFT's three consumers included), GQA, a
-  // ragged causal tile: O from reused checksums equals O from the per-call prologue bit for bit,
-  // and the report is clean. Then V changes after encoding (a write the checksums do not know):
-  // Flash-ABFT and EFTA see it through the stale V checksums, and a fresh encode is clean again.
+  // Each kernel with work on K and V alone, at its default tile (Flash-ABFT's three consumers,
+  // f16_pasa's; protected f16_pasa on mma.sync), GQA, a ragged causal tile: O with K and V
+  // prepared equals O with that work done per call bit for bit, and the report is clean. Then V
+  // changes after preparing: the schemes see it through the stale V checksums, and a fresh
+  // prepare is clean again and right. f16_pasa's calls read the prepared K': a K changed since
+  // does not reach them.
   const Problem pr = Problem::bhsd(1, 4, 2, 400, 2048, 128);
   std::mt19937_64 rng(71);
   auto q = reference::random_tensor(rng, Precision::f16, pr.q, 1, 4, 400, 128);
   auto k = reference::random_tensor(rng, Precision::f16, pr.k, 1, 2, 2048, 128);
   auto v = reference::random_tensor(rng, Precision::f16, pr.v, 1, 2, 2048, 128);
-  for (Protection prot :
-       {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct})
+  // One element of a KV tensor (batch 0, KV head 1, key 700, channel 5) moved by 0.5.
+  auto moved = [&](const reference::Tensor16& t, const Strides& s) {
+    auto out = t;
+    const size_t at = static_cast<size_t>(s.head) + 700 * s.seq + 5;
+    out.data[at] =
+        reference::to_bits(reference::from_bits(t.data[at], Precision::f16) + 0.5f, Precision::f16);
+    return out;
+  };
+  const std::vector<std::pair<Precision, Protection>> kernels = {
+      {Precision::f16, Protection::flash_abft},
+      {Precision::f16, Protection::efta_detect},
+      {Precision::f16, Protection::efta_correct},
+      {Precision::f16_pasa, Protection::none},
+      {Precision::f16_pasa, Protection::flash_abft},
+      {Precision::f16_pasa, Protection::efta_detect}};
+  for (auto [prec, prot] : kernels)
     for (Mask mask : {Mask::none, Mask::causal}) {
       KernelConfig open;
-      open.head_dim = 128, open.mask = mask, open.protection = prot;
+      open.head_dim = 128, open.precision = prec, open.mask = mask, open.protection = prot;
       const KernelConfig c = rt.resolve(open, &pr);
       INFO(c.name());
-      REQUIRE(warp_specialized(c));
       const auto kernel = rt.kernel(c);
       gpu_test::DeviceIo io(q, k, v);
-      const FaultReport fresh = kernel->run(pr, io.q.data(), io.k.data(), io.v.data(), io.o.data(),
-                                            nullptr, nullptr, nullptr, {});
-      CHECK(fresh.clean());
-      const reference::Tensor16 o_fresh = io.output(pr);
-      CHECK(reference::check(pr, Precision::f16, mask, q, k, v, o_fresh, nullptr, 0).passed);
-
-      const KvChecksums encoded = kernel->encode_checksums(pr, io.k.data(), io.v.data(), nullptr);
-      REQUIRE_FALSE(encoded.empty());
-      CHECK(encoded.encoded_by() == c.name());
-      ProtectOptions reuse;
-      reuse.checksums = &encoded;
-      for (int call = 0; call < 2; ++call) {
+      auto call = [&](const ProtectOptions& o) {
         io.o.fill_bytes(0xFF);
-        const FaultReport r = kernel->run(pr, io.q.data(), io.k.data(), io.v.data(), io.o.data(),
-                                          nullptr, nullptr, nullptr, reuse);
-        INFO("reused, call " << call << ": " << r.summary());
+        return kernel->run(pr, io.q.data(), io.k.data(), io.v.data(), io.o.data(), nullptr, nullptr,
+                           nullptr, o);
+      };
+      CHECK(call({}).clean());
+      const reference::Tensor16 o_fresh = io.output(pr);
+      CHECK(reference::check(pr, prec, mask, q, k, v, o_fresh, nullptr, 0).passed);
+
+      const PreparedKv prepared = kernel->prepare_kv(pr, io.k.data(), io.v.data(), nullptr);
+      REQUIRE_FALSE(prepared.empty());
+      CHECK(prepared.prepared_by() == c.name());
+      ProtectOptions reuse;
+      reuse.prepared_kv = &prepared;
+      for (int n = 0; n < 2; ++n) {
+        const FaultReport r = call(reuse);
+        INFO("prepared, call " << n << ": " << r.summary());
         CHECK(r.clean());
         CHECK(io.output(pr).data == o_fresh.data);
       }
-      // The other mask's kernel of the same tile reads the same checksums.
+      // The other mask's kernel of the same tile reads it too.
       KernelConfig other = c;
       other.mask = mask == Mask::none ? Mask::causal : Mask::none;
       CHECK(rt.kernel(other)
@@ -340,52 +356,55 @@ TEST_CASE("checksums encoded once serve later calls, a V changed since is seen, 
                       nullptr, reuse)
                 .clean());
 
-      // V's element (batch 0, KV head 1, key 700, channel 5) moves by 0.5 after encoding.
-      auto changed = v;
-      const size_t at = static_cast<size_t>(pr.v.head) + 700 * pr.v.seq + 5;
-      changed.data[at] = reference::to_bits(reference::from_bits(v.data[at], Precision::f16) + 0.5f,
-                                            Precision::f16);
-      io.v.upload(changed.data.data(), io.v.bytes());
-      const FaultReport stale = kernel->run(pr, io.q.data(), io.k.data(), io.v.data(), io.o.data(),
-                                            nullptr, nullptr, nullptr, reuse);
-      INFO("stale: " << stale.summary());
-      CHECK(stale.detected >= 1);
-      const KvChecksums again = kernel->encode_checksums(pr, io.k.data(), io.v.data(), nullptr);
+      if (prec == Precision::f16_pasa) {  // K' was prepared: a changed K does not reach the call
+        const auto changed_k = moved(k, pr.k);
+        io.k.upload(changed_k.data.data(), io.k.bytes());
+        CHECK(call(reuse).clean());
+        CHECK(io.output(pr).data == o_fresh.data);
+        io.k.upload(k.data.data(), io.k.bytes());
+      }
+      const auto changed_v = moved(v, pr.v);
+      io.v.upload(changed_v.data.data(), io.v.bytes());
+      if (prot != Protection::none) {
+        const FaultReport stale = call(reuse);
+        INFO("stale: " << stale.summary());
+        CHECK(stale.detected >= 1);
+      }
+      const PreparedKv again = kernel->prepare_kv(pr, io.k.data(), io.v.data(), nullptr);
       ProtectOptions renewed;
-      renewed.checksums = &again;
-      CHECK(kernel
-                ->run(pr, io.q.data(), io.k.data(), io.v.data(), io.o.data(), nullptr, nullptr,
-                      nullptr, renewed)
-                .clean());
-      CHECK(reference::check(pr, Precision::f16, mask, q, k, changed, io.output(pr), nullptr, 0)
-                .passed);
+      renewed.prepared_kv = &again;
+      CHECK(call(renewed).clean());
+      CHECK(reference::check(pr, prec, mask, q, k, changed_v, io.output(pr), nullptr, 0).passed);
 
-      // Refused with a message: another V, more keys, an unprotected kernel.
-      runtime::DeviceBuffer other_v(io.v.bytes());
-      other_v.upload(changed.data.data(), other_v.bytes());
-      REQUIRE_THROWS_WITH(kernel->run(pr, io.q.data(), io.k.data(), other_v.data(), io.o.data(),
+      // Refused with a message: another K or V than prepared, more keys.
+      runtime::DeviceBuffer elsewhere(io.v.bytes());
+      elsewhere.upload(changed_v.data.data(), elsewhere.bytes());
+      const bool reads_v = prot != Protection::none;
+      REQUIRE_THROWS_WITH(
+          kernel->run(pr, io.q.data(), reads_v ? io.k.data() : elsewhere.data(),
+                      reads_v ? elsewhere.data() : io.v.data(), io.o.data(), nullptr, nullptr,
+                      nullptr, renewed),
+          Catch::Contains(reads_v ? "V at" : "K at") && Catch::Contains("prepare_kv"));
+      const Problem longer = Problem::bhsd(1, 4, 2, 400, 2048 + 64, 128);
+      runtime::DeviceBuffer k2(longer.seqlen_k * 2 * 128 * 2), v2(longer.seqlen_k * 2 * 128 * 2);
+      REQUIRE_THROWS_WITH(kernel->run(longer, io.q.data(), k2.data(), v2.data(), io.o.data(),
                                       nullptr, nullptr, nullptr, renewed),
-                          Catch::Contains("V at") && Catch::Contains("encode_checksums"));
-      KernelConfig none = c;
-      none.protection = Protection::none;
-      REQUIRE_THROWS_WITH(rt.kernel(none)->run(pr, io.q.data(), io.k.data(), io.v.data(),
-                                               io.o.data(), nullptr, nullptr, nullptr, renewed),
-                          Catch::Contains("unprotected"));
-      REQUIRE_THROWS_WITH(rt.kernel(none)->encode_checksums(pr, io.k.data(), io.v.data(), nullptr),
-                          Catch::Contains("unprotected"));
+                          Catch::Contains("seqlen_k 2048 (this call: 2112)"));
     }
-  // A problem with more keys than encoded.
-  KernelConfig abft;
-  abft.head_dim = 128, abft.protection = Protection::flash_abft;
-  const Problem longer = Problem::bhsd(1, 4, 2, 400, 2048 + 64, 128);
-  const auto kernel = rt.kernel(rt.resolve(abft, &pr));
+  // Kernels with nothing to prepare say so, whether asked to prepare or handed prepared work.
+  KernelConfig plain;
+  plain.head_dim = 128;
+  const auto unprotected = rt.kernel(rt.resolve(plain, &pr));
   gpu_test::DeviceIo io(q, k, v);
-  const KvChecksums encoded = kernel->encode_checksums(pr, io.k.data(), io.v.data(), nullptr);
+  REQUIRE_THROWS_WITH(unprotected->prepare_kv(pr, io.k.data(), io.v.data(), nullptr),
+                      Catch::Contains("unprotected"));
+  KernelConfig abft = plain;
+  abft.protection = Protection::flash_abft;
+  const PreparedKv prepared =
+      rt.kernel(rt.resolve(abft, &pr))->prepare_kv(pr, io.k.data(), io.v.data(), nullptr);
   ProtectOptions reuse;
-  reuse.checksums = &encoded;
-  runtime::DeviceBuffer k2(longer.seqlen_k * 2 * 128 * 2), v2(longer.seqlen_k * 2 * 128 * 2),
-      o2(400 * 4 * 128 * 2);
-  REQUIRE_THROWS_WITH(kernel->run(longer, io.q.data(), k2.data(), v2.data(), o2.data(), nullptr,
-                                  nullptr, nullptr, reuse),
-                      Catch::Contains("seqlen_k 2048 (this call: 2112)"));
+  reuse.prepared_kv = &prepared;
+  REQUIRE_THROWS_WITH(unprotected->run(pr, io.q.data(), io.k.data(), io.v.data(), io.o.data(),
+                                       nullptr, nullptr, nullptr, reuse),
+                      Catch::Contains("unprotected"));
 }

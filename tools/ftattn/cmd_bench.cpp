@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "runtime/prepared_kv.hpp"
 #include "tools/ftattn/commands.hpp"
 #include "tools/ftattn/config_flags.hpp"
 #include "tools/ftattn/device_run.hpp"
@@ -33,16 +34,16 @@ struct BenchOptions {
   std::string shapes, precisions = "f16,bf16", masks = "none,causal", tiles, csv, json;
   DeviceRunOptions device{.lse = false, .check_rows = 32, .warmup = 5, .iters = 20, .seed = 1};
   bool interleave = false;
-  bool reuse_checksums = false;
+  bool prepare_kv = false;
 };
 
-// One kernel of a shape and mask: its precision, tile and scheme (with checksums encoded per
-// launch, or once and reused), and its result.
+// One kernel of a shape and mask: its precision, tile and scheme (with its work on K and V done
+// per launch, or prepared once), and its result.
 struct Entry {
   Precision precision;
   std::size_t tile;
   Protection protection;
-  bool reused = false;
+  bool prepared = false;
   DeviceRunResult result;
 };
 
@@ -110,17 +111,18 @@ int run_bench(const BenchOptions& o, const GlobalOptions& global) {
       for (std::size_t pi = 0; pi < precisions.size(); ++pi)
         for (size_t t = 0; t < std::max<size_t>(1, tiles.size()); ++t)
           for (Protection prot : protections)
-            for (bool reuse : {false, true}) {
-              if (reuse && (!o.reuse_checksums || prot == Protection::none)) continue;
+            for (bool prepare : {false, true}) {
+              if (prepare && !o.prepare_kv) continue;
               KernelConfig c = base;
               c.head_dim = s.head_dim;
               c.precision = precisions[pi];
               c.mask = m;
               c.protection = prot;
               if (!tiles.empty()) c = apply_tile(c, tiles[t]);
-              Entry e{precisions[pi], t, prot, reuse, {}};
+              if (prepare && !runtime::unpreparable_reason(c).empty()) continue;
+              Entry e{precisions[pi], t, prot, prepare, {}};
               DeviceRunOptions options = o.device;
-              options.reuse_checksums = reuse;
+              options.prepare_kv = prepare;
               try {
                 if (o.interleave) {
                   DeviceRunOptions check_only = options;
@@ -165,7 +167,7 @@ int run_bench(const BenchOptions& o, const GlobalOptions& global) {
             e.protection == Protection::none || none_ms <= 0
                 ? std::string()
                 : fmt::format("{:+.1f}%", 100 * overhead),
-            r.config.name(), e.reused ? " (checksums reused)" : "",
+            r.config.name(), e.prepared ? " (K and V prepared)" : "",
             r.check.passed ? "" : "  CHECK FAILED: " + r.check.summary());
         rows.push_back({{"head_dim", s.head_dim},
                         {"seqlen", s.seqlen},
@@ -183,7 +185,7 @@ int run_bench(const BenchOptions& o, const GlobalOptions& global) {
                         {"overhead_vs_none", overhead},
                         {"attention_ms", r.attention_ms},
                         {"quantize_ms", r.quantize_ms},
-                        {"reused_checksums", e.reused}});
+                        {"prepared_kv", e.prepared}});
       }
     }
   }
@@ -193,7 +195,7 @@ int run_bench(const BenchOptions& o, const GlobalOptions& global) {
     if (o.csv != "-") file.open(o.csv);
     std::ostream& out = o.csv == "-" ? std::cout : file;
     out << "head_dim,seqlen,batch,heads,causal,dtype,config,ms,min_ms,tflops,rel_l2_error,passed,"
-           "protection,overhead_vs_none,attention_ms,quantize_ms,reused_checksums\n";
+           "protection,overhead_vs_none,attention_ms,quantize_ms,prepared_kv\n";
     for (const auto& r : rows)
       out << fmt::format(
           "{},{},{},{},{},{},{},{:.5f},{:.5f},{:.2f},{:.3e},{},{},{:.4f},{:.5f},{:.5f},{}\n",
@@ -201,7 +203,7 @@ int run_bench(const BenchOptions& o, const GlobalOptions& global) {
           std::string(r["dtype"]), std::string(r["config"]), double(r["ms"]), double(r["min_ms"]),
           double(r["tflops"]), double(r["rel_l2_error"]), bool(r["passed"]) ? 1 : 0,
           std::string(r["protection"]), double(r["overhead_vs_none"]), double(r["attention_ms"]),
-          double(r["quantize_ms"]), bool(r["reused_checksums"]) ? 1 : 0);
+          double(r["quantize_ms"]), bool(r["prepared_kv"]) ? 1 : 0);
   }
   if (!o.json.empty())
     std::ofstream(o.json) << nlohmann::json{{"device", device}, {"runs", rows}}.dump(2);
@@ -235,10 +237,10 @@ Command add_bench_command(CLI::App& parent, const GlobalOptions& global) {
       ->capture_default_str();
   cmd->add_option("--check-rows", o->device.check_rows, "rows checked per run")
       ->capture_default_str();
-  cmd->add_flag("--reuse-checksums", o->reuse_checksums,
-                "also time each protected 16-bit scheme with K's and V's checksums encoded once "
-                "and reused by every launch (ProtectOptions::checksums: a KV cache between calls), "
-                "beside the same scheme encoding them per launch");
+  cmd->add_flag("--prepare-kv", o->prepare_kv,
+                "also time each kernel with work on K and V alone (checksum prologues, f16_pasa's "
+                "shift) prepared once and used by every launch (Kernel::prepare_kv: a KV cache "
+                "between calls), beside the same kernel doing it per launch");
   cmd->add_flag("--interleave", o->interleave,
                 "time a shape's kernels launch by launch in turn (A B A B ...) instead of one "
                 "after the other, so clock drift falls on all alike");

@@ -112,13 +112,13 @@ PreparedRun prepare_on_device(Runtime& rt, const KernelConfig& wanted, const Pro
   if (opt.lse) in.d_lse.fill_bytes(0xFF);
 
   DeviceInputs* inputs = &in;
-  std::shared_ptr<const KvChecksums> checksums;
-  if (opt.reuse_checksums && c.protection != Protection::none)
-    checksums = std::make_shared<const KvChecksums>(
-        kernel->encode_checksums(problem, in.dk.data(), in.dv.data(), nullptr));
-  run.launch = [kernel, problem, inputs, lse_ptr, mask_ptr, d_mask, checksums] {
+  std::shared_ptr<const PreparedKv> prepared;
+  if (opt.prepare_kv)
+    prepared = std::make_shared<const PreparedKv>(
+        kernel->prepare_kv(problem, in.dk.data(), in.dv.data(), nullptr));
+  run.launch = [kernel, problem, inputs, lse_ptr, mask_ptr, d_mask, prepared] {
     ProtectOptions protect;
-    protect.checksums = checksums.get();
+    protect.prepared_kv = prepared.get();
     kernel->launch(problem, inputs->dq.data(), inputs->dk.data(), inputs->dv.data(),
                    inputs->d_o.data(), lse_ptr, nullptr, mask_ptr, protect);
   };

@@ -21,9 +21,10 @@ struct DeviceRunOptions {
   int iters = 20;  // timed launches; 0: no timing
   uint64_t seed = 1;
   double density = 0.5;  // block-sparse masks: share of (query block, key block) pairs kept
-  // Protected 16-bit kernels: K's and V's checksums encoded once (Kernel::encode_checksums) and
-  // reused by every launch, the checked one included, instead of a prologue per launch.
-  bool reuse_checksums = false;
+  // Work on K and V alone (checksum prologues, f16_pasa's shift) prepared once
+  // (Kernel::prepare_kv) and used by every launch, the checked one included; ConfigError for
+  // kernels with none.
+  bool prepare_kv = false;
 };
 
 struct DeviceRunResult {
