@@ -274,6 +274,43 @@ def reuse_overhead(folder, name, runs, schemes=("flash_abft",)):
     save(fig, folder, name + ".png")
 
 
+def prepared_vs_f16(folder, name, runs, precision="f16_pasa"):
+    """A precision's speed against f16 of the same run, per shape, with its work on K and V
+    (f16_pasa: the shift) done per call and prepared once (`bench --prepare-kv`): a bar at the
+    median over the runs, whiskers at their min and max."""
+    speed = {}  # (head_dim, seqlen, causal, prepared) -> [x per run]
+    for run in runs:
+        data = rows(folder, run)
+        if not data:
+            return
+        f16 = {(r["head_dim"], r["seqlen"], r["causal"]): float(r["ms"]) for r in data
+               if r["dtype"] == "f16"}
+        for r in data:
+            key = (r["head_dim"], r["seqlen"], r["causal"])
+            if r["dtype"] == precision and key in f16:
+                speed.setdefault(key + (r.get("prepared_kv", "0"),), []).append(
+                    f16[key] / float(r["ms"]))
+    shapes = sorted({k[:3] for k in speed}, key=lambda k: (int(k[0]), k[2], int(k[1])))
+    fig, ax = plt.subplots(figsize=(max(9, 1.1 * len(shapes)), 4))
+    width = 0.4
+    for i, prepared in enumerate(("0", "1")):
+        values = [speed.get(k + (prepared,), [0]) for k in shapes]
+        mid = [statistics.median(v) for v in values]
+        ax.bar([x + i * width for x in range(len(shapes))], mid, width,
+               yerr=[[m - min(v) for m, v in zip(mid, values)],
+                     [max(v) - m for m, v in zip(mid, values)]], capsize=2,
+               label=f"{precision}, " + ("K and V prepared once" if prepared == "1"
+                                         else "shift per call"))
+    ax.axhline(1.0, ls=":", lw=1, color="gray")
+    ax.set_ylim(0.8, None)
+    label_groups(ax, width, 2, [shape_label(f"d{d}", s, c) for d, s, c in shapes], fontsize=8)
+    ax.set_ylabel("speed / f16")
+    ax.set_title(f"{precision} against f16 of the same run, {len(runs)} run(s) in turn: median, "
+                 "min-max (dotted: the 1.0x goal)")
+    ax.legend(fontsize=7)
+    save(fig, folder, name + ".png")
+
+
 def main():
     folder = sys.argv[1] if len(sys.argv) > 1 else "bench/results"
     protect_overhead(folder)
@@ -329,6 +366,7 @@ def main():
                     "abft_reuse_f16_reversed_1.csv", "abft_reuse_f16_reversed_2.csv",
                     "abft_reuse_bf16_1.csv", "abft_reuse_bf16_2.csv"])
     reuse_overhead(folder, "efta_reuse", ["efta_reuse_f16.csv"], ("efta_detect", "efta_correct"))
+    prepared_vs_f16(folder, "pasa_prepared", ["pasa_prepared_1.csv", "pasa_prepared_2.csv"])
     llvm_campaign(folder)
 
 
