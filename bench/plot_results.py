@@ -233,42 +233,65 @@ def overhead_runs(folder, name, runs, scheme="flash_abft"):
     save(fig, folder, name + ".png")
 
 
+def per_run(runs, folder, baseline, value):
+    """{key: [value per run]} over the CSVs `runs`: `baseline(row)` names a row's baseline key
+    (None: it is not one) and `value(row, baseline_ms)` gives (key, value) for the others, or
+    None. A missing CSV: None."""
+    out = {}
+    for run in runs:
+        data = rows(folder, run)
+        if not data:
+            return None
+        base = {baseline(r): float(r["ms"]) for r in data if baseline(r) is not None}
+        for r in data:
+            kv = value(r, base)
+            if kv is not None:
+                out.setdefault(kv[0], []).append(kv[1])
+    return out
+
+
+def median_bars(ax, shapes, series, values):
+    """Side-by-side bars per shape, one per (suffix, label) of `series`: the median of
+    values[shape + suffix], whiskers at its min and max. Returns the bar width."""
+    width = 0.8 / len(series)
+    for i, (suffix, label) in enumerate(series):
+        v = [values.get(k + suffix, [0]) for k in shapes]
+        mid = [statistics.median(x) for x in v]
+        ax.bar([x + i * width for x in range(len(shapes))], mid, width,
+               yerr=[[m - min(x) for m, x in zip(mid, v)], [max(x) - m for m, x in zip(mid, v)]],
+               capsize=2, label=label)
+    return width
+
+
+def prepared_flag(r):
+    # prepared_kv: bench --prepare-kv; reused_checksums: the same before its rename
+    return r.get("prepared_kv", r.get("reused_checksums", "0"))
+
+
 def reuse_overhead(folder, name, runs, schemes=("flash_abft",)):
     """Each scheme's time over the unprotected kernel of the same run, per shape, with K's and V's
     checksums encoded by a prologue on every call and prepared once (`bench --prepare-kv`): a bar
     at the median over the runs, whiskers at their min and max."""
-    overheads = {}  # (dtype, seqlen, causal, scheme, reused) -> [% per run]
-    for run in runs:
-        data = rows(folder, run)
-        if not data:
-            return
-        none = {(r["dtype"], r["seqlen"], r["causal"]): float(r["ms"]) for r in data
-                if r["protection"] == "none"}
-        for r in data:
-            key = (r["dtype"], r["seqlen"], r["causal"])
-            if r["protection"] in schemes and key in none:
-                # prepared_kv: bench --prepare-kv; reused_checksums: the same before its rename
-                prepared = r.get("prepared_kv", r.get("reused_checksums", "0"))
-                overheads.setdefault(key + (r["protection"], prepared), []).append(
-                    100 * (float(r["ms"]) / none[key] - 1))
+    key = lambda r: (r["dtype"], r["seqlen"], r["causal"])
+    overheads = per_run(
+        runs, folder, lambda r: key(r) if r["protection"] == "none" else None,
+        lambda r, none: ((key(r) + (r["protection"], prepared_flag(r))),
+                         100 * (float(r["ms"]) / none[key(r)] - 1))
+        if r["protection"] in schemes and key(r) in none else None)
+    if overheads is None:
+        return
     shapes = sorted({k[:3] for k in overheads}, key=lambda k: (k[0], k[2], int(k[1])))
-    bars = [(s, reused) for s in schemes for reused in ("0", "1")]
+    series = [((s, p), f"{s}, {'checksums prepared' if p == '1' else 'prologue per call'}")
+              for s in schemes for p in ("0", "1")]
     fig, ax = plt.subplots(figsize=(max(9, 1.2 * len(shapes)), 4))
-    width = 0.8 / len(bars)
-    for i, (scheme, reused) in enumerate(bars):
-        values = [overheads.get(k + (scheme, reused), [0]) for k in shapes]
-        mid = [statistics.median(v) for v in values]
-        ax.bar([x + i * width for x in range(len(shapes))], mid, width,
-               yerr=[[m - min(v) for m, v in zip(mid, values)],
-                     [max(v) - m for m, v in zip(mid, values)]], capsize=2,
-               label=f"{scheme}, {'checksums reused' if reused == '1' else 'prologue per call'}")
-    for goal in sorted({3, 8, 12} & {3 if s == "flash_abft" else 8 if s == "efta_detect" else 12
-                                     for s in schemes}):
+    width = median_bars(ax, shapes, series, overheads)
+    for goal in sorted({3 if s == "flash_abft" else 8 if s == "efta_detect" else 12
+                        for s in schemes}):
         ax.axhline(goal, ls=":", lw=1, color="gray")
     ax.axhline(0, lw=0.5, color="black")
-    label_groups(ax, width, len(bars), [shape_label(p, s, c) for p, s, c in shapes], fontsize=8)
+    label_groups(ax, width, len(series), [shape_label(p, s, c) for p, s, c in shapes], fontsize=8)
     ax.set_ylabel("time over unprotected (%)")
-    ax.set_title(f"Checksums per call or reused, {len(runs)} run(s) in turn: median, min-max "
+    ax.set_title(f"Checksums per call or prepared, {len(runs)} run(s) in turn: median, min-max "
                  "(dotted: the goals)")
     ax.legend(fontsize=7)
     save(fig, folder, name + ".png")
@@ -278,29 +301,18 @@ def prepared_vs_f16(folder, name, runs, precision="f16_pasa"):
     """A precision's speed against f16 of the same run, per shape, with its work on K and V
     (f16_pasa: the shift) done per call and prepared once (`bench --prepare-kv`): a bar at the
     median over the runs, whiskers at their min and max."""
-    speed = {}  # (head_dim, seqlen, causal, prepared) -> [x per run]
-    for run in runs:
-        data = rows(folder, run)
-        if not data:
-            return
-        f16 = {(r["head_dim"], r["seqlen"], r["causal"]): float(r["ms"]) for r in data
-               if r["dtype"] == "f16"}
-        for r in data:
-            key = (r["head_dim"], r["seqlen"], r["causal"])
-            if r["dtype"] == precision and key in f16:
-                speed.setdefault(key + (r.get("prepared_kv", "0"),), []).append(
-                    f16[key] / float(r["ms"]))
+    key = lambda r: (r["head_dim"], r["seqlen"], r["causal"])
+    speed = per_run(
+        runs, folder, lambda r: key(r) if r["dtype"] == "f16" else None,
+        lambda r, f16: (key(r) + (prepared_flag(r),), f16[key(r)] / float(r["ms"]))
+        if r["dtype"] == precision and key(r) in f16 else None)
+    if speed is None:
+        return
     shapes = sorted({k[:3] for k in speed}, key=lambda k: (int(k[0]), k[2], int(k[1])))
+    series = [(("0",), f"{precision}, shift per call"),
+              (("1",), f"{precision}, K and V prepared once")]
     fig, ax = plt.subplots(figsize=(max(9, 1.1 * len(shapes)), 4))
-    width = 0.4
-    for i, prepared in enumerate(("0", "1")):
-        values = [speed.get(k + (prepared,), [0]) for k in shapes]
-        mid = [statistics.median(v) for v in values]
-        ax.bar([x + i * width for x in range(len(shapes))], mid, width,
-               yerr=[[m - min(v) for m, v in zip(mid, values)],
-                     [max(v) - m for m, v in zip(mid, values)]], capsize=2,
-               label=f"{precision}, " + ("K and V prepared once" if prepared == "1"
-                                         else "shift per call"))
+    width = median_bars(ax, shapes, series, speed)
     ax.axhline(1.0, ls=":", lw=1, color="gray")
     ax.set_ylim(0.8, None)
     label_groups(ax, width, 2, [shape_label(f"d{d}", s, c) for d, s, c in shapes], fontsize=8)
