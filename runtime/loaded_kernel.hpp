@@ -11,7 +11,8 @@ namespace ftattn::runtime {
 // Throws NoDeviceError without a GPU, DriverError if the image does not load.
 std::shared_ptr<const Kernel> load_kernel(std::shared_ptr<const CompiledKernel> compiled);
 
-// K's and V's fields of the kernel parameters for `problem` (what a checksum prologue reads);
+// K's and V's fields of the kernel parameters for `problem`, and the softmax scale (what the work
+// on K and V alone reads: a checksum prologue, f16_pasa's shift);
 // throws ConfigError for a problem the kernel cannot run (shape mismatch, misaligned pointers or
 // strides).
 AttentionParams kv_params(const Problem& problem, const KernelConfig& config, const void* k,
