@@ -88,6 +88,9 @@ Command add_run_command(CLI::App& parent, const GlobalOptions& global) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--seed", o->device.seed, "random seed of the inputs")->capture_default_str();
+  cmd->add_flag("--prepare-kv", o->device.prepare_kv,
+                "do the work on K and V alone (checksum prologue, f16_pasa's shift) once, before "
+                "the launches, which then skip it (Kernel::prepare_kv)");
   cmd->add_option("--sparse-block", o->sparse_block,
                   "block-sparse masks: one mask block as <rows>x<cols>, e.g. 128x128");
   cmd->add_option("--density", o->device.density,

@@ -186,6 +186,8 @@ std::string describe_device() {
 void print_result(const DeviceRunResult& r, const DeviceRunOptions& opt) {
   fmt::print("kernel    {} ({})\n", r.config.name(),
              r.from_cache ? "from cache" : fmt::format("compiled in {:.2f} s", r.compile_seconds));
+  if (opt.prepare_kv)
+    fmt::print("prepared  K and V once (Kernel::prepare_kv): the launches below skip that work\n");
   fmt::print("check     {}\n", r.check.summary());
   if (r.timed) {
     fmt::print(
