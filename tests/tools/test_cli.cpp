@@ -293,6 +293,23 @@ TEST_CASE("cli: bench --interleave without a GPU is an error that says so", "[cl
   CHECK(contains(other.err, "--interleave"));
 }
 
+TEST_CASE("cli: run and bench take --prepare-kv, and without a GPU say so", "[cli]") {
+  TempDir dir;
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"run", "--prepare-kv", "--protection", "flash_abft", "--head-dim",
+                                 "128", "--batch", "1", "--heads", "2", "--seqlen", "256"},
+        std::vector<std::string>{"bench", "--prepare-kv", "--precisions", "f16_pasa", "--shapes",
+                                 "128,2,256,1"}}) {
+    const CliResult r = run_cli(dir, with_cache(dir, args), {no_driver_env(dir)});
+    INFO(args[0] << ": " << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK((contains(r.err, "no CUDA driver") || contains(r.err, "no CUDA device")));
+  }
+  const CliResult other = run_cli(dir, with_cache(dir, {"compile", "--prepare-kv"}));
+  CHECK(other.exit_code == 2);
+  CHECK(contains(other.err, "--prepare-kv"));
+}
+
 TEST_CASE("cli: demo without a GPU compiles, inspects and says nothing ran", "[cli]") {
   TempDir dir;
   const CliResult r = run_cli(dir, with_cache(dir, {"demo"}), {no_driver_env(dir)});
