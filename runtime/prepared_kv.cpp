@@ -27,7 +27,9 @@ std::string unpreparable_reason(const KernelConfig& c) {
   if (c.protection == Protection::decoupled)
     return "the decoupled baseline checks its three kernels without a prologue";
   if (c.precision == Precision::int8 || c.precision == Precision::fp8_e4m3)
-    return "int8 and fp8 build their checksum rows from each call's quantised K and V";
+    return "int8 and fp8 build their checksum rows from each call's quantised K and V (to quantise "
+           "a KV cache once, call quantize() once and launch_quantized() per call: "
+           "ftattn/quantize.hpp)";
   if (c.protection == Protection::none && c.precision != Precision::f16_pasa)
     return "it is unprotected: its calls do no work on K and V before the attention";
   return {};

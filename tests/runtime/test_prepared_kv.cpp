@@ -35,6 +35,8 @@ TEST_CASE("prepared kv: checksum schemes and f16_pasa have work to prepare, the 
   for (Precision p : {Precision::int8, Precision::fp8_e4m3}) {
     REQUIRE_CONFIG_ERROR(runtime::require_preparable(scheme(p, Protection::flash_abft)),
                          "quantised");
+    REQUIRE_CONFIG_ERROR(runtime::require_preparable(scheme(p, Protection::none)),
+                         "launch_quantized");
     REQUIRE_CONFIG_ERROR(runtime::require_preparable(scheme(p, Protection::flash_abft)),
                          "ProtectOptions::prepared_kv");
   }
