@@ -171,3 +171,22 @@ TEST_CASE("a compile failure carries NVRTC's log verbatim", "[codegen][nvrtc]") 
     CHECK(std::string(e.what()).find("broken") != std::string::npos);
   }
 }
+
+TEST_CASE("epilogues write O in 16-byte stores", "[codegen][nvrtc]") {
+  // A uint4_ assigned through a pointer was copied member by member: four 32-bit st.global per
+  // 16 bytes of O. Unprotected f16/bf16 kernels store nothing else to global memory but the LSE
+  // (f32). (f16_pasa's shift kernel and the 8-bit mma.sync epilogue still assign a uint4_: their
+  // GPU tests did not run on the change.)
+  const Arch sm80{80, false}, sm90a{90, true};
+  for (const KernelConfig& c :
+       {test::tile_config(64, 64, 64, 4, 2, sm80),
+        test::tile_config(128, 192, 128, 12, 2, sm90a, Precision::f16, Mask::causal),
+        test::tile_config(128, 128, 128, 8, 2, sm90a, Precision::bf16),
+        test::tile_config(64, 64, 128, 4, 2, sm90a, Precision::f16, Mask::causal)}) {
+    INFO(c.name());
+    const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(codegen::generate(c));
+    CHECK(test::count(out.ptx, "st.global.v4.b32") > 0);
+    CHECK(test::count(out.ptx, "st.global.u32") == 0);
+    CHECK(test::count(out.ptx, "st.global.b32") == 0);
+  }
+}

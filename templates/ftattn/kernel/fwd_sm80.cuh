@@ -8,6 +8,7 @@
 #pragma once
 
 #include "ftattn/arch/sm80/cp_async.cuh"
+#include "ftattn/arch/sm80/global.cuh"
 #include "ftattn/arch/sm80/ldmatrix.cuh"
 #include "ftattn/arch/sm80/shared.cuh"
 #include "ftattn/common/faults.cuh"
@@ -434,12 +435,12 @@ __device__ __forceinline__ void store_rows(u16* out, i64 row_stride, int first_r
   if (valid_rows >= Rows) {
 #pragma unroll
     for (int i = 0; i < Rows / rows_per_pass; ++i, dst += step)
-      *reinterpret_cast<uint4_*>(dst) = sm80::ld_shared_u128(src + i * src_step);
+      sm80::st_global_u128(dst, sm80::ld_shared_u128(src + i * src_step));
   } else {
 #pragma unroll
     for (int i = 0; i < Rows / rows_per_pass; ++i, dst += step)
       if (r + i * rows_per_pass < valid_rows)
-        *reinterpret_cast<uint4_*>(dst) = sm80::ld_shared_u128(src + i * src_step);
+        sm80::st_global_u128(dst, sm80::ld_shared_u128(src + i * src_step));
   }
 }
 
@@ -495,7 +496,7 @@ __device__ __forceinline__ void store_output(const AttentionParams& p,
       const int row = row0 + tile_row;
       if (row < row_end()) {
         const uint4_ v = sm80::ld_shared_u128(sQ + (tile_row * T::row_stride + col) * 2);
-        *reinterpret_cast<uint4_*>(out + row * p.o_seq_stride + col) = v;
+        sm80::st_global_u128(out + row * p.o_seq_stride + col, v);
       }
     }
   }

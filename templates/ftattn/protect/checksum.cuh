@@ -23,6 +23,7 @@
 // check_output); see params.cuh and the README for their derivation and defaults.
 #pragma once
 
+#include "ftattn/arch/sm80/global.cuh"
 #include "ftattn/common/faults.cuh"
 #include "ftattn/common/math.cuh"
 #include "ftattn/protect/checks.cuh"
@@ -234,9 +235,8 @@ __device__ __forceinline__ void checksum_prologue(const AttentionParams& p) {
             hi[i] = (a & 0xffffu) | (b << 16);
             lo[i] = (a >> 16) | (b & 0xffff0000u);
           }
-          *reinterpret_cast<uint4_*>(kc + row * D + chunk * 8) = uint4_{hi[0], hi[1], hi[2], hi[3]};
-          *reinterpret_cast<uint4_*>(kc + (row + 1) * D + chunk * 8) =
-              uint4_{lo[0], lo[1], lo[2], lo[3]};
+          sm80::st_global_u128(kc + row * D + chunk * 8, uint4_{hi[0], hi[1], hi[2], hi[3]});
+          sm80::st_global_u128(kc + (row + 1) * D + chunk * 8, uint4_{lo[0], lo[1], lo[2], lo[3]});
         };
         store(c1, 2 * t);
         if constexpr (Pr::correct) store(c2, 8 + 2 * t);
