@@ -111,7 +111,7 @@ class LoadedKernel final : public Kernel {
         enqueue_pasa_shift(shift_, c, problem, run, pasa_workspace_, stream);
     }
     if (c.protection != Protection::none || protect.inject)
-      protector_.prepare(prologue_, c, problem, run, stream, protect);
+      protector_.prepare(prologue_, c, problem, run, stream, protect, prepared);
     if (c.protection == Protection::decoupled) {  // three kernels over a global S and P
       decoupled_.launch(module_, compiled_->symbol, c, problem, run, stream);
       return;

@@ -63,7 +63,7 @@ Thresholds effective_thresholds(Precision precision, Protection protection,
 
 void ProtectedLauncher::prepare(CUfunction prologue, const KernelConfig& config,
                                 const Problem& problem, AttentionParams& params, CUstream stream,
-                                const ProtectOptions& options) {
+                                const ProtectOptions& options, const PreparedKv::State* prepared) {
   const DriverApi& api = driver();
   if (options.max_events < 0) throw ConfigError("ProtectOptions::max_events must be >= 0");
   // The log: counters reset on the stream; capacity written once per size.
@@ -108,10 +108,9 @@ void ProtectedLauncher::prepare(CUfunction prologue, const KernelConfig& config,
     params.fault = FaultPlanParams{};
   }
 
-  // Checksums prepared earlier for this K and V (the caller checked that they serve this call:
-  // prepared_for): no prologue.
-  if (options.prepared_kv != nullptr && options.prepared_kv->state()->checksums.bytes() > 0) {
-    params.checksums = options.prepared_kv->state()->checksums.data();
+  // Checksums prepared earlier for this K and V: no prologue.
+  if (prepared != nullptr && prepared->checksums.bytes() > 0) {
+    params.checksums = prepared->checksums.data();
     return;
   }
   // No prologue: the kernel's checksums come from elsewhere (int8's digit rows, built by the
