@@ -174,19 +174,48 @@ TEST_CASE("a compile failure carries NVRTC's log verbatim", "[codegen][nvrtc]") 
 
 TEST_CASE("epilogues write O in 16-byte stores", "[codegen][nvrtc]") {
   // A uint4_ assigned through a pointer was copied member by member: four 32-bit st.global per
-  // 16 bytes of O. Unprotected f16/bf16 kernels store nothing else to global memory but the LSE
-  // (f32). (f16_pasa's shift kernel and the 8-bit mma.sync epilogue still assign a uint4_: their
-  // GPU tests did not run on the change.)
+  // 16 bytes of O. Each attention kernel stores nothing else to global memory but the LSE (f32);
+  // f16_pasa's shift kernel writes K' 16 bytes at a time, the 8-bit row quantiser 8 at a time.
   const Arch sm80{80, false}, sm90a{90, true};
+  // The PTX of one entry: from its .entry line to the next one.
+  auto entry = [](const std::string& ptx, const std::string& symbol) {
+    const size_t at = ptx.find(".entry " + symbol + "(");
+    REQUIRE(at != std::string::npos);
+    return ptx.substr(at, ptx.find(".entry ", at + 1) - at);
+  };
+  auto no_narrow_stores = [](const std::string& body) {
+    CHECK(test::count(body, "st.global.u32") == 0);
+    CHECK(test::count(body, "st.global.b32") == 0);
+    CHECK(test::count(body, "st.global.u16") == 0);
+  };
   for (const KernelConfig& c :
        {test::tile_config(64, 64, 64, 4, 2, sm80),
         test::tile_config(128, 192, 128, 12, 2, sm90a, Precision::f16, Mask::causal),
         test::tile_config(128, 128, 128, 8, 2, sm90a, Precision::bf16),
-        test::tile_config(64, 64, 128, 4, 2, sm90a, Precision::f16, Mask::causal)}) {
+        test::tile_config(64, 64, 128, 4, 2, sm90a, Precision::f16, Mask::causal),
+        make(128, Precision::int8, Mask::none, sm80),
+        make(128, Precision::int8, Mask::causal, sm90a),
+        make(64, Precision::fp8_e4m3, Mask::none, sm90a),
+        make(128, Precision::f16_pasa, Mask::none, sm80),
+        make(128, Precision::f16_pasa, Mask::causal, sm90a)}) {
     INFO(c.name());
-    const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(codegen::generate(c));
-    CHECK(test::count(out.ptx, "st.global.v4.b32") > 0);
-    CHECK(test::count(out.ptx, "st.global.u32") == 0);
-    CHECK(test::count(out.ptx, "st.global.b32") == 0);
+    const codegen::KernelSource source = codegen::generate(c);
+    const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(source);
+    const std::string body = entry(out.ptx, source.symbol);
+    CHECK(test::count(body, "st.global.v4.b32") > 0);
+    no_narrow_stores(body);
+    if (c.precision == Precision::f16_pasa) {
+      const std::string shift = entry(out.ptx, codegen::pasa_shift_symbol(source.symbol));
+      CHECK(test::count(shift, "st.global.v4.b32") > 0);
+      // (It also writes the block's shift row, one 16-bit value per column.)
+      CHECK(test::count(shift, "st.global.u32") == 0);
+      CHECK(test::count(shift, "st.global.b32") == 0);
+    }
+    if (c.precision == Precision::int8 || c.precision == Precision::fp8_e4m3) {
+      const std::string rows =
+          entry(out.ptx, codegen::quantize_symbol(source.symbol, "quantize_rows", Precision::f16));
+      CHECK(test::count(rows, "st.global.v2.b32") > 0);
+      CHECK(test::count(rows, "st.global.u32") == 0);
+    }
   }
 }

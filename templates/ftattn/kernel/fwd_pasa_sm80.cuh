@@ -29,6 +29,7 @@
 #pragma once
 
 #include "ftattn/arch/sm80/cp_async.cuh"
+#include "ftattn/arch/sm80/global.cuh"
 #include "ftattn/arch/sm80/ldmatrix.cuh"
 #include "ftattn/arch/sm80/shared.cuh"
 #include "ftattn/common/math.cuh"
@@ -137,7 +138,7 @@ __device__ __forceinline__ void pasa_shift_sm80(const PasaShiftParams& p, float 
         for (int j = 0; j < 4; ++j)
           o[j] = P::pack(p.scale_log2 * (P::lo(w[j]) - r[2 * j]),
                          p.scale_log2 * (P::hi(w[j]) - r[2 * j + 1]));
-        *reinterpret_cast<uint4_*>(out + row * T::head_dim + col) = uint4_{o[0], o[1], o[2], o[3]};
+        sm80::st_global_u128(out + row * T::head_dim + col, uint4_{o[0], o[1], o[2], o[3]});
       }
     }
   }

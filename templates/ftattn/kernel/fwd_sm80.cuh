@@ -416,34 +416,6 @@ __device__ __forceinline__ void check_output(const AttentionParams& p, float (&o
     }
 }
 
-// Writes a warp's Rows output rows, staged in the Q tile from `staged` on, to global rows
-// first_row.. of `out` (`row_stride` elements apart), in 16-byte chunks, when lanes cover whole
-// rows (head dims 32, 64, 128, 256): each lane walks one column down a running pointer, its
-// shared addresses differ by constants, and a tile inside the sequence (valid_rows >= Rows)
-// checks no row.
-template <class T, int Rows>
-__device__ __forceinline__ void store_rows(u16* out, i64 row_stride, int first_row, u32 staged,
-                                           int valid_rows, int lane) {
-  constexpr int cpr = T::chunks_per_row;
-  constexpr int rows_per_pass = 32 / cpr;
-  static_assert(32 % cpr == 0 && Rows % rows_per_pass == 0, "lanes must cover whole rows");
-  const int r = lane / cpr, col = (lane % cpr) * 8;
-  u16* dst = out + (first_row + r) * row_stride + col;
-  const i64 step = rows_per_pass * row_stride;
-  const u32 src = staged + (r * T::row_stride + col) * 2;
-  constexpr u32 src_step = rows_per_pass * T::row_stride * 2;
-  if (valid_rows >= Rows) {
-#pragma unroll
-    for (int i = 0; i < Rows / rows_per_pass; ++i, dst += step)
-      sm80::st_global_u128(dst, sm80::ld_shared_u128(src + i * src_step));
-  } else {
-#pragma unroll
-    for (int i = 0; i < Rows / rows_per_pass; ++i, dst += step)
-      if (r + i * rows_per_pass < valid_rows)
-        sm80::st_global_u128(dst, sm80::ld_shared_u128(src + i * src_step));
-  }
-}
-
 // Epilogue: O / l, converted, staged in this warp's own rows of the Q tile (no other warp reads
 // them), then written out in coalesced 16-byte rows. LSE = (row_max * max_scale + log2 l) * ln 2,
 // with max_scale taking row_max to base-2 logits. Rows that see no key get O = 0 and LSE = -inf.
@@ -485,8 +457,9 @@ __device__ __forceinline__ void store_output(const AttentionParams& p,
   // 96 bytes instead of 16 in Flash-ABFT's main loop, with the lane offsets as well causal
   // Flash-ABFT ran 5% slower.
   if constexpr (!T::Protect::enabled && 32 % T::chunks_per_row == 0) {
-    store_rows<T, kMT * 16>(out, p.o_seq_stride, row0 + warp_row, sQ + warp_row * T::row_stride * 2,
-                            row_end() - row0 - warp_row, lane);
+    sm80::store_rows<T::chunks_per_row, kMT * 16, T::row_stride * 2>(
+        out, p.o_seq_stride, row0 + warp_row, sQ + warp_row * T::row_stride * 2,
+        row_end() - row0 - warp_row, lane);
   } else {
     constexpr int warp_chunks = kMT * 16 * T::chunks_per_row;
 #pragma unroll

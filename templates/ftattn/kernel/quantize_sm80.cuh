@@ -9,6 +9,7 @@
 //                   of fwd_q8_sm80.cuh, keys past the end as 0.
 #pragma once
 
+#include "ftattn/arch/sm80/global.cuh"
 #include "ftattn/common/types.cuh"
 #include "ftattn/quantize_params.cuh"
 
@@ -120,10 +121,9 @@ __device__ __forceinline__ void quantize_rows(const QuantizeParams& p) {
   if (active) {
     u32 w[2];
     quant::pack8<Q8>(x, inv, w);
-    u32* dst = reinterpret_cast<u32*>(static_cast<char*>(p.out) +
-                                      (static_cast<i64>(bh) * p.seqlen + s) * HeadDim + c * 8);
-    dst[0] = w[0];
-    dst[1] = w[1];
+    sm80::st_global_u64(
+        static_cast<char*>(p.out) + (static_cast<i64>(bh) * p.seqlen + s) * HeadDim + c * 8, w[0],
+        w[1]);
   }
   if (c == 0) p.scale[row] = amax / Q8::range;
 }
@@ -167,12 +167,10 @@ __device__ __forceinline__ void quantize_key_blocks(const QuantizeParams& p) {
     if (idx < 64 * chunks && key < p.seqlen) {
       float x[8];
       quant::unpack8<In>(raw[j], x);
-      u32* dst = reinterpret_cast<u32*>(static_cast<char*>(p.out) +
-                                        (bh * p.seqlen + key) * HeadDim + c * 8);
       u32 w[2];
       quant::pack8<Q8>(x, inv, w);
-      dst[0] = w[0];
-      dst[1] = w[1];
+      sm80::st_global_u64(static_cast<char*>(p.out) + (bh * p.seqlen + key) * HeadDim + c * 8, w[0],
+                          w[1]);
     }
   }
   for (int key = key0 + threadIdx.x; key < min(key0 + 64, p.scale_seq); key += 128)
