@@ -17,8 +17,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def rows(folder, name):
+    """A CSV's rows; `file.csv#build=new,round=1` keeps the rows of one build and round of an
+    ab.py CSV (a run of its own)."""
+    name, _, select = name.partition("#")
     path = os.path.join(folder, name)
-    return list(csv.DictReader(open(path))) if os.path.exists(path) else None
+    if not os.path.exists(path):
+        return None
+    want = dict(kv.split("=", 1) for kv in select.split(",")) if select else {}
+    return [r for r in csv.DictReader(open(path)) if all(r.get(k) == v for k, v in want.items())]
 
 
 def save(fig, folder, name):
@@ -379,6 +385,12 @@ def main():
                     "abft_reuse_bf16_1.csv", "abft_reuse_bf16_2.csv"])
     reuse_overhead(folder, "efta_reuse", ["efta_reuse_f16.csv"], ("efta_detect", "efta_correct"))
     prepared_vs_f16(folder, "pasa_prepared", ["pasa_prepared_1.csv", "pasa_prepared_2.csv"])
+    # The goal tables against the unprotected kernel with 16-byte O stores (2026-11-27): the
+    # landed build's rounds of two A/B runs.
+    new_rounds = lambda csv_name: [f"{csv_name}#build=new,round={r}" for r in (1, 2)]
+    reuse_overhead(folder, "goals_protect_stg128", new_rounds("protected_store_rows_ab.csv"),
+                   ("flash_abft", "efta_detect", "efta_correct"))
+    prepared_vs_f16(folder, "goals_pasa_stg128", new_rounds("q8_store_rows_pasa_shift_ab.csv"))
     llvm_campaign(folder)
 
 
