@@ -46,7 +46,23 @@ def run_bench(path, bench_args, cache_dir):
 
 
 # A kernel's identity across builds: the shape, and the config and scheme it ran.
-KEY = ("head_dim", "seqlen", "batch", "heads", "causal", "dtype", "config", "protection")
+KEY = ("head_dim", "seqlen", "batch", "heads", "causal", "dtype", "config", "protection",
+       "prepared_kv")
+
+
+def key_of(r):
+    """A kernel's row key: a kernel timed with K and V prepared once (bench --prepare-kv) is a
+    row of its own beside the same kernel per call (CSVs before that column: per call)."""
+    return tuple((r.get(k) or "0") if k == "prepared_kv" else r[k] for k in KEY)
+
+
+def kernel_label(key, with_protection=False):
+    protection = "" if key[7] == "none" and not with_protection else " " + key[7]
+    return key[6] + protection + (" prepared" if key[8] == "1" else "")
+
+
+def sort_key(k):
+    return (int(k[0]), k[6], k[7], k[4], k[8], int(k[1]))
 
 
 def summarize(rows, names):
@@ -56,7 +72,7 @@ def summarize(rows, names):
     for r in rows:
         if r.get("passed") != "1":
             continue
-        key = tuple(r[k] for k in KEY)
+        key = key_of(r)
         times.setdefault(key, {}).setdefault(r["build"], []).append(float(r["ms"]))
     return {k: {b: statistics.median(v) for b, v in per.items()} for k, per in times.items()}
 
@@ -74,7 +90,7 @@ def overheads(rows):
             continue
         if tuple(r[k] for k in shape) not in timed_none:
             continue
-        key = tuple(r[k] for k in KEY)
+        key = key_of(r)
         out.setdefault(key, {}).setdefault(r["build"], []).append(float(r["overhead_vs_none"]))
     return {k: {b: statistics.median(v) for b, v in per.items()} for k, per in out.items()}
 
@@ -88,19 +104,24 @@ def plot(summary, names, path):
     except ImportError:
         print("ab.py: no matplotlib, no plot", file=sys.stderr)
         return
-    keys = sorted(summary, key=lambda k: (int(k[0]), k[6], k[7], k[4], int(k[1])))
+    keys = sorted(summary, key=sort_key)
     fig, ax = plt.subplots(figsize=(max(8, 0.6 * len(keys)), 4))
     width = 0.8 / (len(names) - 1)
+    shown = []
     for i, name in enumerate(names[1:]):
         ys = [summary[k][names[0]] / summary[k][name]
               if names[0] in summary[k] and name in summary[k] else 0 for k in keys]
+        shown += [y for y in ys if y > 0]
         ax.bar([x + i * width for x in range(len(keys))], ys, width, label=name)
     ax.axhline(1.0, ls=":", lw=1, color="gray")
     ax.set_xticks([x + width * (len(names) - 2) / 2 for x in range(len(keys))])
-    ax.set_xticklabels([f"d{k[0]} s{k[1]}\n{'causal' if k[4] == '1' else 'none'}"
-                        f"{'' if k[7] == 'none' else ' ' + k[7]}" for k in keys], fontsize=7)
+    ax.set_xticklabels([f"d{k[0]} s{k[1]} {k[5]} {'causal' if k[4] == '1' else 'none'}"
+                        f"{'' if k[7] == 'none' else ' ' + k[7]}"
+                        f"{' prepared' if k[8] == '1' else ''}" for k in keys],
+                       fontsize=7, rotation=90)
     ax.set_ylabel(f"speed against {names[0]}")
-    ax.set_ylim(bottom=min(0.8, ax.get_ylim()[0]))
+    # Ratios sit near 1: start the axis just below the lowest (a missing one is a bar at 0).
+    ax.set_ylim(bottom=min([0.9] + [y - 0.05 for y in shown]))
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -112,12 +133,25 @@ def main(argv):
     ap.add_argument("--bin", action="append", default=[], metavar="NAME=PATH",
                     help="a build to time; the first is the baseline")
     ap.add_argument("--rounds", type=int, default=3, help="alternating sweeps (default 3)")
-    ap.add_argument("--out", required=True, help="CSV to write; a PNG goes beside it")
+    ap.add_argument("--out", help="CSV to write; a PNG goes beside it")
+    ap.add_argument("--from-csv", metavar="CSV",
+                    help="time nothing: print the tables of a CSV this script wrote and redraw "
+                         "the PNG beside it (builds in the order they appear)")
     ap.add_argument("--caches", metavar="DIR",
                     help="kernel caches as DIR/NAME per build, kept (default: a temporary "
                          "directory); a cache compiled beforehand keeps NVRTC out of the run")
     ap.add_argument("bench_args", nargs="*", help="after --: arguments for ftattn bench")
     args = ap.parse_args(argv)
+    if args.from_csv:
+        if args.bin or args.out or args.bench_args:
+            raise SystemExit("ab.py: --from-csv takes no --bin, --out or bench arguments")
+        rows = list(csv.DictReader(open(args.from_csv)))
+        names = list(dict.fromkeys(r["build"] for r in rows))
+        if len(names) < 2:
+            raise SystemExit(f"ab.py: {args.from_csv} holds fewer than two builds")
+        return report(rows, names, args.from_csv)
+    if not args.out:
+        raise SystemExit("ab.py: --out names the CSV to write (or give --from-csv)")
     if args.rounds < 1:
         raise SystemExit("ab.py: --rounds must be at least 1")
     bins = parse_bins(args.bin)
@@ -142,27 +176,31 @@ def main(argv):
         w.writeheader()
         w.writerows(rows)
     print("wrote", args.out)
+    return report(rows, names, args.out)
 
+
+def report(rows, names, csv_path):
+    """Prints the speed and overhead tables, draws the PNG beside the CSV; 1 if any kernel failed
+    its reference check."""
     summary = summarize(rows, names)
     print(f"{'kernel':<58} {'shape':<18}" + "".join(f" {n[:14]:>14}" for n in names))
-    for key in sorted(summary, key=lambda k: (int(k[0]), k[6], k[7], k[4], int(k[1]))):
+    for key in sorted(summary, key=sort_key):
         per = summary[key]
         base = per.get(names[0])
         cells = [f"{per[names[0]]:11.4f} ms" if base else f"{'-':>14}"]
         for n in names[1:]:
             cells.append(f"{base / per[n]:13.3f}x" if base and n in per else f"{'-':>14}")
         shape = f"s{key[1]} b{key[2]} h{key[3]}"
-        print(f"{key[6] + ('' if key[7] == 'none' else ' ' + key[7]):<58} {shape:<18} "
-              + " ".join(cells))
+        print(f"{kernel_label(key):<58} {shape:<18} " + " ".join(cells))
     over = overheads(rows)
     if over:
         print("overhead against each build's own unprotected kernel (median over rounds)")
-        for key in sorted(over, key=lambda k: (int(k[0]), k[6], k[7], k[4], int(k[1]))):
+        for key in sorted(over, key=sort_key):
             per = over[key]
             cells = [f"{100 * per[n]:+13.1f}%" if n in per else f"{'-':>14}" for n in names]
             shape = f"s{key[1]} b{key[2]} h{key[3]}"
-            print(f"{key[6] + ' ' + key[7]:<58} {shape:<18} " + " ".join(cells))
-    plot(summary, names, os.path.splitext(args.out)[0] + ".png")
+            print(f"{kernel_label(key, True):<58} {shape:<18} " + " ".join(cells))
+    plot(summary, names, os.path.splitext(csv_path)[0] + ".png")
 
     failed = [r for r in rows if r.get("passed") != "1"]
     for r in failed:

@@ -3,6 +3,7 @@
 combined CSV, speed ratios against the first build, and a failed reference check in the exit
 code."""
 import csv
+import importlib.util
 import io
 import os
 import stat
@@ -14,28 +15,43 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import ab  # noqa: E402
 
 FAKE = """#!/usr/bin/env bash
-# A fake `ftattn bench --csv -`: logs its call, prints two kernels at {ms} ms.
+# A fake `ftattn bench --csv -`: logs its call, prints two kernels at {ms} ms, and k_abft also
+# with K and V prepared once (bench --prepare-kv) at {ms_prepared} ms.
 echo "{name} $FTATTN_CACHE_DIR $*" >> "{log}"
-echo "head_dim,seqlen,batch,heads,causal,dtype,config,ms,min_ms,tflops,rel_l2_error,passed,protection,overhead_vs_none"
-echo "128,512,32,32,0,f16,k_none,{ms},{ms},300,1e-4,{passed},none,0"
-echo "128,512,32,32,1,f16,k_causal,{ms2},{ms2},200,1e-4,1,none,0"
-echo "128,512,32,32,0,f16,k_abft,{ms},{ms},300,1e-4,{passed},flash_abft,{overhead}"
-echo "128,512,32,32,1,f16,k_abft_causal,{ms2},{ms2},200,1e-4,1,flash_abft,0.5"
+echo "head_dim,seqlen,batch,heads,causal,dtype,config,ms,min_ms,tflops,rel_l2_error,passed,protection,overhead_vs_none,prepared_kv"
+echo "128,512,32,32,0,f16,k_none,{ms},{ms},300,1e-4,{passed},none,0,0"
+echo "128,512,32,32,1,f16,k_causal,{ms2},{ms2},200,1e-4,1,none,0,0"
+echo "128,512,32,32,0,f16,k_abft,{ms},{ms},300,1e-4,{passed},flash_abft,{overhead},0"
+echo "128,512,32,32,0,f16,k_abft,{ms_prepared},{ms_prepared},300,1e-4,{passed},flash_abft,0.01,1"
+echo "128,512,32,32,1,f16,k_abft_causal,{ms2},{ms2},200,1e-4,1,flash_abft,0.5,0"
 """
 
 
-def fake(folder, name, ms, ms2, passed, log, overhead=0.05):
+def fake(folder, name, ms, ms2, passed, log, overhead=0.05, ms_prepared=None):
     path = os.path.join(folder, name)
     with open(path, "w") as f:
-        f.write(FAKE.format(name=name, ms=ms, ms2=ms2, passed=passed, log=log, overhead=overhead))
+        f.write(FAKE.format(name=name, ms=ms, ms2=ms2, passed=passed, log=log, overhead=overhead,
+                            ms_prepared=ms if ms_prepared is None else ms_prepared))
     os.chmod(path, os.stat(path).st_mode | stat.S_IEXEC)
     return path
 
 
+def label(line):
+    """A table line's kernel label: the words before the shape (s512 ...)."""
+    return line[:line.index(" s512")].strip()
+
+
+def speed_lines(lines):
+    """The speed table's lines by kernel label (those before the overhead table)."""
+    end = next((i for i, line in enumerate(lines) if line.startswith("overhead against")),
+               len(lines))
+    return {label(line): line for line in lines[:end] if line.startswith("k_")}
+
+
 def overhead_lines(lines):
-    """The overhead table's lines by kernel (those after its heading)."""
+    """The overhead table's lines by kernel label (those after its heading)."""
     start = next(i for i, line in enumerate(lines) if line.startswith("overhead against"))
-    return {line.split()[0]: line for line in lines[start + 1:] if line.startswith("k_")}
+    return {label(line): line for line in lines[start + 1:] if line.startswith("k_")}
 
 
 def check(cond, what):
@@ -47,7 +63,7 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         log = os.path.join(d, "calls.log")
         a = fake(d, "a", 2.0, 1.0, 1, log)
-        b = fake(d, "b", 1.0, 2.0, 1, log, overhead=0.02)
+        b = fake(d, "b", 1.0, 2.0, 1, log, overhead=0.02, ms_prepared=4.0)
         out = os.path.join(d, "ab.csv")
         text = io.StringIO()
         with redirect_stdout(text):
@@ -62,20 +78,35 @@ def main():
         caches = {c[0]: c[1] for c in calls}
         check(caches["a"] != caches["b"], "the builds share a kernel cache")
         rows = list(csv.DictReader(open(out)))
-        check(len(rows) == 24, len(rows))
+        check(len(rows) == 30, len(rows))
         check({r["build"] for r in rows} == {"base", "new"}, rows[0])
         check({r["round"] for r in rows} == {"1", "2", "3"}, rows[0])
         # new is twice as fast on k_none and half as fast on k_causal.
         lines = text.getvalue().splitlines()
-        none_line = next(line for line in lines if line.startswith("k_none"))
-        causal_line = next(line for line in lines if line.startswith("k_causal"))
-        check(none_line.split()[-1] == "2.000x", none_line)
-        check(causal_line.split()[-1] == "0.500x", causal_line)
+        speed = speed_lines(lines)
+        check(speed["k_none"].split()[-1] == "2.000x", speed)
+        check(speed["k_causal"].split()[-1] == "0.500x", speed)
+        # A kernel with K and V prepared once is a row of its own: base's prepared k_abft runs
+        # at 2 ms, new's at 4 ms (0.5x), while per call new's runs twice as fast.
+        check(speed["k_abft flash_abft"].split()[-1] == "2.000x", speed)
+        check(speed["k_abft flash_abft prepared"].split()[-1] == "0.500x", speed)
         # Each build's protected kernel against its own unprotected one, as the bench gave it,
         # in a second table after the speed ratios.
         over = overhead_lines(lines)
-        check(over["k_abft"].split()[-2:] == ["+5.0%", "+2.0%"], over)
-        check(over["k_abft_causal"].split()[-2:] == ["+50.0%", "+50.0%"], over)
+        check(over["k_abft flash_abft"].split()[-2:] == ["+5.0%", "+2.0%"], over)
+        check(over["k_abft flash_abft prepared"].split()[-2:] == ["+1.0%", "+1.0%"], over)
+        check(over["k_abft_causal flash_abft"].split()[-2:] == ["+50.0%", "+50.0%"], over)
+        # --from-csv prints the same tables from the CSV alone, timing nothing.
+        open(log, "w").close()
+        again = io.StringIO()
+        with redirect_stdout(again):
+            rc = ab.main(["--from-csv", out])
+        check(rc == 0, f"--from-csv exit code {rc}")
+        check(open(log).read() == "", "--from-csv ran a build")
+        table = [line for line in again.getvalue().splitlines() if line.startswith("k_")]
+        check(table == [line for line in lines if line.startswith("k_")], again.getvalue())
+        if importlib.util.find_spec("matplotlib") is not None:
+            check(os.path.exists(os.path.splitext(out)[0] + ".png"), "no PNG beside the CSV")
 
         # A failed reference check in any build makes the exit code 1.
         open(log, "w").close()
@@ -94,20 +125,21 @@ def main():
                           out])
         check(rc == 1, f"a failed check gave exit code {rc}")
         lines = text.getvalue().splitlines()
-        none_line = next(line for line in lines if line.startswith("k_none"))
-        causal_line = next(line for line in lines if line.startswith("k_causal"))
-        check(none_line.split()[-1] == "-", none_line)
-        check(causal_line.split()[-1] == "0.500x", causal_line)
+        speed = speed_lines(lines)
+        check(speed["k_none"].split()[-1] == "-", speed)
+        check(speed["k_causal"].split()[-1] == "0.500x", speed)
         # zero's unprotected k_none failed, so its k_abft has no overhead ('-'); its causal
         # pair still has one.
         over = overhead_lines(lines)
-        check(over["k_abft"].split()[-1] == "-", over)
-        check(over["k_abft_causal"].split()[-1] == "+50.0%", over)
+        check(over["k_abft flash_abft"].split()[-1] == "-", over)
+        check(over["k_abft_causal flash_abft"].split()[-1] == "+50.0%", over)
 
         # Bad arguments are refused with a reason.
         for argv, reason in ((["--bin", f"base={a}", "--out", out], "at least two"),
                              (["--bin", f"x={a}", "--bin", f"x={b}", "--out", out], "twice"),
-                             (["--bin", a, "--bin", f"y={b}", "--out", out], "NAME=PATH")):
+                             (["--bin", a, "--bin", f"y={b}", "--out", out], "NAME=PATH"),
+                             (["--bin", f"x={a}", "--bin", f"y={b}"], "--out"),
+                             (["--from-csv", out, "--out", out], "--from-csv takes no")):
             try:
                 ab.main(argv)
                 raise AssertionError(f"{argv} was accepted")
