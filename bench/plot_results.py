@@ -5,7 +5,6 @@ outcomes. A CSV that is missing is skipped.
 
     python3 bench/plot_results.py bench/results/nvidia-h100
 """
-import csv
 import statistics
 import os
 import sys
@@ -14,17 +13,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-
-
-def rows(folder, name):
-    """A CSV's rows; `file.csv#build=new,round=1` keeps the rows of one build and round of an
-    ab.py CSV (a run of its own)."""
-    name, _, select = name.partition("#")
-    path = os.path.join(folder, name)
-    if not os.path.exists(path):
-        return None
-    want = dict(kv.split("=", 1) for kv in select.split(",")) if select else {}
-    return [r for r in csv.DictReader(open(path)) if all(r.get(k) == v for k, v in want.items())]
+from results_csv import prepared_flag, rows  # noqa: E402
 
 
 def save(fig, folder, name):
@@ -267,11 +256,6 @@ def median_bars(ax, shapes, series, values):
                yerr=[[m - min(x) for m, x in zip(mid, v)], [max(x) - m for m, x in zip(mid, v)]],
                capsize=2, label=label)
     return width
-
-
-def prepared_flag(r):
-    # prepared_kv: bench --prepare-kv; reused_checksums: the same before its rename
-    return r.get("prepared_kv", r.get("reused_checksums", "0"))
 
 
 def reuse_overhead(folder, name, runs, schemes=("flash_abft",)):
