@@ -452,10 +452,9 @@ __device__ __forceinline__ void store_output(const AttentionParams& p,
   __syncwarp();
   u16* out = static_cast<u16*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
   // Lanes covering whole rows: ncu put 8% of an H100's stall samples in the loop below at d128,
-  // seqlen 512 (a 64-bit row product and a bounds check per chunk). Protected kernels keep it
-  // and their lane indices, so their SASS is unchanged: with this epilogue alone ptxas spilled
-  // 96 bytes instead of 16 in Flash-ABFT's main loop, with the lane offsets as well causal
-  // Flash-ABFT ran 5% slower.
+  // seqlen 512 (a 64-bit row product and a bounds check per chunk). Protected kernels keep the
+  // loop: on store_rows Flash-ABFT once spilled 96 bytes instead of 16 and ran 5% slower causal;
+  // with 16-byte stores it no longer spills more, and ran 0.975-1.009x (every scheme, H100).
   if constexpr (!T::Protect::enabled && 32 % T::chunks_per_row == 0) {
     sm80::store_rows<T::chunks_per_row, kMT * 16, T::row_stride * 2>(
         out, p.o_seq_stride, row0 + warp_row, sQ + warp_row * T::row_stride * 2,
