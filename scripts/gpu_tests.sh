@@ -20,12 +20,13 @@ mkdir -p "$log_dir"
 run_case() {
   local index=$1 name=$2 log="$log_dir/case_$1.log"
   # Catch2 splits a spec at commas: escape them to name one case.
+  local start=$SECONDS
   timeout "$limit" "$bin" "${name//,/\\,}" >"$log" 2>&1
-  local rc=$?
+  local rc=$? took=$((SECONDS - start))
   local result
   result=$(grep -E "^(All tests passed|test cases:)" "$log" | tail -1)
   [ $rc -eq 124 ] && result="ran past ${limit} s"
-  printf 'rc=%s | %s | %s\n' "$rc" "$name" "$result"
+  printf 'rc=%s | %4d s | %s | %s\n' "$rc" "$took" "$name" "$result"
   [ $rc -eq 0 ] && rm -f "$log"
 }
 export -f run_case
