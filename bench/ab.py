@@ -20,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 
+from results_csv import prepared_flag
+
 
 def parse_bins(specs):
     bins = []
@@ -53,7 +55,7 @@ KEY = ("head_dim", "seqlen", "batch", "heads", "causal", "dtype", "config", "pro
 def key_of(r):
     """A kernel's row key: a kernel timed with K and V prepared once (bench --prepare-kv) is a
     row of its own beside the same kernel per call (CSVs before that column: per call)."""
-    return tuple((r.get(k) or "0") if k == "prepared_kv" else r[k] for k in KEY)
+    return tuple(prepared_flag(r) if k == "prepared_kv" else r[k] for k in KEY)
 
 
 def kernel_label(key, with_protection=False):
