@@ -20,7 +20,6 @@
 
 #include "codegen/checksum_atoms.hpp"
 #include "ftattn/errors.hpp"
-#include "ftattn/protect/v_sums_layout.cuh"
 #include "runtime/hash.hpp"
 
 namespace ftattn {
@@ -166,8 +165,7 @@ void require_complete(const KernelConfig& c, std::string_view action) {
 void check_arch(Arch arch, std::string_view as_written) {
   if (arch.is_auto()) {
     throw ConfigError(
-        "arch is auto: resolve it to the device's arch first (Runtime::resolve or "
-        "with_defaults)");
+        "arch is auto: resolve it to the device's arch first (Runtime::resolve or with_defaults)");
   }
   if (!contains(kSupportedSms, arch.sm)) {
     throw ConfigError(fmt::format(
@@ -296,10 +294,9 @@ Arch Arch::parse(std::string_view text) {
   }
   std::optional<int> sm = parse_positive(rest);
   if (!sm) {
-    throw ConfigError(
-        fmt::format("bad arch '{}': expected sm_<NN> or sm_<NN>a, e.g. sm_80, sm_86, sm_90a; "
-                    "supported are {}",
-                    text, supported_arch_list()));
+    throw ConfigError(fmt::format(
+        "bad arch '{}': expected sm_<NN> or sm_<NN>a, e.g. sm_80, sm_86, sm_90a; supported are {}",
+        text, supported_arch_list()));
   }
   arch.sm = *sm;
   detail::check_arch(arch, text);
@@ -362,12 +359,6 @@ bool warp_specialized(const KernelConfig& c) {
   return uses_wgmma(c) && (element_bytes(c.precision) == 2 || q8) && (c.num_warps == 8 || three);
 }
 
-bool sums_v_in_kernel(const KernelConfig& c) {
-  // FwdWgmmaTraits::sums_v (kernel/fwd_sm90.cuh).
-  return c.protection == Protection::flash_abft &&
-         (c.precision == Precision::f16 || c.precision == Precision::bf16) && warp_specialized(c);
-}
-
 bool q8_tensor_maps(const KernelConfig& c) {
   return element_bytes(c.precision) == 1 && uses_wgmma(c);
 }
@@ -379,12 +370,9 @@ int64_t wgmma16_tiles_bytes(const KernelConfig& c) {
   auto align = [](int64_t b) { return (b + 1023) / 1024 * 1024; };
   const int64_t row = 2 * int64_t{c.head_dim};
   // Checksums: EFTA's 8 rows per K atom below the keys, V's chunks in one more 128-byte atom
-  // per key, or V's row sums where the kernel sums V itself. f16_pasa: the shift rows of 8 blocks
-  // below the keys.
+  // per key. f16_pasa: the shift rows of 8 blocks below the keys.
   const auto [k_atoms, v_atoms] = codegen::checksum_atoms(c.protection);
-  const int64_t checksum_atom = sums_v_in_kernel(c) ? protect::kVSumsBytes
-                                : v_atoms > 0       ? 128 * c.block_n
-                                                    : 0;
+  const int64_t checksum_atom = v_atoms > 0 ? 128 * c.block_n : 0;
   const int64_t shift_rows = c.precision == Precision::f16_pasa ? 8 : 0;
   const int64_t loop =
       align(c.block_m * row) + c.num_stages * (align((c.block_n + 8 * k_atoms + shift_rows) * row) +
@@ -593,10 +581,9 @@ KernelConfig KernelConfig::parse(std::string_view name) {
     take_class("-inject-", c.ir_inject);
     take_class("-harden-", c.ir_harden);
     if (!rest.empty()) {
-      throw fail(
-          fmt::format("bad route token '{}': expected llvm, then optional -inject-<class> and "
-                      "-harden-<class>",
-                      tokens[next]));
+      throw fail(fmt::format(
+          "bad route token '{}': expected llvm, then optional -inject-<class> and -harden-<class>",
+          tokens[next]));
     }
     ++next;
   }

@@ -212,7 +212,7 @@ extern "C" __global__ void __launch_bounds__({launch_bounds})
 // Checksum schemes: the kernel that writes every KV head's checksums before the attention runs
 // (protect/checksum.cuh), instantiated on the unit's Traits. Empty for protection none.
 std::string checksum_prologue(const KernelConfig& config, const std::string& symbol) {
-  if (config.protection == Protection::none || sums_v_in_kernel(config)) return {};
+  if (config.protection == Protection::none) return {};
   return fmt::format(
       "\n// The checksums of every KV head, written before the attention kernel runs.\n"
       "extern \"C\" __global__ void __launch_bounds__(Traits::threads)\n"

@@ -40,7 +40,7 @@ class LoadedKernel final : public Kernel {
   explicit LoadedKernel(std::shared_ptr<const CompiledKernel> compiled)
       : compiled_(std::move(compiled)), module_(compiled_->cubin) {
     function_ = module_.function(compiled_->symbol);
-    if (checksum_atoms(compiled_->config.protection).v > 0 && !sums_v_in_kernel(compiled_->config))
+    if (checksum_atoms(compiled_->config.protection).v > 0)
       prologue_ = module_.function(codegen::checksum_symbol(compiled_->symbol));
     if (compiled_->config.precision == Precision::f16_pasa)
       shift_ = module_.function(codegen::pasa_shift_symbol(compiled_->symbol));

@@ -32,9 +32,6 @@ std::string unpreparable_reason(const KernelConfig& c) {
            "ftattn/quantize.hpp)";
   if (c.protection == Protection::none && c.precision != Precision::f16_pasa)
     return "it is unprotected: its calls do no work on K and V before the attention";
-  if (sums_v_in_kernel(c))
-    return "its producer warpgroup sums each V tile as it lands: its calls do no work on K and V "
-           "before the attention";
   return {};
 }
 

@@ -123,12 +123,6 @@ bool quantises_q_in_kernel(const KernelConfig& config);
 // producer warpgroup: see launch_threads.
 bool warp_specialized(const KernelConfig& config);
 
-// True when `config`'s kernel computes its Flash-ABFT checksums itself: flash_abft on f16 or
-// bf16 in the warp-specialised skeleton, whose producer warpgroup sums each V tile as it lands
-// and whose consumers accumulate the checksum on the CUDA cores (protect/v_sums_sm90.cuh). Such
-// a kernel has no checksum prologue, no workspace and nothing for Kernel::prepare_kv.
-bool sums_v_in_kernel(const KernelConfig& config);
-
 // True when `config`'s attention kernel copies K, its scales and V^T by TMA, which takes the
 // tensor maps of Q8TensorMaps (params.cuh) as a second kernel parameter: int8 and fp8_e4m3 on the
 // wgmma skeletons (kernel/fwd_q8_sm90.cuh, fwd_q8_ws_sm90.cuh), i.e. uses_wgmma.

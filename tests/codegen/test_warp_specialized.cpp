@@ -48,8 +48,8 @@ WsUnit check_ws_unit(const KernelConfig& c, const std::string& skeleton) {
   } else {
     // 16-bit: Q by cp.async, K and V by TMA, one 4-D box per 128-byte atom column per copy
     // site, each ring's bytes expected on its "full" mbarrier; f16_pasa's shift rows in 2-D
-    // boxes. EFTA's rows and chunks still come by every producer thread's cp.async, arriving
-    // beside the TMA bytes; Flash-ABFT's producer sums V instead.
+    // boxes. The checksum schemes' rows and chunks still come by every producer thread's
+    // cp.async, arriving beside the TMA bytes.
     REQUIRE(kv_tensor_maps(c));
     const int atoms = c.head_dim * 2 / 128;
     const int boxes = test::count(out.ptx, "cp.async.bulk.tensor.4d");
@@ -58,7 +58,7 @@ WsUnit check_ws_unit(const KernelConfig& c, const std::string& skeleton) {
     CHECK(test::count(out.ptx, "mbarrier.arrive.expect_tx") >= 2);
     CHECK((test::count(out.ptx, "cp.async.bulk.tensor.2d") > 0) ==
           (c.precision == Precision::f16_pasa));
-    if (c.protection == Protection::none || sums_v_in_kernel(c))
+    if (c.protection == Protection::none)
       CHECK(test::count(out.ptx, "cp.async.mbarrier.arrive.noinc.shared::cta.b64") == 1);
     else
       CHECK(test::count(out.ptx, "cp.async.mbarrier.arrive.noinc.shared::cta.b64") >= 3);
@@ -207,19 +207,15 @@ TEST_CASE("warp_specialized 8-bit: the mbarriers take 256 bytes after the tiles"
 
 TEST_CASE("warp_specialized units: producer and consumers, no spills, no serialised wgmma",
           "[ws][codegen][nvrtc]") {
-  // Flash-ABFT: the producer sums each V tile and arrives on one more mbarrier per stage ("V
-  // summed", 1 + 5 stages in all); GEMM II has no checksum tile (m64n{head_dim}: at head dim
-  // 128, 64 keys, not GEMM I's shape), the end-of-row check.
+  // Flash-ABFT: the V checksum chunks among the producer's copies, GEMM II one n8 tile wider
+  // (m64n{head_dim + 8}), the end-of-row check.
   for (int d : {64, 128})
     for (Mask m : {Mask::none, Mask::causal}) {
       const KernelConfig c =
           test::tile_config(d, 128, 64, 8, 3, kSm90a, Precision::f16, m, Protection::flash_abft);
-      REQUIRE(sums_v_in_kernel(c));
       const WsUnit u = check_ws_unit(c, "attention_fwd_ws_sm90");
-      const std::string wgmma = "wgmma.mma_async.sync.aligned.m64n";
-      CHECK(test::count(u.out.ptx, wgmma + std::to_string(d + 8) + "k16.f32.") == 0);
-      if (d == 128) CHECK(test::count(u.out.ptx, wgmma + "128k16.f32.") == 3 * (64 / 16));
-      CHECK(test::count(u.out.ptx, "mbarrier.init.shared::cta.b64") == 1 + 5 * 3);
+      CHECK(test::count(u.out.ptx, "wgmma.mma_async.sync.aligned.m64n" + std::to_string(d + 8) +
+                                       "k16.f32.") == 3 * (64 / 16));
       CHECK(runtime::parse_ptxas_log(u.out.log, u.symbol).spill_stores == 0);
     }
   // EFTA: the producer copies the checksum rows below the keys (GEMM I one n8 tile wider) and the

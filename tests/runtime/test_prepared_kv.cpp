@@ -23,19 +23,9 @@ const void* at(std::uintptr_t a) { return reinterpret_cast<const void*>(a); }
 TEST_CASE("prepared kv: checksum schemes and f16_pasa have work to prepare, the rest say why not",
           "[runtime]") {
   for (Precision p : {Precision::f16, Precision::bf16, Precision::f16_pasa})
-    for (Protection prot : {Protection::efta_detect, Protection::efta_correct})
+    for (Protection prot :
+         {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct})
       CHECK_NOTHROW(runtime::require_preparable(scheme(p, prot)));
-  // Flash-ABFT: a prologue on the mma.sync skeletons and f16_pasa's; the warp-specialised Hopper
-  // kernel sums V itself.
-  CHECK_NOTHROW(runtime::require_preparable(scheme(Precision::f16_pasa, Protection::flash_abft)));
-  for (Precision p : {Precision::f16, Precision::bf16}) {
-    KernelConfig sm80 = scheme(p, Protection::flash_abft);
-    sm80.arch = Arch{80, false};
-    CHECK_NOTHROW(runtime::require_preparable(sm80));
-    REQUIRE(sums_v_in_kernel(scheme(p, Protection::flash_abft)));
-    REQUIRE_CONFIG_ERROR(runtime::require_preparable(scheme(p, Protection::flash_abft)),
-                         "sums each V tile");
-  }
   // Unprotected f16_pasa still shifts its keys on every call.
   CHECK_NOTHROW(runtime::require_preparable(scheme(Precision::f16_pasa, Protection::none)));
   for (Precision p : {Precision::f16, Precision::bf16})

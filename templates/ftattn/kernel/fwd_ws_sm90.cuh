@@ -1,9 +1,7 @@
 // Warp-specialised forward on Hopper (sm_90a), 128-row tiles: the tiles, MMAs and softmax of
-// fwd_sm90.cuh (f16, bf16, unprotected or with a checksum scheme: Flash-ABFT's checksum summed
-// here, V's row sums by the producer and sum_j P_ij vsum_j by the consumers on the CUDA cores
-// (protect/v_sums_sm90.cuh), checked at the end of the row; EFTA's checksum rows below the keys
-// and chunks beside V, GEMM I's and GEMM II's extra n8 tiles and its checked softmax) and
-// fwd_pasa_sm90.cuh (f16_pasa:
+// fwd_sm90.cuh (f16, bf16, unprotected or with a checksum scheme: Flash-ABFT's checksum atom in
+// each V tile and GEMM II's extra n8 tile, checked at the end of the row; EFTA's checksum rows
+// below the keys, GEMM I's extra n8 tile and its checked softmax) and fwd_pasa_sm90.cuh (f16_pasa:
 // FP16 scores, the recovery MMA against the shift rows below the keys, PASA's softmax), scheduled
 // the way FlashAttention-3 schedules them.
 //
@@ -11,8 +9,7 @@
 //              by cp.async, then its first thread copies every key block's K and V tiles by
 //              TMA (the tensor maps: params.cuh's KvTensorMaps) into their own rings of
 //              num_stages buffers; the copies complete on the buffer's "full" mbarrier, and a
-//              buffer is refilled once every consumer has arrived on its "empty" one. With
-//              Flash-ABFT all its threads then sum the landed V tile ("V summed" mbarrier).
+//              buffer is refilled once every consumer has arrived on its "empty" one.
 //   consumers  warpgroups 0 and 1 (64 query rows each, 224 registers; f16 and bf16 unprotected or
 //              with Flash-ABFT also 0 to 2 with 160) take turns on the tensor cores: named
 //              barriers pass a token round them, and each turn issues the previous block's GEMM II
@@ -33,7 +30,6 @@
 #include "ftattn/arch/sm90/ws_pipeline.cuh"
 #include "ftattn/kernel/fwd_pasa_sm80.cuh"
 #include "ftattn/kernel/fwd_sm90.cuh"
-#include "ftattn/protect/v_sums_sm90.cuh"
 
 namespace ftattn {
 
@@ -62,9 +58,6 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   constexpr int kCT = T::checksum_tiles;        // checksum schemes: GEMM II's checksum tiles
   constexpr int kSC = T::score_checksum_tiles;  // EFTA: GEMM I's checksum tile
   constexpr bool kEfta = T::Protect::k_atoms > 0;
-  // Flash-ABFT: V's row sums by the producer, the checksum on the CUDA cores
-  // (protect/v_sums_sm90.cuh).
-  constexpr bool kSumV = T::sums_v;
   static_assert(!(kPasa && T::inject), "f16_pasa's injection sites are the mma.sync kernel's");
   // efta_correct rebuilds a faulty score from the weighted checksum rows in the K buffer, so the
   // buffer is released after the softmax, not after GEMM I.
@@ -87,8 +80,8 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   // keys and chunks beside the channels still come by every producer thread's cp.async, which
   // then arrive on the same "full" barriers as the TMA copies' thread.
   constexpr bool kThreadCopies = kEfta || kCT > 0;
-  using Pipeline = sm90::WsPipeline<kStages, kProducers, T::num_warps,
-                                    kThreadCopies ? kProducers + 1 : 1, kSumV>;
+  using Pipeline =
+      sm90::WsPipeline<kStages, kProducers, T::num_warps, kThreadCopies ? kProducers + 1 : 1>;
   static_assert(Pipeline::barrier_bytes <= T::barrier_bytes, "the mbarriers follow the tiles");
   const Pipeline pipe{sQ + T::tiles_bytes};
   if (threadIdx.x == 0) {
@@ -128,7 +121,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
     sm90::load_rows_swizzled<kProducers, T::block_m, kRowBytes>(sQ, in.q, p.q_seq_stride * 2,
                                                                 p.seqlen_q - row0, kRowBytes, t);
     sm90::cp_async_arrive(pipe.q_full());
-    if (!kThreadCopies && !kSumV && t != 0) {
+    if (!kThreadCopies && t != 0) {
       sm80::cp_async_wait<0>();
       return;
     }
@@ -171,11 +164,6 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
         detail::load_v_checksum_chunks<T, kProducers>(
             dv, cs_base + cs_head * cs.v_per_head + key0 * 16ll * kCT, t);
       if constexpr (kThreadCopies) pipe.commit_v(j);
-      if constexpr (kSumV) {  // as soon as the tile lands: the consumers want it in turn j + 1
-        pipe.wait_v(j);
-        protect::sum_v_tile<T::block_n, kRowBytes, kBf16>(dv, dv + T::kv_tile_bytes, t);
-        pipe.commit_v_summed(j);
-      }
     }
     sm80::cp_async_wait<0>();
     return;
@@ -195,10 +183,6 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   detail::clear_accumulators(acc, row_max, row_sum);
   auto& o = reinterpret_cast<float(&)[1][kOT][4]>(acc);
   auto global_row = [&](int r) { return row0 + warp_row + lane / 4 + r * 8; };
-  // Flash-ABFT with V summed here: this thread's share of its rows' checksum sum_j P_ij vsum_j,
-  // and the largest sum |v| of the key blocks seen.
-  [[maybe_unused]] float pv_sum[2] = {0.f, 0.f};
-  [[maybe_unused]] float v_bound = 0.f;
   // Fault injection (builds that ask for it): the one-warpgroup kernel's points (fwd_sm90.cuh).
   // O and its checksums are hit once block it's GEMM II is done, after the next turn.
   auto inject = [&](int site, int it, float* values, int n) {
@@ -209,7 +193,6 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
       inject(fault_site_output, it, &o[0][0][0], kOT * 4);
       if constexpr (kCT > 0)
         detail::inject_output_checksums<kSC * 4, kCT * 4>(p.fault, it, acc[0][kOT]);
-      if constexpr (kSumV) detail::inject_output_checksums<0, 2>(p.fault, it, pv_sum);
     }
   };
   // EFTA: SNVR's lower bound of l per row, |q| of this thread's rows, and the sum of |k| over
@@ -241,9 +224,6 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
       using PV = decltype(pv);
       using QK = decltype(qk);
       [[maybe_unused]] float rc_tile[4];
-      // Flash-ABFT: block j - 1's checksum from the P GEMM II will multiply, on the CUDA cores
-      // before this warpgroup's turn (usually while it would wait for the token). Not while the
-      // wgmmas run: a read of their A registers in flight made ptxas serialise them (C7512).
       if (QK::value) pipe.wait_k(j);
       if (PV::value) pipe.wait_v(j - 1);
       sm90::fence_async_shared();  // the producer's copies, seen by the tensor cores
@@ -351,10 +331,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
           inject(fault_site_rescale, j, rescale, 2);
         }
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          row_sum[0][r] = row_sum[0][r] * rescale[r] + block_sum[r];
-          if constexpr (kSumV) pv_sum[r] *= rescale[r];
-        }
+        for (int r = 0; r < 2; ++r) row_sum[0][r] = row_sum[0][r] * rescale[r] + block_sum[r];
 #pragma unroll
         for (int nt = 0; nt < kOT + kCT; ++nt)
 #pragma unroll
@@ -365,12 +342,6 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
           pa[kc][1] = P::pack(s[2 * kc][2], s[2 * kc][3]);
           pa[kc][2] = P::pack(s[2 * kc + 1][0], s[2 * kc + 1][1]);
           pa[kc][3] = P::pack(s[2 * kc + 1][2], s[2 * kc + 1][3]);
-        }
-        if constexpr (kSumV) {
-          pipe.wait_v_summed(j);
-          protect::checksum_pv<T::block_n, kBf16>(
-              pa, sV + (j % kStages) * T::v_tile_bytes + T::kv_tile_bytes, lane % 4, pv_sum,
-              v_bound);
         }
       }
       if constexpr (T::inject) {
@@ -403,11 +374,6 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
                             reinterpret_cast<const float*>(cs_base + cs.vmax_offset +
                                                            cs_head * cs.vmax_per_head)[lane % 4],
                             n_blocks, batch, head, lane, [&](int, int r) { return global_row(r); });
-  if constexpr (kSumV) {  // the quad's shares meet; the check reads column pair (2 r, 2 r + 1)
-    const float checksum[1][1][4] = {{{quad_sum(pv_sum[0]), 0.f, quad_sum(pv_sum[1]), 0.f}}};
-    detail::check_output<T>(p, o, checksum, l, v_bound, n_blocks, batch, head, lane,
-                            [&](int, int r) { return global_row(r); });
-  }
   // PASA's running max is already the base-2 logit.
   detail::store_output<T>(p, o, l, row_max, kPasa ? 1.f : p.scale_log2, batch, head, row0, warp_row,
                           lane, sQ, row_end);

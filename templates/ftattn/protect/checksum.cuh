@@ -16,9 +16,7 @@
 //                 and rebuilds it from the checksum, for S (before the softmax) and for O.
 //
 // The checksums of a KV head are computed once per call by checksum_prologue() (EFTA's
-// "checksum generation", hoisted out of every CTA) into the workspace of protect/workspace.cuh;
-// but Flash-ABFT in the warp-specialised Hopper kernel sums V as it lands
-// (protect/v_sums_sm90.cuh), with no prologue.
+// "checksum generation", hoisted out of every CTA) into the workspace of protect/workspace.cuh.
 // Thresholds are relative to a bound on the sum of absolute contributions (|q| sum|k| for S,
 // but efta_correct's 16-bit check follows the scores: protect/checks.cuh, scores_within;
 // for O, the values' magnitudes per key block plus B = l * max sum|v| once, fwd_sm80.cuh's

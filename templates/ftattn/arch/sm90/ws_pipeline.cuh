@@ -25,20 +25,17 @@ inline constexpr int ws_consumer_registers =
 
 // FullArrivals: the arrivals a K or V "full" phase expects, every producer thread's cp.async
 // arrival, or 1 where one thread's TMA copies complete it (mbarrier_expect_tx). Q's is always
-// Producers. SumV: one more mbarrier per stage, "V summed", on which every producer thread
-// arrives once it has summed the landed V tile (protect/v_sums_sm90.cuh).
-template <int Stages, int Producers, int ConsumerWarps, int FullArrivals = Producers,
-          bool SumV = false>
+// Producers.
+template <int Stages, int Producers, int ConsumerWarps, int FullArrivals = Producers>
 struct WsPipeline {
-  static constexpr int barrier_bytes = 8 * (1 + (SumV ? 5 : 4) * Stages);
-  u32 bars;  // Q full, then per stage K full, K empty, V full, V empty, then V summed (8 bytes)
+  static constexpr int barrier_bytes = 8 * (1 + 4 * Stages);
+  u32 bars;  // Q full, then per stage K full, K empty, V full, V empty (8 bytes each)
 
   __device__ __forceinline__ u32 q_full() const { return bars; }
   __device__ __forceinline__ u32 k_full(int s) const { return bars + 8 * (1 + 4 * s); }
   __device__ __forceinline__ u32 k_empty(int s) const { return bars + 8 * (2 + 4 * s); }
   __device__ __forceinline__ u32 v_full(int s) const { return bars + 8 * (3 + 4 * s); }
   __device__ __forceinline__ u32 v_empty(int s) const { return bars + 8 * (4 + 4 * s); }
-  __device__ __forceinline__ u32 v_summed(int s) const { return bars + 8 * (1 + 4 * Stages + s); }
   // Block j lives in buffer j % Stages; its n-th use of the buffer is phase n, parity n % 2.
   __device__ __forceinline__ static u32 parity(int j) { return static_cast<u32>((j / Stages) & 1); }
 
@@ -50,7 +47,6 @@ struct WsPipeline {
       mbarrier_init(v_full(s), FullArrivals);
       mbarrier_init(k_empty(s), ConsumerWarps);  // one arrival per consumer warp
       mbarrier_init(v_empty(s), ConsumerWarps);
-      if constexpr (SumV) mbarrier_init(v_summed(s), Producers);
     }
   }
 
@@ -72,13 +68,6 @@ struct WsPipeline {
   }
   __device__ __forceinline__ void wait_v(int j) const {
     mbarrier_wait(v_full(j % Stages), parity(j));
-  }
-  __device__ __forceinline__ void wait_v_summed(int j) const {
-    mbarrier_wait(v_summed(j % Stages), parity(j));
-  }
-  // Producer, SumV: every producer thread, once it has summed block j's landed V tile.
-  __device__ __forceinline__ void commit_v_summed(int j) const {
-    mbarrier_arrive(v_summed(j % Stages));
   }
   __device__ __forceinline__ void release_k(int j) const { mbarrier_arrive(k_empty(j % Stages)); }
   __device__ __forceinline__ void release_v(int j) const { mbarrier_arrive(v_empty(j % Stages)); }
