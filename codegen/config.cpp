@@ -20,7 +20,6 @@
 
 #include "codegen/checksum_atoms.hpp"
 #include "ftattn/errors.hpp"
-#include "ftattn/protect/pv_sums_layout.cuh"
 #include "runtime/hash.hpp"
 
 namespace ftattn {
@@ -360,12 +359,6 @@ bool warp_specialized(const KernelConfig& c) {
   return uses_wgmma(c) && (element_bytes(c.precision) == 2 || q8) && (c.num_warps == 8 || three);
 }
 
-bool checksum_on_cores(const KernelConfig& c) {
-  // FwdWgmmaTraits::core_checksum (kernel/fwd_sm90.cuh).
-  return c.protection == Protection::flash_abft &&
-         (c.precision == Precision::f16 || c.precision == Precision::bf16) && warp_specialized(c);
-}
-
 bool q8_tensor_maps(const KernelConfig& c) {
   return element_bytes(c.precision) == 1 && uses_wgmma(c);
 }
@@ -377,12 +370,9 @@ int64_t wgmma16_tiles_bytes(const KernelConfig& c) {
   auto align = [](int64_t b) { return (b + 1023) / 1024 * 1024; };
   const int64_t row = 2 * int64_t{c.head_dim};
   // Checksums: EFTA's 8 rows per K atom below the keys, V's chunks in one more 128-byte atom
-  // per key, or (Flash-ABFT on the CUDA cores) the block's row sums. f16_pasa: the shift rows of
-  // 8 blocks below the keys.
+  // per key. f16_pasa: the shift rows of 8 blocks below the keys.
   const auto [k_atoms, v_atoms] = codegen::checksum_atoms(c.protection);
-  const int64_t checksum_atom = checksum_on_cores(c) ? protect::kPvSumsBytes
-                                : v_atoms > 0        ? 128 * c.block_n
-                                                     : 0;
+  const int64_t checksum_atom = v_atoms > 0 ? 128 * c.block_n : 0;
   const int64_t shift_rows = c.precision == Precision::f16_pasa ? 8 : 0;
   const int64_t loop =
       align(c.block_m * row) + c.num_stages * (align((c.block_n + 8 * k_atoms + shift_rows) * row) +

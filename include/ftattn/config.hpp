@@ -123,11 +123,6 @@ bool quantises_q_in_kernel(const KernelConfig& config);
 // producer warpgroup: see launch_threads.
 bool warp_specialized(const KernelConfig& config);
 
-// True when `config`'s kernel forms Flash-ABFT's checksum on the CUDA cores (sum_j P_ij vsum_j
-// per thread, from the prologue's FP32 row sums of V) instead of in a GEMM II tile: flash_abft
-// on f16 or bf16 in the warp-specialised skeleton (protect/pv_checksum_sm90.cuh).
-bool checksum_on_cores(const KernelConfig& config);
-
 // True when `config`'s attention kernel copies K, its scales and V^T by TMA, which takes the
 // tensor maps of Q8TensorMaps (params.cuh) as a second kernel parameter: int8 and fp8_e4m3 on the
 // wgmma skeletons (kernel/fwd_q8_sm90.cuh, fwd_q8_ws_sm90.cuh), i.e. uses_wgmma.

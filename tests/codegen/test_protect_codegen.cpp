@@ -7,14 +7,12 @@
 #include <cstring>
 #include <limits>
 #include <random>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "ftattn/codegen.hpp"
 #include "ftattn/errors.hpp"
 #include "ftattn/fault.hpp"
-#include "ftattn/protect/pv_sums_layout.cuh"
 #include "ftattn/protect/workspace.cuh"
 #include "ftattn/reference.hpp"
 #include "runtime/nvrtc_compiler.hpp"
@@ -89,43 +87,13 @@ TEST_CASE("checksum schemes generate a prologue and compile with their extra MMA
   CHECK(count(base.ptx, "atom.global") == 0);  // unprotected kernels carry no log
 }
 
-TEST_CASE("V row sums: each quad thread reads its own keys in GEMM II order, 16 bytes at a time",
-          "[codegen][protect]") {
-  // Thread group t of a quad holds keys 8 nt + 2 t + c of the block (n8 tile nt, column c);
-  // pv_checksum reads block_n / 4 consecutive floats from slot pv_sum_slot(2 t) in that order,
-  // and the four groups' 16-byte loads start on different banks.
-  for (int block_n : {64, 128}) {
-    INFO(block_n);
-    std::vector<int> owner(protect::pv_sums_floats(block_n), -1);
-    std::set<int> banks;
-    for (int t = 0; t < 4; ++t) {
-      const int first = protect::pv_sum_slot(2 * t, block_n);
-      CHECK(first % 4 == 0);               // 16-byte aligned
-      banks.insert((first * 4 / 16) % 8);  // its 16-byte bank group
-      for (int nt = 0; nt < block_n / 8; ++nt)
-        for (int c = 0; c < 2; ++c) {
-          const int slot = protect::pv_sum_slot(8 * nt + 2 * t + c, block_n);
-          CHECK(slot == first + 2 * nt + c);
-          REQUIRE((slot >= 0 && slot < protect::pv_sums_floats(block_n)));
-          CHECK(owner[slot] == -1);  // no two keys share a slot
-          owner[slot] = 8 * nt + 2 * t + c;
-        }
-    }
-    CHECK(banks.size() == 4);  // a quarter warp's four addresses, no bank conflict
-    // The block's floats fit the shared-memory area and the workspace's 16 bytes per key.
-    CHECK(4 * protect::pv_sums_floats(block_n) <= protect::kPvSumsBytes);
-    CHECK(4 * protect::pv_sums_floats(block_n) <= 16 * block_n);
-  }
-}
-
-TEST_CASE("Flash-ABFT on the wgmma skeletons: a checksum tile, or the checksum on the CUDA cores",
+TEST_CASE("Flash-ABFT on the wgmma skeleton: GEMM II carries the checksum tile",
           "[codegen][protect][nvrtc]") {
-  // sm_90a, head dims 64 and 128, both 16-bit types and masks, and the injection builds. The
-  // one-warpgroup skeleton (the head dim 64 default): GEMM II is one m64n{d + 8}k16 wgmma per 16
-  // keys (the checksum tile beside O). The warp-specialised one (the head dim 128 default, three
-  // consumers of 160 registers): no checksum tile, GEMM II m64n{d}k16; it spills nothing (16
-  // bytes in the causal injection build, whose builds only run campaigns). Before, with the
-  // tile, it spilled a word. Both have the prologue.
+  // sm_90a, head dims 64 and 128, both 16-bit types and masks: GEMM II is one m64n{d + 8}k16
+  // wgmma per 16 keys (the checksum tile beside O), the prologue is there, and the injection
+  // build compiles into the same skeleton. Two consumers spill nothing; three (the head dim 128
+  // default, 160 registers each) spill a word, the checksum tile beside O, S and P (more with
+  // the injection sites, whose builds only run campaigns).
   for (Precision p : {Precision::f16, Precision::bf16})
     for (int d : {64, 128})
       for (Mask m : {Mask::none, Mask::causal})
@@ -134,31 +102,22 @@ TEST_CASE("Flash-ABFT on the wgmma skeletons: a checksum tile, or the checksum o
               test::default_config(d, p, m, Arch{90, true}, Protection::flash_abft, inject);
           INFO(c.name());
           REQUIRE(uses_wgmma(c));
-          CHECK(c.num_warps == (d == 128 ? 12 : 4));
-          CHECK(checksum_on_cores(c) == (d == 128));
-          CHECK(warp_specialized(c) == (d == 128));
           const codegen::KernelSource src = codegen::generate(c);
           const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
-          const bool prologue =
-              out.ptx.find(".entry " + codegen::checksum_symbol(src.symbol)) != std::string::npos;
+          CHECK(out.ptx.find(".entry " + codegen::checksum_symbol(src.symbol)) !=
+                std::string::npos);
           const std::string type = p == Precision::bf16 ? "bf16.bf16" : "f16.f16";
-          auto gemm = [&](int n) {
-            return count(out.ptx, "wgmma.mma_async.sync.aligned.m64n" + std::to_string(n) +
-                                      "k16.f32." + type);
-          };
-          const int spills = runtime::parse_ptxas_log(out.log, src.symbol).spill_stores;
-          CHECK(prologue);
-          if (checksum_on_cores(c)) {
-            CHECK(gemm(d + 8) == 0);
-            CHECK(gemm(d) > 0);
-            CHECK(spills <= (inject ? 16 : 0));
-          } else {
-            // Masked and unmasked steps.
-            CHECK(gemm(d + 8) == 2 * (c.block_n / 16));
-            CHECK(spills == 0);
-          }
+          const std::string gemm2 =
+              "wgmma.mma_async.sync.aligned.m64n" + std::to_string(d + 8) + "k16.f32." + type;
+          // Masked and unmasked steps; warp-specialised (two warpgroups): the loop's two turns
+          // and the last block's after it.
+          CHECK(count(out.ptx, gemm2) == (warp_specialized(c) ? 3 : 2) * (c.block_n / 16));
+          CHECK(warp_specialized(c) == (c.num_warps == 8 || c.num_warps == 12));
+          CHECK(c.num_warps == (d == 128 ? 12 : 4));
           CHECK(count(out.ptx, "mma.sync") == 0);
           CHECK(out.ptx.find("atom.global") != std::string::npos);  // the fault log
+          const int spills = runtime::parse_ptxas_log(out.log, src.symbol).spill_stores;
+          CHECK(spills <= (c.num_warps == 12 ? (inject ? 16 : 4) : 0));
         }
 }
 

@@ -207,18 +207,15 @@ TEST_CASE("warp_specialized 8-bit: the mbarriers take 256 bytes after the tiles"
 
 TEST_CASE("warp_specialized units: producer and consumers, no spills, no serialised wgmma",
           "[ws][codegen][nvrtc]") {
-  // Flash-ABFT: the block's row sums of V among the producer's copies, the checksum on the
-  // consumers' CUDA cores, so GEMM II has no checksum tile (m64n{head_dim}: at head dim 128, 64
-  // keys, not GEMM I's shape); the end-of-row check.
+  // Flash-ABFT: the V checksum chunks among the producer's copies, GEMM II one n8 tile wider
+  // (m64n{head_dim + 8}), the end-of-row check.
   for (int d : {64, 128})
     for (Mask m : {Mask::none, Mask::causal}) {
       const KernelConfig c =
           test::tile_config(d, 128, 64, 8, 3, kSm90a, Precision::f16, m, Protection::flash_abft);
-      REQUIRE(checksum_on_cores(c));
       const WsUnit u = check_ws_unit(c, "attention_fwd_ws_sm90");
-      const std::string wgmma = "wgmma.mma_async.sync.aligned.m64n";
-      CHECK(test::count(u.out.ptx, wgmma + std::to_string(d + 8) + "k16.f32.") == 0);
-      if (d == 128) CHECK(test::count(u.out.ptx, wgmma + "128k16.f32.") == 3 * (64 / 16));
+      CHECK(test::count(u.out.ptx, "wgmma.mma_async.sync.aligned.m64n" + std::to_string(d + 8) +
+                                       "k16.f32.") == 3 * (64 / 16));
       CHECK(runtime::parse_ptxas_log(u.out.log, u.symbol).spill_stores == 0);
     }
   // EFTA: the producer copies the checksum rows below the keys (GEMM I one n8 tile wider) and the

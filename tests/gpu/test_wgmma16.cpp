@@ -183,8 +183,7 @@ TEST_CASE("Flash-ABFT on the wgmma skeleton: clean, live, and a planted output f
           "[gpu][wgmma16][protect]") {
   Runtime& rt = wgmma_runtime();
   if (!on_sm90a(rt)) return;
-  // Clean on every tile (one warpgroup: the checksum column rides in GEMM II's wgmma as its last
-  // 8-wide tile; warp-specialised: the checksum on the consumers' CUDA cores).
+  // Clean on every tile (the checksum column rides in GEMM II's wgmma as its last 8-wide tile).
   check_clean_on_every_tile(rt, Protection::flash_abft, 40);
   // Two consumers (128 x 128 w8s2) and three (192 x 128 w12s2): the planted faults below run on
   // each.
@@ -236,16 +235,6 @@ TEST_CASE("Flash-ABFT on the wgmma skeleton: clean, live, and a planted output f
     o.on_fault = OnFault::report;
     o.inject = FaultPlan{FaultSite::scores, 0, 5, 1, 2, 27};
     CHECK(gpu_test::run_planted(rt, c, pr, o, 9).fault.detected == 0);
-    // A flipped checksum (thread 5's share of its row's sum_j P_ij vsum_j, each row half) is
-    // seen, and the output is untouched.
-    REQUIRE(checksum_on_cores(c));
-    for (int element : {0, 1}) {
-      o.inject = FaultPlan{FaultSite::checksum, 0, 5, 1, element, 30};
-      const gpu_test::Planted sum_hit = gpu_test::run_planted(rt, c, pr, o, 9);
-      INFO(sum_hit.fault.summary() << " | " << sum_hit.result.report.summary());
-      CHECK(sum_hit.fault.detected >= 1);
-      CHECK(sum_hit.result.report.passed);
-    }
   }
 }
 

@@ -25,8 +25,6 @@ struct TileKnobs {
   using Protect = ProtectT;
 
   static constexpr int threads = NumWarps * 32;
-  // Flash-ABFT's checksum on the CUDA cores, not a GEMM II tile (FwdWgmmaTraits sets it).
-  static constexpr bool core_checksum = false;
   static constexpr int m_tiles = BlockM / (16 * NumWarps);  // 16-row MMA tiles per warp
   static constexpr int s_tiles = BlockN / 8;
   static constexpr int o_tiles = HeadDim / 8;

@@ -16,8 +16,7 @@
 // first 16 bytes are the key's checksum chunk from the prologue (rowsum(V) as hi, lo in every
 // thread group's pair of columns), so GEMM II is m64n{head_dim + 8}k16 and its last 8-wide tile
 // accumulates P . rowsum(V) through the same MMAs and rescales as O; the end-of-row check, fault
-// log and recompute are the sm80 skeleton's. The warp-specialised kernel (fwd_ws_sm90.cuh) forms
-// the checksum on the CUDA cores instead (FwdWgmmaTraits::core_checksum).
+// log and recompute are the sm80 skeleton's.
 //
 // EFTA (efta_detect, efta_correct): the K tile gets its block's 8 (efta_correct: 16) checksum
 // rows below the keys, so GEMM I is m64n{block_n + 8}k16 and its last 8-wide tile holds, per
@@ -40,7 +39,6 @@
 #include "ftattn/params.cuh"
 #include "ftattn/protect/efta_rows.cuh"
 #include "ftattn/protect/none.cuh"
-#include "ftattn/protect/pv_sums_layout.cuh"
 #include "ftattn/protect/workspace.cuh"
 
 namespace ftattn {
@@ -70,24 +68,17 @@ struct FwdWgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, 
   static constexpr int score_checksum_tiles = ProtectT::k_atoms > 0 ? 1 : 0;
   static constexpr int k_tile_bytes = align(k_rows * row_bytes);
   static constexpr int kv_tile_bytes = align(BlockN * row_bytes);
+  // The V tile's checksum atom: 16 (efta_correct: 32) of each key's 128 bytes are read, but the
+  // swizzle wants whole atoms. GEMM II's N takes 8 columns per V checksum atom.
+  static constexpr int checksum_tiles = ProtectT::v_atoms;
+  static constexpr int v_tile_bytes = kv_tile_bytes + (checksum_tiles > 0 ? BlockN * 128 : 0);
+  static constexpr int loop_bytes = q_bytes + NumStages * (k_tile_bytes + v_tile_bytes);
+  static constexpr int out_bytes = BlockM * row_stride * 2;
   // Two or three consumer warpgroups of 16-bit tiles run warp-specialised
   // (kernel/fwd_ws_sm90.cuh): a producer warpgroup loads, the consumers take turns on the tensor
   // cores. Its mbarriers sit after the tiles.
   static constexpr bool warp_specialized =
       NumWarps == 8 || NumWarps == 12;  // two or three consumers
-  // Flash-ABFT there (f16, bf16): the checksum on the consumers' CUDA cores from the prologue's
-  // FP32 row sums of V (protect/pv_checksum_sm90.cuh), not a GEMM II tile; V's stage holds the
-  // block's sums instead of the atom.
-  static constexpr bool core_checksum =
-      warp_specialized && ProtectT::k_atoms == 0 && ProtectT::v_atoms == 1 && !PrecisionT::pasa;
-  // The V tile's checksum atom: 16 (efta_correct: 32) of each key's 128 bytes are read, but the
-  // swizzle wants whole atoms. GEMM II's N takes 8 columns per V checksum atom.
-  static constexpr int checksum_tiles = core_checksum ? 0 : ProtectT::v_atoms;
-  static constexpr int v_tile_bytes = kv_tile_bytes + (core_checksum        ? protect::kPvSumsBytes
-                                                       : checksum_tiles > 0 ? BlockN * 128
-                                                                            : 0);
-  static constexpr int loop_bytes = q_bytes + NumStages * (k_tile_bytes + v_tile_bytes);
-  static constexpr int out_bytes = BlockM * row_stride * 2;
   static constexpr int launch_threads = NumWarps * 32 + (warp_specialized ? 128 : 0);
   static constexpr int tiles_bytes = loop_bytes > out_bytes ? loop_bytes : out_bytes;
   // CTAs per SM that `bytes` of shared memory each allow (1 KB of an SM's 228 KB reserved per

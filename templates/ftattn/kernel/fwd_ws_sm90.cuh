@@ -1,8 +1,7 @@
 // Warp-specialised forward on Hopper (sm_90a), 128-row tiles: the tiles, MMAs and softmax of
-// fwd_sm90.cuh (f16, bf16, unprotected or with a checksum scheme: Flash-ABFT's checksum on the
-// CUDA cores from the prologue's row sums of V, protect/pv_checksum_sm90.cuh, checked at the end
-// of the row; EFTA's checksum rows below the keys, its chunks beside V, GEMM I's and GEMM II's
-// extra n8 tiles and its checked softmax) and fwd_pasa_sm90.cuh (f16_pasa:
+// fwd_sm90.cuh (f16, bf16, unprotected or with a checksum scheme: Flash-ABFT's checksum atom in
+// each V tile and GEMM II's extra n8 tile, checked at the end of the row; EFTA's checksum rows
+// below the keys, GEMM I's extra n8 tile and its checked softmax) and fwd_pasa_sm90.cuh (f16_pasa:
 // FP16 scores, the recovery MMA against the shift rows below the keys, PASA's softmax), scheduled
 // the way FlashAttention-3 schedules them.
 //
@@ -31,7 +30,6 @@
 #include "ftattn/arch/sm90/ws_pipeline.cuh"
 #include "ftattn/kernel/fwd_pasa_sm80.cuh"
 #include "ftattn/kernel/fwd_sm90.cuh"
-#include "ftattn/protect/pv_checksum_sm90.cuh"
 
 namespace ftattn {
 
@@ -60,9 +58,6 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   constexpr int kCT = T::checksum_tiles;        // checksum schemes: GEMM II's checksum tiles
   constexpr int kSC = T::score_checksum_tiles;  // EFTA: GEMM I's checksum tile
   constexpr bool kEfta = T::Protect::k_atoms > 0;
-  // Flash-ABFT: the checksum on the CUDA cores from the prologue's FP32 row sums of V
-  // (protect/pv_checksum_sm90.cuh), not a GEMM II tile.
-  constexpr bool kCore = T::core_checksum;
   static_assert(!(kPasa && T::inject), "f16_pasa's injection sites are the mma.sync kernel's");
   // efta_correct rebuilds a faulty score from the weighted checksum rows in the K buffer, so the
   // buffer is released after the softmax, not after GEMM I.
@@ -84,7 +79,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   // K and V tiles come by TMA from one producer thread. The checksum schemes' rows below the
   // keys and chunks beside the channels still come by every producer thread's cp.async, which
   // then arrive on the same "full" barriers as the TMA copies' thread.
-  constexpr bool kThreadCopies = kEfta || kCT > 0 || kCore;
+  constexpr bool kThreadCopies = kEfta || kCT > 0;
   using Pipeline =
       sm90::WsPipeline<kStages, kProducers, T::num_warps, kThreadCopies ? kProducers + 1 : 1>;
   static_assert(Pipeline::barrier_bytes <= T::barrier_bytes, "the mbarriers follow the tiles");
@@ -168,10 +163,6 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
       if constexpr (kCT > 0)  // each key's checksum chunk, in an atom after its head_dim ones
         detail::load_v_checksum_chunks<T, kProducers>(
             dv, cs_base + cs_head * cs.v_per_head + key0 * 16ll * kCT, t);
-      if constexpr (kCore)  // the block's row sums, after the tile
-        protect::load_pv_sums<T::block_n, kProducers>(
-            dv + T::kv_tile_bytes,
-            cs_base + cs_head * cs.v_per_head + j * 4ll * protect::pv_sums_floats(T::block_n), t);
       if constexpr (kThreadCopies) pipe.commit_v(j);
     }
     sm80::cp_async_wait<0>();
@@ -192,8 +183,6 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   detail::clear_accumulators(acc, row_max, row_sum);
   auto& o = reinterpret_cast<float(&)[1][kOT][4]>(acc);
   auto global_row = [&](int r) { return row0 + warp_row + lane / 4 + r * 8; };
-  // Flash-ABFT on the CUDA cores: this thread's share of its rows' sum_j P_ij vsum_j.
-  [[maybe_unused]] float pv_sum[2] = {0.f, 0.f};
   // Fault injection (builds that ask for it): the one-warpgroup kernel's points (fwd_sm90.cuh).
   // O and its checksums are hit once block it's GEMM II is done, after the next turn.
   auto inject = [&](int site, int it, float* values, int n) {
@@ -204,7 +193,6 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
       inject(fault_site_output, it, &o[0][0][0], kOT * 4);
       if constexpr (kCT > 0)
         detail::inject_output_checksums<kSC * 4, kCT * 4>(p.fault, it, acc[0][kOT]);
-      if constexpr (kCore) detail::inject_output_checksums<0, 2>(p.fault, it, pv_sum);
     }
   };
   // EFTA: SNVR's lower bound of l per row, |q| of this thread's rows, and the sum of |k| over
@@ -243,6 +231,9 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
       sm90::wgmma_fence();
       if constexpr (PV::value) {
         const u32 sVs = sV + ((j - 1) % kStages) * T::v_tile_bytes;
+        // O with its checksum tiles in one wgmma (m64n136 for Flash-ABFT at head dim 128): the
+        // tile is nearly all of Flash-ABFT's prepared cost, yet a wgmma of its own and the sum on
+        // the CUDA cores were slower (README, Flash-ABFT "Tried on 2026-11-27").
 #pragma unroll
         for (int kc = 0; kc < kST / 2; ++kc)
           sm90::wgmma_16bit_rs<kBf16>(reinterpret_cast<float(&)[(kOT + kCT) * 4]>(acc[0]), pa[kc],
@@ -343,10 +334,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
           inject(fault_site_rescale, j, rescale, 2);
         }
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          row_sum[0][r] = row_sum[0][r] * rescale[r] + block_sum[r];
-          if constexpr (kCore) pv_sum[r] *= rescale[r];
-        }
+        for (int r = 0; r < 2; ++r) row_sum[0][r] = row_sum[0][r] * rescale[r] + block_sum[r];
 #pragma unroll
         for (int nt = 0; nt < kOT + kCT; ++nt)
 #pragma unroll
@@ -357,13 +345,6 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
           pa[kc][1] = P::pack(s[2 * kc][2], s[2 * kc][3]);
           pa[kc][2] = P::pack(s[2 * kc + 1][0], s[2 * kc + 1][1]);
           pa[kc][3] = P::pack(s[2 * kc + 1][2], s[2 * kc + 1][3]);
-        }
-        // Here, not while GEMM II's wgmmas read pa, nor just before their turn: both made ptxas
-        // spill and serialise the wgmmas at three consumers (C7512).
-        if constexpr (kCore) {
-          pipe.wait_v(j);
-          protect::pv_checksum<T::block_n, kBf16>(
-              pa, sV + (j % kStages) * T::v_tile_bytes + T::kv_tile_bytes, lane % 4, pv_sum);
         }
       }
       if constexpr (T::inject) {
@@ -391,18 +372,11 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
     else
       l[0][r] = quad_sum(row_sum[0][r]);
   }
-  // The end-of-row output check, log and recompute list (fwd_sm80.cuh).
-  [[maybe_unused]] const float v_bound = reinterpret_cast<const float*>(
-      cs_base + cs.vmax_offset + cs_head * cs.vmax_per_head)[lane % 4];
-  if constexpr (kCT > 0)
+  if constexpr (kCT > 0)  // the end-of-row output check, log and recompute list (fwd_sm80.cuh)
     detail::check_output<T>(p, o, reinterpret_cast<const float(&)[1][kCT][4]>(acc[0][kOT]), l,
-                            v_bound, n_blocks, batch, head, lane,
-                            [&](int, int r) { return global_row(r); });
-  if constexpr (kCore) {  // the quad's shares meet; the check adds columns 2 r and 2 r + 1
-    const float checksum[1][1][4] = {{{quad_sum(pv_sum[0]), 0.f, quad_sum(pv_sum[1]), 0.f}}};
-    detail::check_output<T>(p, o, checksum, l, v_bound, n_blocks, batch, head, lane,
-                            [&](int, int r) { return global_row(r); });
-  }
+                            reinterpret_cast<const float*>(cs_base + cs.vmax_offset +
+                                                           cs_head * cs.vmax_per_head)[lane % 4],
+                            n_blocks, batch, head, lane, [&](int, int r) { return global_row(r); });
   // PASA's running max is already the base-2 logit.
   detail::store_output<T>(p, o, l, row_max, kPasa ? 1.f : p.scale_log2, batch, head, row0, warp_row,
                           lane, sQ, row_end);

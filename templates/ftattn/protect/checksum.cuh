@@ -17,9 +17,6 @@
 //
 // The checksums of a KV head are computed once per call by checksum_prologue() (EFTA's
 // "checksum generation", hoisted out of every CTA) into the workspace of protect/workspace.cuh.
-// Where Flash-ABFT's checksum is formed on the CUDA cores (Traits::core_checksum: the
-// warp-specialised Hopper kernel), V's region holds FP32 row sums (protect/pv_sums_layout.cuh)
-// instead of the hi + lo chunks.
 // Thresholds are relative to a bound on the sum of absolute contributions (|q| sum|k| for S,
 // but efta_correct's 16-bit check follows the scores: protect/checks.cuh, scores_within;
 // for O, the values' magnitudes per key block plus B = l * max sum|v| once, fwd_sm80.cuh's
@@ -30,7 +27,6 @@
 #include "ftattn/common/faults.cuh"
 #include "ftattn/common/math.cuh"
 #include "ftattn/protect/checks.cuh"
-#include "ftattn/protect/pv_sums_layout.cuh"
 #include "ftattn/protect/workspace.cuh"
 
 namespace ftattn::protect {
@@ -138,13 +134,7 @@ __device__ __forceinline__ void checksum_prologue(const AttentionParams& p) {
     if (kk < N && chunk == 0) {
       u32* out = vc + kk * 4 * Pr::v_atoms;
       const float one = key < p.seqlen_k ? 1.f : 0.f;
-      if constexpr (T::core_checksum) {  // FP32 sums for the CUDA cores, in pv_sums_layout order
-        float* sums = reinterpret_cast<float*>(base + head_index * w.v_per_head) +
-                      static_cast<long long>(n_block) * pv_sums_floats(N);
-        sums[pv_sum_slot(kk, N)] = g1[0];
-#pragma unroll
-        for (int t = 0; t < 4; ++t) atomicMax(&cta_max[t], __float_as_int(ga[0]));
-      } else if constexpr (Pr::row_check) {
+      if constexpr (Pr::row_check) {
         const u32 total = split_hi_lo<P>(g1[0]);
         const float a = ga[0];
 #pragma unroll
