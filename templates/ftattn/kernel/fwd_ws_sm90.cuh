@@ -240,10 +240,6 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
                                       sm90::n_major_k_step_descriptor(sVs, T::block_n, kc));
         if constexpr (kSplitTurn && QK::value) {
           sm90::wgmma_commit();
-          // The turn passes as soon as GEMM II is issued: the next warpgroup's GEMM II then
-          // queues behind it and keeps the tensor cores busy while this one waits for its own
-          // to finish and issues GEMM I.
-          token.pass(/*last=*/false);
           sm90::wgmma_wait<0>();  // P's registers free before GEMM I's accumulators take them
           sm90::wgmma_fence();
         }
@@ -267,8 +263,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
         }
       }
       sm90::wgmma_commit();
-      if constexpr (!(kSplitTurn && PV::value && QK::value))
-        token.pass(/*last=*/!QK::value);  // the last turn has no GEMM I
+      token.pass(/*last=*/!QK::value);  // the last turn has no GEMM I
       sm90::wgmma_wait<0>();
       if (lane == 0) {
         if (QK::value && !kLateKRelease) pipe.release_k(j);
