@@ -21,9 +21,6 @@
 //
 // No CTA-wide barrier runs in the main loop: a consumer waits only for the buffers it reads.
 #pragma once
-#ifndef FTATTN_FIRST_KEYS
-#define FTATTN_FIRST_KEYS 32
-#endif
 
 #include "ftattn/arch/sm80/cp_async.cuh"
 #include "ftattn/arch/sm90/barriers.cuh"
@@ -68,8 +65,6 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   // Three 16-bit FP32-score consumers: GEMM II done before GEMM I, so O, S and P never all
   // sit in the wgmma pipeline at once (160 registers each).
   constexpr bool kSplitTurn = T::num_warps == 12 && !P::pasa;
-  // The split turn's first part of GEMM I, issued before GEMM II is done.
-  constexpr int kFirstKeys = FTATTN_FIRST_KEYS;
   constexpr int kStages = T::num_stages;
   constexpr int kRowBytes = T::row_bytes;
   constexpr int kConsumers = T::threads;  // 256 or 384
@@ -220,18 +215,6 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
     // q . r_j in FP32 of the eight blocks from 8 (j / 8), computed on the first of them.
     typename detail::ScoreTile<kPasa, kST + kSC>::type s_all;
     auto& s = reinterpret_cast<typename detail::ScoreTile<kPasa, kST>::type&>(s_all);
-    // Three FP32-score consumers: GEMM I in two parts of their own registers (not one block of
-    // S's), so that the first fits beside O and P while GEMM II runs.
-    [[maybe_unused]] float s_first[kSplitTurn ? kFirstKeys / 2 : 1];
-    [[maybe_unused]] float s_rest[kSplitTurn ? (T::block_n - kFirstKeys) / 2 : 1];
-    auto gemm1_part = [&](auto& part, int first_key, u32 sKs) {
-#pragma unroll
-      for (int ks = 0; ks < T::head_dim / 16; ++ks)
-        sm90::wgmma_16bit_ss<kBf16>(part,
-                                    sm90::k_step_descriptor<kRowBytes>(sQ, T::block_m, group_row, ks),
-                                    sm90::k_step_descriptor<kRowBytes>(sKs, T::k_rows, first_key, ks),
-                                    ks > 0);
-    };
     [[maybe_unused]] float rc_table[4];
     // One turn on the tensor cores: GEMM II of block j - 1 (PV), GEMM I of block j into s (QK),
     // PASA's recovery tile (REC); returns once all are done and their buffers released. Which
@@ -257,20 +240,11 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
                                       sm90::n_major_k_step_descriptor(sVs, T::block_n, kc));
         if constexpr (kSplitTurn && QK::value) {
           sm90::wgmma_commit();
-          // GEMM I's first half (keys 0-63) takes registers GEMM II leaves free, so the tensor
-          // cores have it queued while this warpgroup waits for GEMM II to release P's.
-          gemm1_part(s_first, 0, sK + (j % kStages) * T::k_tile_bytes);
-          sm90::wgmma_commit();
-          sm90::wgmma_wait<1>();  // GEMM II done: P's registers free for the second half
+          sm90::wgmma_wait<0>();  // P's registers free before GEMM I's accumulators take them
           sm90::wgmma_fence();
         }
       }
-      if constexpr (kSplitTurn && QK::value) {
-        static_assert(kSC == 0 && !kPasa, "three FP32-score consumers carry no score checksum");
-        const u32 sKs = sK + (j % kStages) * T::k_tile_bytes;
-        if constexpr (!PV::value) gemm1_part(s_first, 0, sKs);
-        gemm1_part(s_rest, kFirstKeys, sKs);
-      } else if constexpr (QK::value) {
+      if constexpr (QK::value) {
         const u32 sKs = sK + (j % kStages) * T::k_tile_bytes;
 #pragma unroll
         for (int ks = 0; ks < T::head_dim / 16; ++ks) {
@@ -312,14 +286,6 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
         else
           turn(j, yes, yes, no);
         inject_output(j - 1);
-      }
-      if constexpr (kSplitTurn) {
-#pragma unroll
-        for (int nt = 0; nt < kST; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i)
-            s[nt][i] = nt < kFirstKeys / 8 ? s_first[nt * 4 + i]
-                                           : s_rest[(nt - kFirstKeys / 8) * 4 + i];
       }
       if constexpr (T::inject) {  // not f16_pasa
         inject(fault_site_scores, j, &s[0][0], kST * 4);

@@ -233,12 +233,6 @@ __device__ __forceinline__ void wgmma_u8s8_rs(int (&d)[128], const u32 (&a)[4], 
 // The 16-bit MMAs (f16 or bf16 operands, FP32 accumulators), k16 steps: 32 bytes of each
 // K-major row, as the 8-bit ones' k32. FTATTN_WGMMA_16BIT emits the instruction of `shape` for
 // the element type Bf16 picks (the asm string must be a literal).
-#define FTATTN_WG_D16(c, d) FTATTN_WG_D8(c, d, 0), FTATTN_WG_D8(c, d, 8)
-#define FTATTN_WG_D48(c, d) FTATTN_WG_D32(c, d), FTATTN_WG_D8(c, d, 32), FTATTN_WG_D8(c, d, 40)
-#define FTATTN_WG_R48 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}"
-#define FTATTN_WG_D56(c, d) FTATTN_WG_D48(c, d), FTATTN_WG_D8(c, d, 48)
-#define FTATTN_WG_R56 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55}"
-#define FTATTN_WG_R8 "{%0, %1, %2, %3, %4, %5, %6, %7}"
 #define FTATTN_WGMMA_16BIT(shape, operands, pred, outputs, ...)                                 \
   if constexpr (Bf16)                                                                           \
     asm volatile(FTATTN_WGMMA(shape ".f32.bf16.bf16", operands, pred) : outputs : __VA_ARGS__); \
@@ -268,30 +262,6 @@ template <bool Bf16>
 __device__ __forceinline__ void wgmma_16bit_ss(float (&d)[68], u64 a, u64 b, int accumulate) {
   FTATTN_WGMMA_16BIT("m64n136k16", FTATTN_WG_R68 ", %68, %69, p, 1, 1, 0, 0", "%70",
                      FTATTN_WG_D68("+f", d), "l"(a), "l"(b), "r"(accumulate));
-}
-
-// m64n{32, 96}k16: GEMM I in two parts of a quarter and three quarters of a 128-key block (the
-// three-consumer turn).
-template <bool Bf16>
-__device__ __forceinline__ void wgmma_16bit_ss(float (&d)[16], u64 a, u64 b, int accumulate) {
-  FTATTN_WGMMA_16BIT("m64n32k16", FTATTN_WG_R16 ", %16, %17, p, 1, 1, 0, 0", "%18",
-                     FTATTN_WG_D16("+f", d), "l"(a), "l"(b), "r"(accumulate));
-}
-template <bool Bf16>
-__device__ __forceinline__ void wgmma_16bit_ss(float (&d)[48], u64 a, u64 b, int accumulate) {
-  FTATTN_WGMMA_16BIT("m64n96k16", FTATTN_WG_R48 ", %48, %49, p, 1, 1, 0, 0", "%50",
-                     FTATTN_WG_D48("+f", d), "l"(a), "l"(b), "r"(accumulate));
-}
-
-template <bool Bf16>
-__device__ __forceinline__ void wgmma_16bit_ss(float (&d)[8], u64 a, u64 b, int accumulate) {
-  FTATTN_WGMMA_16BIT("m64n16k16", FTATTN_WG_R8 ", %8, %9, p, 1, 1, 0, 0", "%10",
-                     FTATTN_WG_D8("+f", d, 0), "l"(a), "l"(b), "r"(accumulate));
-}
-template <bool Bf16>
-__device__ __forceinline__ void wgmma_16bit_ss(float (&d)[56], u64 a, u64 b, int accumulate) {
-  FTATTN_WGMMA_16BIT("m64n112k16", FTATTN_WG_R56 ", %56, %57, p, 1, 1, 0, 0", "%58",
-                     FTATTN_WG_D56("+f", d), "l"(a), "l"(b), "r"(accumulate));
 }
 
 // PASA's GEMM I: m64n{64, 128}k16 f16 x f16 with FP16 accumulators, A and B K-major in shared
