@@ -374,14 +374,9 @@ int64_t wgmma16_tiles_bytes(const KernelConfig& c) {
   const auto [k_atoms, v_atoms] = codegen::checksum_atoms(c.protection);
   const int64_t checksum_atom = v_atoms > 0 ? 128 * c.block_n : 0;
   const int64_t shift_rows = c.precision == Precision::f16_pasa ? 8 : 0;
-  // FwdWgmmaTraits::p_stage_bytes: Flash-ABFT's staged P at three consumers.
-  const int64_t p_stage =
-      c.num_warps == 12 && v_atoms > 0 && !c.fault_injection ? align(64 * 2 * c.block_n) : 0;
   const int64_t loop =
-      align(c.block_m * row) +
-      c.num_stages * (align((c.block_n + 8 * k_atoms + shift_rows) * row) +
-                      align(c.block_n * row) + checksum_atom) +
-      p_stage;
+      align(c.block_m * row) + c.num_stages * (align((c.block_n + 8 * k_atoms + shift_rows) * row) +
+                                               align(c.block_n * row) + checksum_atom);
   const int64_t out = int64_t{c.block_m} * (2 * c.head_dim + 16);
   return std::max(loop, out);
 }

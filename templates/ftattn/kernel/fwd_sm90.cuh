@@ -72,13 +72,7 @@ struct FwdWgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, 
   // swizzle wants whole atoms. GEMM II's N takes 8 columns per V checksum atom.
   static constexpr int checksum_tiles = ProtectT::v_atoms;
   static constexpr int v_tile_bytes = kv_tile_bytes + (checksum_tiles > 0 ? BlockN * 128 : 0);
-  // Three consumers with Flash-ABFT: one buffer for a warpgroup's P (64 rows of BlockN keys),
-  // which its checksum tile reads apart from GEMM II (kernel/fwd_ws_sm90.cuh); the warpgroups
-  // fill it in turn.
-  static constexpr bool staged_checksum_tile = NumWarps == 12 && checksum_tiles > 0 && !Inject;
-  static constexpr int p_stage_bytes = staged_checksum_tile ? align(64 * BlockN * 2) : 0;
-  static constexpr int loop_bytes =
-      q_bytes + NumStages * (k_tile_bytes + v_tile_bytes) + p_stage_bytes;
+  static constexpr int loop_bytes = q_bytes + NumStages * (k_tile_bytes + v_tile_bytes);
   static constexpr int out_bytes = BlockM * row_stride * 2;
   // Two or three consumer warpgroups of 16-bit tiles run warp-specialised
   // (kernel/fwd_ws_sm90.cuh): a producer warpgroup loads, the consumers take turns on the tensor

@@ -65,18 +65,12 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   // Three 16-bit FP32-score consumers: GEMM II done before GEMM I, so O, S and P never all
   // sit in the wgmma pipeline at once (160 registers each).
   constexpr bool kSplitTurn = T::num_warps == 12 && !P::pasa;
-  // Three consumers with Flash-ABFT: the checksum tile is a wgmma of its own on P staged in
-  // shared memory, queued after GEMM II, so it runs while the warpgroup waits for GEMM II and
-  // issues GEMM I (an m64n136 GEMM II lengthened that wait by its n8 tile).
-  constexpr bool kStagedTile = T::staged_checksum_tile;
-  static_assert(!kStagedTile || (kSplitTurn && kCT == 1), "Flash-ABFT's one tile, three consumers");
   constexpr int kStages = T::num_stages;
   constexpr int kRowBytes = T::row_bytes;
   constexpr int kConsumers = T::threads;  // 256 or 384
   constexpr int kGroups = T::num_warps / 4;
   constexpr int kProducers = 128;
   constexpr int kConsumersDone = kGroups + 1;  // named barriers 1 ... kGroups pass the turn
-  constexpr int kStaged = kGroups + 2;         // + group: a warpgroup's staged P is complete
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const u32 sQ = (sm80::smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -234,45 +228,19 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
       if (PV::value) pipe.wait_v(j - 1);
       sm90::fence_async_shared();  // the producer's copies, seen by the tensor cores
       token.wait();
-      if constexpr (kStagedTile && PV::value) {
-        // The buffer is free: the warpgroup before passed the turn once its tile was done.
-        const u32 sP = sQ + T::loop_bytes - T::p_stage_bytes;
-        const int row = (warp % 4) * 16 + lane % 8 + 8 * ((lane / 8) % 2);
-#pragma unroll
-        for (int kc = 0; kc < kST / 2; ++kc)
-          sm90::stmatrix_x4(sP + sm90::tile_offset<2 * T::block_n>(64, row, 2 * kc + lane / 16),
-                            pa[kc]);
-        sm90::fence_async_shared();  // seen by the tensor cores
-        sm90::named_barrier_sync(kStaged + group, 128);  // every warp's rows
-      }
       sm90::wgmma_fence();
       if constexpr (PV::value) {
         const u32 sVs = sV + ((j - 1) % kStages) * T::v_tile_bytes;
         // O with its checksum tiles in one wgmma (m64n136 for Flash-ABFT at head dim 128): the
         // tile is nearly all of Flash-ABFT's prepared cost, yet a wgmma of its own and the sum on
         // the CUDA cores were slower (README, Flash-ABFT "Tried on 2026-11-27").
-        if constexpr (kStagedTile) {
 #pragma unroll
-          for (int kc = 0; kc < kST / 2; ++kc)
-            sm90::wgmma_16bit_rs<kBf16>(reinterpret_cast<float(&)[kOT * 4]>(acc[0]), pa[kc],
-                                        sm90::n_major_k_step_descriptor(sVs, T::block_n, kc));
-          sm90::wgmma_commit();
-          const u32 sP = sQ + T::loop_bytes - T::p_stage_bytes;
-#pragma unroll
-          for (int kc = 0; kc < kST / 2; ++kc)
-            sm90::wgmma_16bit_ss_nb<kBf16>(
-                acc[0][kOT], sm90::k_step_descriptor<2 * T::block_n>(sP, 64, 0, kc),
-                sm90::n_major_k_step_descriptor(sVs + T::kv_tile_bytes, T::block_n, kc));
-        } else {
-#pragma unroll
-          for (int kc = 0; kc < kST / 2; ++kc)
-            sm90::wgmma_16bit_rs<kBf16>(reinterpret_cast<float(&)[(kOT + kCT) * 4]>(acc[0]),
-                                        pa[kc], sm90::n_major_k_step_descriptor(sVs, T::block_n, kc));
-        }
+        for (int kc = 0; kc < kST / 2; ++kc)
+          sm90::wgmma_16bit_rs<kBf16>(reinterpret_cast<float(&)[(kOT + kCT) * 4]>(acc[0]), pa[kc],
+                                      sm90::n_major_k_step_descriptor(sVs, T::block_n, kc));
         if constexpr (kSplitTurn && QK::value) {
           sm90::wgmma_commit();
-          // P's registers free before GEMM I's accumulators take them (the staged tile may run on).
-          sm90::wgmma_wait<kStagedTile ? 1 : 0>();
+          sm90::wgmma_wait<0>();  // P's registers free before GEMM I's accumulators take them
           sm90::wgmma_fence();
         }
       }
@@ -295,9 +263,6 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
         }
       }
       sm90::wgmma_commit();
-      // The staged tile done before the next warpgroup may refill its buffer.
-      if constexpr (kStagedTile && PV::value && QK::value) sm90::wgmma_wait<1>();
-      if constexpr (kStagedTile && PV::value && !QK::value) sm90::wgmma_wait<0>();
       token.pass(/*last=*/!QK::value);  // the last turn has no GEMM I
       sm90::wgmma_wait<0>();
       if (lane == 0) {

@@ -289,24 +289,6 @@ __device__ __forceinline__ void wgmma_16bit_ss(float (&d)[4], u64 a, u64 b, int 
                      FTATTN_WG_D4("+f", d, 0), "l"(a), "l"(b), "r"(accumulate));
 }
 
-// m64n8k16, FP32 accumulators, A K-major and B N-major (imm-trans-b 1) in shared memory:
-// Flash-ABFT's checksum tile of the three-consumer kernel, P (staged by stage_operand_x4) against
-// the V tile's checksum atom, apart from GEMM II so that it runs while GEMM I is issued.
-template <bool Bf16>
-__device__ __forceinline__ void wgmma_16bit_ss_nb(float (&d)[4], u64 a, u64 b) {
-  FTATTN_WGMMA_16BIT("m64n8k16", "{%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 1", "%6",
-                     FTATTN_WG_D4("+f", d, 0), "l"(a), "l"(b), "r"(1));
-}
-
-// Stores one k16 step of a warp's 16 x 16 A fragment (a[0..3]: rows 0-7 and 8-15 of keys 0-7,
-// then of keys 8-15, the m16n8k16 layout) as four 8 x 8 matrices; lane l gives the address of
-// row l % 8 of matrix l / 8.
-__device__ __forceinline__ void stmatrix_x4(u32 addr, const u32 (&a)[4]) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
-               "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3])
-               : "memory");
-}
-
 // D += A B, m64n{64, 128}k16, A from registers (the m16n8k16 A layout per warp), B N-major in
 // shared memory (imm-trans-b 1: V as stored, keys x channels): GEMM II. m64n{72, 136}k16: a head
 // dim of 64 or 128 and one 8-wide checksum tile beside it (Flash-ABFT's P . rowsum(V),
