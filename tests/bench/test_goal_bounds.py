@@ -55,6 +55,19 @@ def main():
     check(table["f16_pasa"]["needed"] == f"{1.0 / (1.0 - gb.shift_floor(shape)):.3f}x",
           table["f16_pasa"])
     check(table["f16_pasa"]["measured"] == f"{1.0 / 1.1:.3f} end to end", table["f16_pasa"])
+
+    # The tiles' share of the MMAs at 128-key blocks: Flash-ABFT's n8 beside GEMM II's 128
+    # channels is 1/16 of GEMM II, 1/32 of both (above its 3% goal); EFTA adds one beside GEMM I's
+    # keys (1/16 of all), efta_correct a second beside GEMM II (3/32). At head dim 64 GEMM II's
+    # tiles weigh twice as much.
+    check(abs(gb.tile_share("flash_abft", 128) - 1 / 32) < 1e-12, gb.tile_share("flash_abft", 128))
+    check(abs(gb.tile_share("efta_detect", 128) - 1 / 16) < 1e-12, "efta_detect at 128")
+    check(abs(gb.tile_share("efta_correct", 128) - 3 / 32) < 1e-12, "efta_correct at 128")
+    check(abs(gb.tile_share("flash_abft", 64) - 1 / 16) < 1e-12, "flash_abft at 64")
+    tiles = {(t["target"], t["head_dim"]): t for t in gb.tile_rows()}
+    check(tiles[("flash_abft tiles", "128")]["verdict"] == "share above goal", tiles)
+    check(tiles[("flash_abft tiles", "128")]["needed"] == "3.12%", tiles)
+    check(tiles[("efta_detect tiles", "128")]["verdict"] == "share below goal", tiles)
     print("goal_bounds.py: all checks passed")
 
 
