@@ -377,13 +377,15 @@ def main():
     prepared_vs_f16(folder, "goals_pasa_stg128", new_rounds("q8_store_rows_pasa_shift_ab.csv"))
     prepared_vs_f16(folder, "goals_pasa_d64_d256_stg128",
                     ["pasa_d64_d256_stg128_1.csv", "pasa_d64_d256_stg128_2.csv"])
-    # Flash-ABFT over six runs of the landed build (2026-11-27): its A/B rounds as `new`, then
+    # Flash-ABFT over twelve runs of the landed build (2026-11-27): its A/B rounds as `new`, then
     # as `main` beside the designs measured and not kept.
     main_rounds = lambda csv_name: [f"{csv_name}#build=main,round={r}" for r in (1, 2)]
     reuse_overhead(folder, "goals_flash_abft_stg128",
                    new_rounds("protected_store_rows_ab.csv") +
                    main_rounds("flash_abft_own_n8_wgmma_ab.csv") +
-                   main_rounds("flash_abft_core_checksum_ab.csv"), ("flash_abft",))
+                   main_rounds("flash_abft_core_checksum_ab.csv") +
+                   main_rounds("early_token_ab.csv") + main_rounds("gemm1_parts_ab.csv") +
+                   main_rounds("flash_abft_staged_tile_ab.csv"), ("flash_abft",))
     llvm_campaign(folder)
 
 
