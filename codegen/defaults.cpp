@@ -250,12 +250,16 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
     // up to 4k keys (0.89x, where 64 x 128 w4s2 keeps 0.95x). Shorter runs keep the earlier
     // tiles (pasa_three_consumers_short.csv, 512-2k keys): at 128 below 2k keys the 192-row
     // tile is level without a mask and 8-11% slower causal; at 64 it is slower up to 2k keys.
+    // Causal at 64 keeps 64 x 128 w4s2 up to 8k keys: there, K' prepared, it ran 1.003-1.007x
+    // f16 against the three consumers' 0.976-0.992x (three runs on the H100,
+    // pasa_d64_causal_tiles.csv, pasa_d64_causal_long_*.csv); at 12k the two were level, at 16k
+    // the three consumers 1.01x ahead.
     // Head dim 256: f16's warp-specialised 128 x 64 w8s2 (1.83-1.98x the mma.sync 128 x 128
     // w8s1 on the H100 at 4k-16k keys, both masks, d256_ws.csv; 1.3-1.9x at 512-2k keys,
     // d256_ws_short.csv).
     KernelConfig wgmma_pasa = c;
     const bool three = (c.head_dim == 128 && keys >= 2048) ||
-                       (c.head_dim == 64 && keys > (is_causal(c.mask) ? 4096 : 2048));
+                       (c.head_dim == 64 && keys > (is_causal(c.mask) ? 8192 : 2048));
     const bool two = (c.head_dim == 128 && !three) || c.head_dim == 256;
     wgmma_pasa.block_m = three ? 192 : two ? 128 : 64;
     wgmma_pasa.num_warps = three ? 12 : two ? 8 : 4;

@@ -424,7 +424,7 @@ TEST_CASE(
 TEST_CASE("f16_pasa defaults: the wgmma skeleton on sm_90a when unprotected, mma.sync otherwise",
           "[pasa]") {
   // The H100 runs' tiles (codegen/defaults.cpp): three consumer warpgroups, 192 x 128 w12s2, at
-  // head dim 128 and at 64 but for causal runs up to 4k keys, which keep 64 x 128 w4s2.
+  // head dim 128 and at 64 but for causal runs up to 8k keys, which keep 64 x 128 w4s2.
   for (Mask m : {Mask::none, Mask::causal}) {
     const KernelConfig d64 = test::default_config(64, Precision::f16_pasa, m, Arch{90, true});
     const KernelConfig d128 = test::default_config(128, Precision::f16_pasa, m, Arch{90, true});
@@ -448,7 +448,10 @@ TEST_CASE("f16_pasa defaults: the wgmma skeleton on sm_90a when unprotected, mma
       CHECK((d64.block_m == 64 && d64.block_n == 128 && d64.num_warps == 4 && d64.num_stages == 2));
       KernelConfig open;
       open.head_dim = 64, open.precision = Precision::f16_pasa, open.mask = m;
-      const Problem long_run = Problem::bhsd(1, 8, 8, 8192, 8192, 64);
+      const Problem mid_run = Problem::bhsd(1, 8, 8, 8192, 8192, 64);
+      const KernelConfig d64_mid = with_defaults(open, Arch{90, true}, &mid_run);
+      CHECK((d64_mid.block_m == 64 && d64_mid.num_warps == 4));
+      const Problem long_run = Problem::bhsd(1, 8, 8, 16384, 16384, 64);
       const KernelConfig d64_long = with_defaults(open, Arch{90, true}, &long_run);
       CHECK((d64_long.block_m == 192 && d64_long.num_warps == 12));
     } else {
