@@ -183,10 +183,10 @@ __device__ __forceinline__ void gemm2(Acc (&d)[kOT][4], const u32 (&pa)[kKC][4],
   for (int kc = 0; kc < kKC; ++kc) {
     if constexpr (!T::Precision::float_accumulators)
       sm90::wgmma_u8s8_rs(reinterpret_cast<int(&)[kOT * 4]>(d), pa[kc],
-                          sm90::descriptor<T::block_n>(sVs + kc * 32));
+                          sm90::descriptor<T::block_n>(sVs, kc * 32));
     else
       sm90::wgmma_e4m3_rs(reinterpret_cast<float(&)[kOT * 4]>(d), pa[kc],
-                          sm90::descriptor<T::block_n>(sVs + kc * 32), kc > 0);
+                          sm90::descriptor<T::block_n>(sVs, kc * 32), kc > 0);
   }
 }
 
@@ -415,7 +415,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p,
   const int warp = threadIdx.x / 32;
   const int quad_t = lane % 4;
   const int warp_row = warp * 16;         // this warp's 16 rows of the CTA's tile
-  const int group_row = (warp / 4) * 64;  // its warpgroup's 64 rows
+  const int group_row = sm90::warpgroup_index() * 64;  // its warpgroup's 64 rows
 
   const int row0 = m_block * T::block_m;
   const int diag = p.seqlen_k - p.seqlen_q;  // bottom-right causal alignment

@@ -93,7 +93,7 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
   const int warp_row = warp * 16;
-  const int group = warp / 4;
+  const int group = sm90::warpgroup_index();
   const int group_row = group * 64;
 
   float q_scale[2];  // per row of this lane's accumulators: s_Q * softmax scale * log2(e)

@@ -446,7 +446,7 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p,
   const int warp = threadIdx.x / 32;
   const int warp_row = warp * 16;         // this warp's 16 rows of the CTA's tile
   const int quad_t = lane % 4;            // this thread's column group in every 8-wide tile
-  const int group_row = (warp / 4) * 64;  // its warpgroup's 64 rows
+  const int group_row = sm90::warpgroup_index() * 64;  // its warpgroup's 64 rows
 
   const int row0 = m_block * T::block_m;
   const int diag = p.seqlen_k - p.seqlen_q;  // bottom-right causal alignment

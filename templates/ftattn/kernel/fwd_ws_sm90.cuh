@@ -173,7 +173,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
   const int warp_row = warp * 16;
-  const int group = warp / 4;
+  const int group = sm90::warpgroup_index();
   const int group_row = group * 64;
 
   // O, then (checksum schemes) its checksum tiles: one accumulator array for GEMM II's wgmma.

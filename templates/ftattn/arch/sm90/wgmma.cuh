@@ -21,14 +21,30 @@ __device__ __forceinline__ u32 swizzled_offset(int row, int chunk) {
   return linear ^ (((linear >> 7) & (RowBytes / 16 - 1)) << 4);
 }
 
-// The descriptor of a K-major tile of `RowBytes`-byte rows at shared address `addr` (the
-// first row of the MMA's 8-row groups, advanced by 32 bytes per k32 step): start address, leading
-// byte offset 1 (unused by swizzled layouts), stride byte offset 8 rows, swizzle mode.
+// This thread's warpgroup, read from lane 0 so that the compiler knows it is the same across the
+// warp and keeps it (and the descriptors built from it) in uniform registers, where each wgmma
+// takes them without a register-to-uniform move.
+__device__ __forceinline__ int warpgroup_index() {
+  return __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
+}
+
+// A shared-memory descriptor from its 14-bit start field (address / 16) and its fixed fields.
+// Shared addresses stay below 2^18 (228 KB), so a start address fits the field as it is, and an
+// offset added to the field never carries into the next: a tile's descriptor is then its base's
+// plus the offset / 16, one integer add per k-step, where masking and shifting each address took
+// four.
+__device__ __forceinline__ u64 descriptor_of(u32 start_field, u32 fields_lo, u32 fields_hi) {
+  return (static_cast<u64>(fields_hi) << 32) | (start_field + fields_lo);
+}
+
+// The descriptor of a K-major tile of `RowBytes`-byte rows at shared address `addr` + `offset`
+// (the first row of the MMA's 8-row groups, advanced by 32 bytes per k32 step; `addr` and
+// `offset` 16-byte aligned): start address, leading byte offset 1 (unused by swizzled layouts),
+// stride byte offset 8 rows, swizzle mode.
 template <int RowBytes>
-__device__ __forceinline__ u64 descriptor(u32 addr) {
-  constexpr u64 layout = RowBytes == 128 ? 1 : 2;  // SWIZZLE_128B : SWIZZLE_64B
-  return static_cast<u64>((addr & 0x3ffff) >> 4) | (u64{1} << 16) |
-         (static_cast<u64>(8 * RowBytes >> 4) << 32) | (layout << 62);
+__device__ __forceinline__ u64 descriptor(u32 addr, u32 offset = 0) {
+  constexpr u32 layout = RowBytes == 128 ? 1 : 2;  // SWIZZLE_128B : SWIZZLE_64B
+  return descriptor_of((addr >> 4) + (offset >> 4), 1u << 16, (8 * RowBytes >> 4) | (layout << 30));
 }
 
 // A tile of `RowBytes`-byte rows (64, 128, or a multiple of 128: 128-byte swizzle atoms side by
@@ -46,9 +62,9 @@ __device__ __forceinline__ u32 tile_offset(int rows, int row, int chunk) {
 template <int RowBytes>
 __device__ __forceinline__ u64 k_step_descriptor(u32 tile, int rows, int row, int ks) {
   if constexpr (RowBytes >= 256)
-    return descriptor<128>(tile + (ks / 4) * rows * 128 + row * 128 + (ks % 4) * 32);
+    return descriptor<128>(tile, (ks / 4) * rows * 128 + row * 128 + (ks % 4) * 32);
   else
-    return descriptor<RowBytes>(tile + row * RowBytes + ks * 32);
+    return descriptor<RowBytes>(tile, row * RowBytes + ks * 32);
 }
 
 // The descriptor of k16 step `ks` of a 16-bit B operand stored N-major: `rows` rows of the K
@@ -58,9 +74,8 @@ __device__ __forceinline__ u64 k_step_descriptor(u32 tile, int rows, int row, in
 // bytes), the stride byte offset the 1024 bytes between 8-row groups. The wgmma takes it with
 // imm-trans-b 1.
 __device__ __forceinline__ u64 n_major_k_step_descriptor(u32 tile, int rows, int ks) {
-  const u32 addr = tile + ks * 2048;
-  return static_cast<u64>((addr & 0x3ffff) >> 4) | (static_cast<u64>((rows * 128) >> 4) << 16) |
-         (u64{1024 >> 4} << 32) | (u64{1} << 62);
+  return descriptor_of((tile >> 4) + ks * (2048 >> 4), static_cast<u32>(rows * 128 >> 4) << 16,
+                       (1024 >> 4) | (1u << 30));
 }
 
 // Orders this thread's register writes before the next wgmma reads them (accumulators, A).
