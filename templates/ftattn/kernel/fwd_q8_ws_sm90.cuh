@@ -103,6 +103,7 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
       q_scale[r] = q8::row_scale(p, batch, head, row0 + warp_row + lane / 4 + r * 8);
     // Q has landed: before GEMM I reads it, and before the epilogue stages O over it.
     sm90::mbarrier_wait(pipe.q_full(), 0);
+    sm90::fence_async_shared();  // Q came by cp.async: seen by the tensor cores
   } else {
     // This warpgroup's 64 rows, by st.shared: fenced for the tensor cores, then only this
     // warpgroup waits for its four warps.
@@ -135,7 +136,7 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
       constexpr bool kQK = decltype(qk_flag)::value;
       if (kQK) pipe.wait_k(j);
       if (kPV) pipe.wait_v(j - 1);
-      sm90::fence_async_shared();  // the producer's copies, seen by the tensor cores
+      // K and V come by TMA (no fence; Q was fenced once it landed).
       if constexpr (kInt) {        // INT32 scores start from the bias
         if constexpr (kQK) q8::set_bias<T>(s);
       }

@@ -206,6 +206,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   // Q has landed: before GEMM I reads it, and before the epilogue stages O over it (a CTA whose
   // rows see no key still had its Q copied, and the late copy overwrote the staged zeros).
   sm90::mbarrier_wait(pipe.q_full(), 0);
+  sm90::fence_async_shared();  // Q came by cp.async: seen by the tensor cores
   if (n_blocks > 0) {
     const sm90::TurnToken<1, kGroups> token{group};
     token.start();  // warpgroup 0 goes first
@@ -226,7 +227,10 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
       [[maybe_unused]] float rc_tile[4];
       if (QK::value) pipe.wait_k(j);
       if (PV::value) pipe.wait_v(j - 1);
-      sm90::fence_async_shared();  // the producer's copies, seen by the tensor cores
+      // The producer's thread copies (checksum rows and chunks), seen by the tensor cores. K and
+      // V come by TMA, which needs no fence: a fence per turn cost unprotected kernels a
+      // MEMBAR.
+      if constexpr (kThreadCopies) sm90::fence_async_shared();
       token.wait();
       sm90::wgmma_fence();
       if constexpr (PV::value) {
