@@ -58,13 +58,15 @@ __device__ __forceinline__ u32 tile_offset(int rows, int row, int chunk) {
     return swizzled_offset<RowBytes>(row, chunk);
 }
 
-// The descriptor of k32 step `ks` (32 bytes of each row) of such a tile, from row `row` on.
+// The descriptor of k32 step `ks` (32 bytes of each row) of such a tile, from row `row` on. The
+// row goes into the address and the step into the offset: a warpgroup's rows are a runtime
+// value, so its address is one per tile and each step adds a constant to it.
 template <int RowBytes>
 __device__ __forceinline__ u64 k_step_descriptor(u32 tile, int rows, int row, int ks) {
   if constexpr (RowBytes >= 256)
-    return descriptor<128>(tile, (ks / 4) * rows * 128 + row * 128 + (ks % 4) * 32);
+    return descriptor<128>(tile + row * 128, (ks / 4) * rows * 128 + (ks % 4) * 32);
   else
-    return descriptor<RowBytes>(tile, row * RowBytes + ks * 32);
+    return descriptor<RowBytes>(tile + row * RowBytes, ks * 32);
 }
 
 // The descriptor of k16 step `ks` of a 16-bit B operand stored N-major: `rows` rows of the K
