@@ -129,7 +129,13 @@ namespace detail {
 // The online softmax of this warp's key block (one 16-row tile: row halves r = 0, 1) in place:
 // s becomes P (FP32, masked keys 0), row_max the new running max (raw scores), rescale the factor
 // of the old O and l, and block_sum this thread's share of the block's l.
-template <int kST>
+//
+// With kSlack > 0 (FlashAttention-4's lazy rescale) a row keeps its running max until a block's
+// max passes it by more than kSlack in base-2 logits: P then stays below 2^kSlack (256 at 8,
+// exact in f16 and bf16 as any P is), and rescale is exactly 1 for most blocks, so the caller may
+// skip O's multiplies for a warp none of whose rows moved. The max is only a reference: O / l
+// and LSE = max + log l do not depend on which one was used.
+template <int kST, int kSlack = 0>
 __device__ __forceinline__ void softmax_block(float (&s)[kST][4], float scale_log2,
                                               float (&row_max)[2], float (&rescale)[2],
                                               float (&block_sum)[2]) {
@@ -139,7 +145,11 @@ __device__ __forceinline__ void softmax_block(float (&s)[kST][4], float scale_lo
 #pragma unroll
     for (int nt = 0; nt < kST; ++nt)
       block_max = fmaxf(block_max, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-    const float mx = fmaxf(row_max[r], quad_max(block_max));
+    float mx = fmaxf(row_max[r], quad_max(block_max));
+    // A row that saw a finite score keeps its max while the block stays within the slack (-inf
+    // plus the slack is still -inf, so the first finite block always moves it).
+    if constexpr (kSlack > 0)
+      if (mx * scale_log2 <= row_max[r] * scale_log2 + kSlack) mx = row_max[r];
     const float shift = mx == neg_inf() ? 0.f : mx * scale_log2;  // nothing seen yet: P stays 0
     rescale[r] = fast_exp2(row_max[r] * scale_log2 - shift);
     row_max[r] = mx;

@@ -65,6 +65,8 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   // Three 16-bit FP32-score consumers: GEMM II done before GEMM I, so O, S and P never all
   // sit in the wgmma pipeline at once (160 registers each).
   constexpr bool kSplitTurn = T::num_warps == 12 && !P::pasa;
+  // f16 and bf16 without EFTA keep a row's max until a block passes it by 2^8 (softmax_block).
+  constexpr int kLazyRescale = 8;
   constexpr int kStages = T::num_stages;
   constexpr int kRowBytes = T::row_bytes;
   constexpr int kConsumers = T::threads;  // 256 or 384
@@ -332,17 +334,19 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
               row0 + warp_row, j * T::block_n, lane, p.seqlen_k, diag,
               [&](int, int nt, int i) { s[nt][i] = neg_inf(); });
         float rescale[2], block_sum[2];
-        detail::softmax_block(s, p.scale_log2, row_max[0], rescale, block_sum);
+        detail::softmax_block<kST, kLazyRescale>(s, p.scale_log2, row_max[0], rescale, block_sum);
         if constexpr (T::inject) {  // rescale before l and O take it
           inject(fault_site_probs, j, &s[0][0], kST * 4);
           inject(fault_site_rescale, j, rescale, 2);
         }
 #pragma unroll
         for (int r = 0; r < 2; ++r) row_sum[0][r] = row_sum[0][r] * rescale[r] + block_sum[r];
+        // O (GEMM II done in the turn) takes the factors unless no row of the warp moved.
+        if (!kLazyRescale || __any_sync(0xffffffffu, rescale[0] != 1.f || rescale[1] != 1.f))
 #pragma unroll
-        for (int nt = 0; nt < kOT + kCT; ++nt)
+          for (int nt = 0; nt < kOT + kCT; ++nt)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) acc[0][nt][i] *= rescale[i / 2];
+            for (int i = 0; i < 4; ++i) acc[0][nt][i] *= rescale[i / 2];
 #pragma unroll
         for (int kc = 0; kc < kST / 2; ++kc) {
           pa[kc][0] = P::pack(s[2 * kc][0], s[2 * kc][1]);
