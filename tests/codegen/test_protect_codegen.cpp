@@ -93,7 +93,8 @@ TEST_CASE("Flash-ABFT on the wgmma skeleton: GEMM II carries the checksum tile",
   // wgmma per 16 keys (the checksum tile beside O), the prologue is there, and the injection
   // build compiles into the same skeleton. Two consumers spill nothing; three (the head dim 128
   // default, 160 registers each) spill a word, the checksum tile beside O, S and P (more with
-  // the injection sites, whose builds only run campaigns).
+  // the injection sites, whose builds only run campaigns: up to 20 bytes causal since the lazy
+  // rescale's vote, 16 before).
   for (Precision p : {Precision::f16, Precision::bf16})
     for (int d : {64, 128})
       for (Mask m : {Mask::none, Mask::causal})
@@ -117,7 +118,7 @@ TEST_CASE("Flash-ABFT on the wgmma skeleton: GEMM II carries the checksum tile",
           CHECK(count(out.ptx, "mma.sync") == 0);
           CHECK(out.ptx.find("atom.global") != std::string::npos);  // the fault log
           const int spills = runtime::parse_ptxas_log(out.log, src.symbol).spill_stores;
-          CHECK(spills <= (c.num_warps == 12 ? (inject ? 16 : 4) : 0));
+          CHECK(spills <= (c.num_warps == 12 ? (inject ? 20 : 4) : 0));
         }
 }
 

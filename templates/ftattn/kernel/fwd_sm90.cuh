@@ -135,6 +135,10 @@ namespace detail {
 // exact in f16 and bf16 as any P is), and rescale is exactly 1 for most blocks, so the caller may
 // skip O's multiplies for a warp none of whose rows moved. The max is only a reference: O / l
 // and LSE = max + log l do not depend on which one was used.
+// FlashAttention-4's slack (base-2 logits) where the Hopper 16-bit kernels take it: the
+// warp-specialised ones without EFTA. The one-warpgroup kernel keeps rescaling every block: there
+// it ran level unprotected and 0.96-1.00x with Flash-ABFT at head dim 64 (lazy_rescale_d64_ab.csv).
+inline constexpr int kLazyRescaleSlack = 8;
 template <int kST, int kSlack = 0>
 __device__ __forceinline__ void softmax_block(float (&s)[kST][4], float scale_log2,
                                               float (&row_max)[2], float (&rescale)[2],
@@ -454,8 +458,8 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p,
   const int head_kv = head / p.group_size;
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
-  const int warp_row = warp * 16;         // this warp's 16 rows of the CTA's tile
-  const int quad_t = lane % 4;            // this thread's column group in every 8-wide tile
+  const int warp_row = warp * 16;  // this warp's 16 rows of the CTA's tile
+  const int quad_t = lane % 4;     // this thread's column group in every 8-wide tile
   const int group_row = sm90::warpgroup_index() * 64;  // its warpgroup's 64 rows
 
   const int row0 = m_block * T::block_m;

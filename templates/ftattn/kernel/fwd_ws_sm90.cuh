@@ -66,7 +66,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   // sit in the wgmma pipeline at once (160 registers each).
   constexpr bool kSplitTurn = T::num_warps == 12 && !P::pasa;
   // f16 and bf16 without EFTA keep a row's max until a block passes it by 2^8 (softmax_block).
-  constexpr int kLazyRescale = 8;
+  constexpr int kLazyRescale = detail::kLazyRescaleSlack;
   constexpr int kStages = T::num_stages;
   constexpr int kRowBytes = T::row_bytes;
   constexpr int kConsumers = T::threads;  // 256 or 384
