@@ -137,7 +137,8 @@ namespace detail {
 // and LSE = max + log l do not depend on which one was used.
 // FlashAttention-4's slack (base-2 logits) where the Hopper 16-bit kernels take it: the
 // warp-specialised ones without EFTA. The one-warpgroup kernel keeps rescaling every block: there
-// it ran level unprotected and 0.96-1.00x with Flash-ABFT at head dim 64 (lazy_rescale_d64_ab.csv).
+// it ran level unprotected and 0.96-1.00x with Flash-ABFT at head dim 64
+// (wgmma_lazy_rescale_d64_ab.csv).
 inline constexpr int kLazyRescaleSlack = 8;
 template <int kST, int kSlack = 0>
 __device__ __forceinline__ void softmax_block(float (&s)[kST][4], float scale_log2,
