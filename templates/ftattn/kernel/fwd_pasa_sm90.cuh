@@ -59,7 +59,7 @@ __device__ __forceinline__ void attention_fwd_pasa_sm90(const AttentionParams& p
   const int head_kv = head / p.group_size;
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
-  const int warp_row = warp * 16;         // this warp's 16 rows of the CTA's tile
+  const int warp_row = warp * 16;                      // this warp's 16 rows of the CTA's tile
   const int group_row = sm90::warpgroup_index() * 64;  // its warpgroup's 64 rows
 
   const int row0 = m_block * T::block_m;

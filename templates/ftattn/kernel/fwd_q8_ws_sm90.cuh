@@ -137,7 +137,7 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
       if (kQK) pipe.wait_k(j);
       if (kPV) pipe.wait_v(j - 1);
       // K and V come by TMA (no fence; Q was fenced once it landed).
-      if constexpr (kInt) {        // INT32 scores start from the bias
+      if constexpr (kInt) {  // INT32 scores start from the bias
         if constexpr (kQK) q8::set_bias<T>(s);
       }
       token.wait();

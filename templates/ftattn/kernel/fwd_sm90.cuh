@@ -126,6 +126,12 @@ struct FwdWgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, 
 
 namespace detail {
 
+// FlashAttention-4's slack (base-2 logits) where the Hopper 16-bit kernels take it: the
+// warp-specialised ones without EFTA. The one-warpgroup kernel keeps rescaling every block: there
+// it ran level unprotected and 0.96-1.00x with Flash-ABFT at head dim 64
+// (wgmma_lazy_rescale_d64_ab.csv).
+inline constexpr int kLazyRescaleSlack = 8;
+
 // The online softmax of this warp's key block (one 16-row tile: row halves r = 0, 1) in place:
 // s becomes P (FP32, masked keys 0), row_max the new running max (raw scores), rescale the factor
 // of the old O and l, and block_sum this thread's share of the block's l.
@@ -135,11 +141,6 @@ namespace detail {
 // exact in f16 and bf16 as any P is), and rescale is exactly 1 for most blocks, so the caller may
 // skip O's multiplies for a warp none of whose rows moved. The max is only a reference: O / l
 // and LSE = max + log l do not depend on which one was used.
-// FlashAttention-4's slack (base-2 logits) where the Hopper 16-bit kernels take it: the
-// warp-specialised ones without EFTA. The one-warpgroup kernel keeps rescaling every block: there
-// it ran level unprotected and 0.96-1.00x with Flash-ABFT at head dim 64
-// (wgmma_lazy_rescale_d64_ab.csv).
-inline constexpr int kLazyRescaleSlack = 8;
 template <int kST, int kSlack = 0>
 __device__ __forceinline__ void softmax_block(float (&s)[kST][4], float scale_log2,
                                               float (&row_max)[2], float (&rescale)[2],
