@@ -14,6 +14,7 @@ two copies of a step under a branch counts both.
 import argparse
 import collections
 import re
+import signal
 import subprocess
 import sys
 
@@ -91,4 +92,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # quiet when piped into head
     sys.exit(main(sys.argv[1:]))
