@@ -24,6 +24,8 @@
 //     P   = ex2.approx.f16x2(S'' - b_hi - b_lo)           in (0, 1], masked keys -inf -> 0
 //     l   = l * 2^(m_old - m) + sum(P)                   (P summed pairwise in f16, then FP32)
 //     O   = O * 2^(m_old - m) + P V                      FP32 accumulators
+// (The warp-specialised Hopper kernel keeps m while a block's max stays within 8 of it, bias's
+// kSlack: P is then below 2^8 and most blocks leave O as it is.)
 // The first block needs no special case (m starts at -inf in FP32, unlike the paper's m_0 = 0),
 // and the recovery uses the same r_j that was subtracted, so it is exact for any n_j and beta.
 #pragma once
@@ -153,7 +155,10 @@ namespace pasa {
 // apart from the first; it is then equal to the first bit for bit unless a fault hit one.
 // The recovery of row half r is rc[2 r] (column 2t of the shift row's MMA tile) for the first
 // evaluation and rc[2 r + 1] (column 2t + 1, the same value computed apart) for the second.
-template <bool Second, int kST>
+// kSlack > 0: FlashAttention-4's lazy rescale, as detail::softmax_block takes it (a row keeps its
+// max while a block stays within kSlack of it, so P < 2^kSlack, exact in f16 and far from its
+// 65504; the row's f16 pair sums stay below kST * 2^kSlack).
+template <bool Second, int kST, int kSlack = 0>
 __device__ __forceinline__ void bias(const u32 (&x)[kST][2], u32 zero2, const float (&rc)[4],
                                      float scale_log2, float (&row_max)[2], float (&rescale)[2],
                                      u32 (&neg_b_hi)[2], u32 (&neg_b_lo)[2]) {
@@ -172,7 +177,9 @@ __device__ __forceinline__ void bias(const u32 (&x)[kST][2], u32 zero2, const fl
   for (int r = 0; r < 2; ++r) {
     const float rec = rc[2 * r + (Second ? 1 : 0)] * scale_log2;
     const float block_max = (r == 0 ? P::lo(mm) : P::hi(mm)) + rec;
-    const float mx = fmaxf(row_max[r], block_max);
+    float mx = fmaxf(row_max[r], block_max);
+    if constexpr (kSlack > 0)  // -inf plus the slack is -inf: the first finite block moves it
+      if (mx <= row_max[r] + kSlack) mx = row_max[r];
     const float mref = mx == neg_inf() ? 0.f : mx;  // nothing seen yet: P stays 0
     rescale[r] = fast_exp2(row_max[r] - mref);
     row_max[r] = mx;
@@ -297,7 +304,8 @@ __device__ __forceinline__ void keep_recovery_tile(const float (&tile)[4], float
 // and O rescaled; then P as GEMM II's A fragments (keys 16 kc .. 16 kc + 15), pinned in registers
 // of their own: free to sink the exponentials between GEMM II's wgmmas, or to share S''s
 // registers under the next GEMM I, ptxas serialised every wgmma of the kernel (C7511 / C7513).
-template <class T, bool kMasked, int kST, int kOT>
+// kSlack > 0 (bias): O skips its multiplies where no row of the warp moved its max.
+template <class T, bool kMasked, int kSlack, int kST, int kOT>
 __device__ __forceinline__ void wgmma_softmax(const AttentionParams& p, u32 (&s)[kST][2],
                                               const float (&rc)[4], int first_row, int key0,
                                               int lane, int diag, float (&row_max)[2],
@@ -313,7 +321,7 @@ __device__ __forceinline__ void wgmma_softmax(const AttentionParams& p, u32 (&s)
         });
   float rescale[2];
   u32 neg_b_hi[2], neg_b_lo[2];
-  bias<false>(s, 0u, rc, p.scale_log2, row_max, rescale, neg_b_hi, neg_b_lo);
+  bias<false, kST, kSlack>(s, 0u, rc, p.scale_log2, row_max, rescale, neg_b_hi, neg_b_lo);
   u32 sum[2][kST];
 #pragma unroll
   for (int nt = 0; nt < kST; ++nt)
@@ -323,10 +331,7 @@ __device__ __forceinline__ void wgmma_softmax(const AttentionParams& p, u32 (&s)
       sum[r][nt] = s[nt][r];
     }
   add_row_sums(row_sum, rescale, sum);
-#pragma unroll
-  for (int nt = 0; nt < kOT; ++nt)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) o[nt][i] *= rescale[i / 2];
+  // P pinned before O's branch: packed after it, it took 32 register moves a block.
 #pragma unroll
   for (int kc = 0; kc < kST / 2; ++kc) {
     pa[kc][0] = s[2 * kc][0];
@@ -336,6 +341,11 @@ __device__ __forceinline__ void wgmma_softmax(const AttentionParams& p, u32 (&s)
 #pragma unroll
     for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(pa[kc][i]));
   }
+  if (!kSlack || __any_sync(0xffffffffu, rescale[0] != 1.f || rescale[1] != 1.f))
+#pragma unroll
+    for (int nt = 0; nt < kOT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[nt][i] *= rescale[i / 2];
 }
 
 }  // namespace pasa

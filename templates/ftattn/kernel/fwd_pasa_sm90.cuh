@@ -174,8 +174,8 @@ __device__ __forceinline__ void attention_fwd_pasa_sm90(const AttentionParams& p
 
     // Online softmax with the recovered bias; P replaces S'' and becomes GEMM II's A operand.
     u32 pa[kST / 2][4];
-    pasa::wgmma_softmax<T, kMasked>(p, s, rc, row0 + warp_row, n_block * T::block_n, lane, diag,
-                                    row_max[0], row_sum[0], o[0], pa);
+    pasa::wgmma_softmax<T, kMasked, 0>(p, s, rc, row0 + warp_row, n_block * T::block_n, lane, diag,
+                                       row_max[0], row_sum[0], o[0], pa);
 
     // GEMM II: O += P V, P straight from the FP16 accumulators.
     const u32 sVs = sV + stage * T::v_tile_bytes;
