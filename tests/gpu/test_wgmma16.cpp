@@ -3,6 +3,7 @@
 #include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <future>
 #include <random>
 
 #include "ftattn/campaign.hpp"
@@ -121,6 +122,83 @@ TEST_CASE("f16 and bf16 on Hopper: the warp-specialised skeleton on long and rag
             CHECK(a.report.passed);
             CHECK(a.report.rel_l2_error <= (prec == Precision::bf16 ? 6e-3 : 6e-4));
           }
+}
+
+TEST_CASE("The warp-specialised lazy rescale: maxima that climb by less and more than the slack",
+          "[gpu][wgmma16][ws][pasa]") {
+  Runtime& rt = wgmma_runtime();
+  if (!on_sm90a(rt)) return;
+  // f16, bf16 (unprotected and with Flash-ABFT) and f16_pasa keep a row's max until a block's
+  // passes it by 2^8 (kernel/fwd_sm90.cuh's softmax_block, pasa::bias), and skip O's multiplies
+  // where no row of a warp moved. Every query's first channel is large and key s's grows with s,
+  // so each key block's max lies `step` base-2 logits above the previous one: 0.7 keeps the max
+  // for eleven blocks while P grows towards 2^8, 3 moves it every third block, 12 every block. A
+  // warp that skipped a rescale it needed, a P past f16's range or an l out of step with O shows
+  // against the FP64 reference and its log-sum-exp, and Flash-ABFT's output check stays quiet.
+  // f16_pasa skips 12, which moves the max every block as its other tests do: at head dim 256
+  // those scores' FP16 accumulation alone takes it past its bound (rel L2 6.3e-3).
+  std::vector<KernelConfig> configs;
+  for (Precision prec : {Precision::f16, Precision::bf16, Precision::f16_pasa})
+    for (int d : {64, 128, 256})
+      for (auto [n, w] : std::vector<std::array<int, 2>>{{128, 12}, {128, 8}, {64, 8}})
+        for (Protection prot : {Protection::none, Protection::flash_abft})
+          for (Mask mask : {Mask::none, Mask::causal}) {
+            if (d == 256 && !(n == 64 && w == 8 && prot == Protection::none)) continue;
+            // f16_pasa's checksum kernels are mma.sync ones.
+            if (prec == Precision::f16_pasa && prot != Protection::none) continue;
+            KernelConfig c;
+            c.head_dim = d, c.precision = prec, c.mask = mask, c.protection = prot;
+            c.block_m = 16 * w, c.block_n = n, c.num_warps = w, c.num_stages = 2;
+            c.arch = rt.device_arch();
+            REQUIRE(warp_specialized(c));
+            configs.push_back(c);
+          }
+  // Compiled side by side first: one at a time, NVRTC took most of the case's time.
+  std::vector<std::future<std::shared_ptr<const CompiledKernel>>> builds;
+  for (const KernelConfig& c : configs)
+    builds.push_back(std::async(std::launch::async, [&rt, c] { return rt.compile(c); }));
+  for (auto& b : builds) b.get();
+
+  std::vector<float> lse;
+  for (const KernelConfig& c : configs)
+    for (float step : {0.7f, 3.f, 12.f}) {
+      if (c.precision == Precision::f16_pasa && step > 8.f) continue;
+      const int d = c.head_dim, n = c.block_n;
+      const Problem pr = Problem::bhsd(1, 2, 1, 300, 2048, d);
+      // Base-2 logits per unit of q0 k0: scale log2(e), q0 = 24.
+      const float per_unit = 24.f / std::sqrt(float(d)) * 1.4426950f;
+      std::mt19937_64 rng(91 + d + n + c.num_warps);
+      std::normal_distribution<float> noise(0.f, 0.3f);
+      auto tensor = [&](const Strides& st, int heads, int seqlen, auto&& f) {
+        reference::Tensor16 t;
+        t.strides = st;
+        t.data.assign(reference::span_elements(st, 1, heads, seqlen, d), 0);
+        for (int h = 0; h < heads; ++h)
+          for (int s = 0; s < seqlen; ++s)
+            for (int i = 0; i < d; ++i)
+              t.data[h * st.head + s * st.seq + i] = reference::to_bits(f(s, i), c.precision);
+        return t;
+      };
+      const auto q = tensor(pr.q, 2, 300, [&](int, int i) { return i == 0 ? 24.f : noise(rng); });
+      const auto k = tensor(pr.k, 1, 2048, [&](int s, int i) {
+        return i == 0 ? step * s / (n * per_unit) : noise(rng);
+      });
+      const auto v = tensor(pr.v, 1, 2048, [&](int, int) { return noise(rng) / 0.3f; });
+      const gpu_test::DeviceIo io(q, k, v);
+      runtime::DeviceBuffer dlse(2 * 300 * sizeof(float));
+      dlse.fill_bytes(0xFF);
+      const FaultReport fault =
+          rt.kernel(c)->run(pr, io.q.data(), io.k.data(), io.v.data(), io.o.data(),
+                            static_cast<float*>(dlse.data()), nullptr, nullptr, ProtectOptions{});
+      runtime::check(runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
+      lse.assign(2 * 300, 0.f);
+      dlse.download(lse.data(), dlse.bytes());
+      const auto report =
+          reference::check(pr, c.precision, c.mask, q, k, v, io.output(pr), &lse, 0);
+      INFO(c.name() << " step " << step << ": " << report.summary() << "; " << fault.summary());
+      CHECK(report.passed);
+      CHECK(fault.clean());
+    }
 }
 
 TEST_CASE("Checksum schemes warp-specialised: no false alarm on the five distributions, long runs",
