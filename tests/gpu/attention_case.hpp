@@ -28,6 +28,21 @@ CaseResult run_case(Runtime& rt, const KernelConfig& config, const Problem& prob
                     const std::vector<uint8_t>* block_mask = nullptr,
                     const ProtectOptions* protect = nullptr, FaultReport* fault = nullptr);
 
+// A tensor of `p`'s 16-bit type in the problem's dense layout (one batch) with element (h, s, i) =
+// f(h, s, i).
+template <class F>
+reference::Tensor16 tensor_of(const Strides& st, int heads, int seqlen, int d, F&& f,
+                              Precision p = Precision::f16) {
+  reference::Tensor16 t;
+  t.strides = st;
+  t.data.assign(reference::span_elements(st, 1, heads, seqlen, d), 0);
+  for (int h = 0; h < heads; ++h)
+    for (int s = 0; s < seqlen; ++s)
+      for (int i = 0; i < d; ++i)
+        t.data[h * st.head + s * st.seq + i] = reference::to_bits(f(h, s, i), p);
+  return t;
+}
+
 // Device copies of inputs the caller made, and an output of Q's size poisoned with NaN (0xFF
 // bytes, so an element the kernel does not write shows).
 struct DeviceIo {

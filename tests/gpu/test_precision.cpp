@@ -30,20 +30,7 @@ std::vector<Precision> q8_precisions(Runtime& rt) {
   return out;
 }
 
-// The device's arch if it runs the Hopper skeletons (sm_90a); otherwise warns that `what`
-// was not run and returns nothing.
-// An f16 tensor of the problem's dense layout with element (h, s, i) = f(h, s, i).
-template <class F>
-reference::Tensor16 tensor_of(const Strides& st, int heads, int seqlen, int d, F&& f) {
-  reference::Tensor16 t;
-  t.strides = st;
-  t.data.assign(reference::span_elements(st, 1, heads, seqlen, d), 0);
-  for (int h = 0; h < heads; ++h)
-    for (int s = 0; s < seqlen; ++s)
-      for (int i = 0; i < d; ++i)
-        t.data[h * st.head + s * st.seq + i] = reference::to_bits(f(h, s, i), Precision::f16);
-  return t;
-}
+using gpu_test::tensor_of;
 
 KernelConfig q8_config(int head_dim, Precision p, Mask m) {
   KernelConfig c;

@@ -169,21 +169,14 @@ TEST_CASE("The warp-specialised lazy rescale: maxima that climb by less and more
       const float per_unit = 24.f / std::sqrt(float(d)) * 1.4426950f;
       std::mt19937_64 rng(91 + d + n + c.num_warps);
       std::normal_distribution<float> noise(0.f, 0.3f);
-      auto tensor = [&](const Strides& st, int heads, int seqlen, auto&& f) {
-        reference::Tensor16 t;
-        t.strides = st;
-        t.data.assign(reference::span_elements(st, 1, heads, seqlen, d), 0);
-        for (int h = 0; h < heads; ++h)
-          for (int s = 0; s < seqlen; ++s)
-            for (int i = 0; i < d; ++i)
-              t.data[h * st.head + s * st.seq + i] = reference::to_bits(f(s, i), c.precision);
-        return t;
-      };
-      const auto q = tensor(pr.q, 2, 300, [&](int, int i) { return i == 0 ? 24.f : noise(rng); });
-      const auto k = tensor(pr.k, 1, 2048, [&](int s, int i) {
-        return i == 0 ? step * s / (n * per_unit) : noise(rng);
-      });
-      const auto v = tensor(pr.v, 1, 2048, [&](int, int) { return noise(rng) / 0.3f; });
+      const Precision p = c.precision;
+      const auto q = gpu_test::tensor_of(
+          pr.q, 2, 300, d, [&](int, int, int i) { return i == 0 ? 24.f : noise(rng); }, p);
+      const auto k = gpu_test::tensor_of(
+          pr.k, 1, 2048, d,
+          [&](int, int s, int i) { return i == 0 ? step * s / (n * per_unit) : noise(rng); }, p);
+      const auto v = gpu_test::tensor_of(
+          pr.v, 1, 2048, d, [&](int, int, int) { return noise(rng) / 0.3f; }, p);
       const gpu_test::DeviceIo io(q, k, v);
       runtime::DeviceBuffer dlse(2 * 300 * sizeof(float));
       dlse.fill_bytes(0xFF);
