@@ -82,8 +82,9 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   const u32 sV = sK + kStages * T::k_tile_bytes;
   // K and V tiles come by TMA from one producer thread. The checksum schemes' rows below the
   // keys and chunks beside the channels still come by every producer thread's cp.async, which
-  // then arrive on the same "full" barriers as the TMA copies' thread (Flash-ABFT's chunks as
-  // 16-byte bulk copies by the TMA unit ran 0.48-0.53x, abft_bulk_chunks_ab.csv).
+  // then arrive on the same "full" barriers as the TMA copies' thread. Flash-ABFT's chunks by
+  // the TMA unit ran 0.48-0.53x as 16-byte bulk copies (abft_bulk_chunks_ab.csv) and 0.98-1.02x
+  // as one box of overlapping 128-byte rows per block (abft_tma_chunks_ab.csv).
   constexpr bool kThreadCopies = kEfta || kCT > 0;
   using Pipeline =
       sm90::WsPipeline<kStages, kProducers, T::num_warps, kThreadCopies ? kProducers + 1 : 1>;
