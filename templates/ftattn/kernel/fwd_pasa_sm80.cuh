@@ -24,8 +24,8 @@
 //     P   = ex2.approx.f16x2(S'' - b_hi - b_lo)           in (0, 1], masked keys -inf -> 0
 //     l   = l * 2^(m_old - m) + sum(P)                   (P summed pairwise in f16, then FP32)
 //     O   = O * 2^(m_old - m) + P V                      FP32 accumulators
-// (The warp-specialised Hopper kernel keeps m while a block's max stays within 8 of it, bias's
-// kSlack: P is then below 2^8 and most blocks leave O as it is.)
+// (The Hopper kernels keep m while a block's max stays within 8 of it, bias's kSlack: P is then
+// below 2^8 and most blocks leave O as it is.)
 // The first block needs no special case (m starts at -inf in FP32, unlike the paper's m_0 = 0),
 // and the recovery uses the same r_j that was subtracted, so it is exact for any n_j and beta.
 #pragma once
