@@ -127,9 +127,9 @@ struct FwdWgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, 
 namespace detail {
 
 // FlashAttention-4's slack (base-2 logits) where the Hopper 16-bit kernels take it: the
-// warp-specialised ones without EFTA. The one-warpgroup kernel keeps rescaling every block: there
-// it ran level unprotected and 0.96-1.00x with Flash-ABFT at head dim 64
-// (wgmma_lazy_rescale_d64_ab.csv).
+// warp-specialised ones without EFTA, and f16_pasa's one-warpgroup kernel. The f16/bf16
+// one-warpgroup kernel keeps rescaling every block: there it ran level unprotected and
+// 0.96-1.00x with Flash-ABFT at head dim 64 (wgmma_lazy_rescale_d64_ab.csv).
 inline constexpr int kLazyRescaleSlack = 8;
 
 // The online softmax of this warp's key block (one 16-row tile: row halves r = 0, 1) in place:
