@@ -79,6 +79,18 @@ __device__ __forceinline__ HeadOperands head_operands(const AttentionParams& p, 
           static_cast<const u16*>(p.v) + batch * p.v_batch_stride + head_kv * p.v_head_stride};
 }
 
+// A warp's 16 rows of O (and any checksum tiles beside it, in the same registers) times the
+// softmax's factors of row halves 0 and 1. kLazy (FlashAttention-4's lazy rescale): skipped when
+// no row of the warp moved its max, each factor then exactly 1 (one vote).
+template <bool kLazy, int kNT>
+__device__ __forceinline__ void rescale_output(float (&o)[kNT][4], const float (&rescale)[2]) {
+  if (!kLazy || __any_sync(0xffffffffu, rescale[0] != 1.f || rescale[1] != 1.f))
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[nt][i] *= rescale[i / 2];
+}
+
 // O = 0, running max = -inf, row sums = 0.
 template <int kMT, int kOT>
 __device__ __forceinline__ void clear_accumulators(float (&o)[kMT][kOT][4],

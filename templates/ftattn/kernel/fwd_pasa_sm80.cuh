@@ -341,11 +341,7 @@ __device__ __forceinline__ void wgmma_softmax(const AttentionParams& p, u32 (&s)
 #pragma unroll
     for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(pa[kc][i]));
   }
-  if (!kSlack || __any_sync(0xffffffffu, rescale[0] != 1.f || rescale[1] != 1.f))
-#pragma unroll
-    for (int nt = 0; nt < kOT; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) o[nt][i] *= rescale[i / 2];
+  detail::rescale_output<(kSlack > 0)>(o, rescale);
 }
 
 }  // namespace pasa

@@ -347,11 +347,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
 #pragma unroll
         for (int r = 0; r < 2; ++r) row_sum[0][r] = row_sum[0][r] * rescale[r] + block_sum[r];
         // O (GEMM II done in the turn) takes the factors unless no row of the warp moved.
-        if (!kLazyRescale || __any_sync(0xffffffffu, rescale[0] != 1.f || rescale[1] != 1.f))
-#pragma unroll
-          for (int nt = 0; nt < kOT + kCT; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) acc[0][nt][i] *= rescale[i / 2];
+        detail::rescale_output<(kLazyRescale > 0)>(acc[0], rescale);
 #pragma unroll
         for (int kc = 0; kc < kST / 2; ++kc) {
           pa[kc][0] = P::pack(s[2 * kc][0], s[2 * kc][1]);
