@@ -373,8 +373,9 @@ __device__ __forceinline__ float q_rows_norm(u32 sQ, int warp_row, int lane) {
 // bound. Locating needs the weighted discrepancy to be clean to 1/(2 * 32) of e1, so correction
 // waits for a discrepancy over the threshold with the values at their bound (2 B); between the
 // two, the fault is detected and reported (recompute fixes it).
-// `row_of(mt, r)` is the global query row of this thread's row half r of tile mt.
-template <class T, int kMT, int kOT, int kAtoms, class RowOf>
+// `row_of(mt, r)` is the global query row of this thread's row half r of tile mt. `kLazy`: sum |o|
+// only where a row of the warp fails against |checksum| (below).
+template <class T, bool kLazy = false, int kMT, int kOT, int kAtoms, class RowOf>
 __device__ __forceinline__ void check_output(const AttentionParams& p, float (&o)[kMT][kOT][4],
                                              const float (&oc)[kMT][kAtoms][4],
                                              const float (&l)[kMT][2], float v_bound, int n_blocks,
@@ -385,33 +386,50 @@ __device__ __forceinline__ void check_output(const AttentionParams& p, float (&o
   // 128-key blocks, and 64-key ones would double it (EFTA's output site then let more flips
   // through silently at 128 x 64: campaign_tiles.csv).
   const float growth = n_blocks * T::block_n / 128.f + 16;
+  // sum |o| costs an add per element. |checksum| alone bounds the values from below for nothing,
+  // so the lazy check tries every row against that first and sums |o| only when a row of the warp
+  // fails there (faults, or rows near their threshold), as GEMM I's check does
+  // (protect::scores_within). The warp-specialised kernels take it: with one CTA per SM nothing
+  // hides their epilogue. Elsewhere it cost the mma.sync f16_pasa kernel with Flash-ABFT 32 bytes
+  // of spills in its causal loop.
+  float e1[kMT][2], ref[kMT][2];
+  bool clean = true;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float sum = thread_row_sum(o[mt], r);
-      float magnitude = thread_row_sum<true>(o[mt], r);
-      if constexpr (Protect::row_check) {
-        sum = quad_sum(sum);
-        magnitude = quad_sum(magnitude);
-      }
-      float ref = oc[mt][0][2 * r] + oc[mt][0][2 * r + 1];
-      if constexpr (Protect::ones_in_odd_groups) ref = __shfl_sync(0xffffffffu, ref, lane & ~1);
+      if constexpr (Protect::row_check) sum = quad_sum(sum);
+      ref[mt][r] = oc[mt][0][2 * r] + oc[mt][0][2 * r + 1];
+      if constexpr (Protect::ones_in_odd_groups)
+        ref[mt][r] = __shfl_sync(0xffffffffu, ref[mt][r], lane & ~1);
       const float bound = fabsf(l[mt][r]) * v_bound;
+      e1[mt][r] = ref[mt][r] - sum;
+      const float least = fminf(fabsf(ref[mt][r]), 2 * bound);
+      clean &= fabsf(e1[mt][r]) <= p.tol_output * (growth * least + bound) + p.tol_floor;
+    }
+  if constexpr (kLazy)
+    if (__all_sync(0xffffffffu, clean)) return;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float bound = fabsf(l[mt][r]) * v_bound;
+      float magnitude = thread_row_sum<true>(o[mt], r);
+      if constexpr (Protect::row_check) magnitude = quad_sum(magnitude);
       // Capped at the bound they cannot exceed, so that a non-finite element still alarms.
-      const float values = fminf(magnitude + fabsf(ref), 2 * bound);
+      const float values = fminf(magnitude + fabsf(ref[mt][r]), 2 * bound);
       const float tol = p.tol_output * (growth * values + bound) + p.tol_floor;
-      const float e1 = ref - sum;
       const int row = row_of(mt, r);
-      if (!(fabsf(e1) <= tol) && row < p.seqlen_q) {
+      if (!(fabsf(e1[mt][r]) <= tol) && row < p.seqlen_q) {
         int bad = -1;
         if constexpr (Protect::correct)
-          if (!(fabsf(e1) <= p.tol_output * (2 * growth + 1) * bound + p.tol_floor))
-            bad = protect::correct_row(o[mt], r, e1, ref, oc[mt][kAtoms - 1][2 * r]);
+          if (!(fabsf(e1[mt][r]) <= p.tol_output * (2 * growth + 1) * bound + p.tol_floor))
+            bad = protect::correct_row(o[mt], r, e1[mt][r], ref[mt][r], oc[mt][kAtoms - 1][2 * r]);
         if (!Protect::row_check || lane % 4 == 0)
           record_fault(p.fault_log, batch, head, row,
                        bad >= 0 ? protect::row_group_column(bad, quad_t) : -1, fault_stage_output,
-                       bad >= 0, fabsf(e1), tol);
+                       bad >= 0, fabsf(e1[mt][r]), tol);
       }
     }
 }
@@ -420,8 +438,10 @@ __device__ __forceinline__ void check_output(const AttentionParams& p, float (&o
 // them), then written out in coalesced 16-byte rows. LSE = (row_max * max_scale + log2 l) * ln 2,
 // with max_scale taking row_max to base-2 logits. Rows that see no key get O = 0 and LSE = -inf.
 // Rows at or past `end` (the sequence end, -1; or where the next tile's rows begin) are not
-// written.
-template <class T, int kMT, int kOT>
+// written. `kRows`: the lanes store whole rows (store_rows), which protected one-warpgroup and
+// mma.sync kernels leave out (below); the warp-specialised ones, with registers to spare after
+// their loop, take it.
+template <class T, bool kRows = !T::Protect::enabled, int kMT, int kOT>
 __device__ __forceinline__ void store_output(const AttentionParams& p,
                                              const float (&o)[kMT][kOT][4],
                                              const float (&l)[kMT][2],
@@ -452,10 +472,11 @@ __device__ __forceinline__ void store_output(const AttentionParams& p,
   __syncwarp();
   u16* out = static_cast<u16*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
   // Lanes covering whole rows: ncu put 8% of an H100's stall samples in the loop below at d128,
-  // seqlen 512 (a 64-bit row product and a bounds check per chunk). Protected kernels keep the
-  // loop: on store_rows Flash-ABFT once spilled 96 bytes instead of 16 and ran 5% slower causal;
-  // with 16-byte stores it no longer spills more, and ran 0.975-1.009x (every scheme, H100).
-  if constexpr (!T::Protect::enabled && 32 % T::chunks_per_row == 0) {
+  // seqlen 512 (a 64-bit row product and a bounds check per chunk). Protected one-warpgroup and
+  // mma.sync kernels keep the loop: on store_rows Flash-ABFT once spilled 96 bytes instead of 16
+  // and ran 5% slower causal; with 16-byte stores it no longer spills more, and ran 0.975-1.009x
+  // (every scheme, H100). The warp-specialised ones take store_rows (kRows).
+  if constexpr (kRows && 32 % T::chunks_per_row == 0) {
     sm80::store_rows<T::chunks_per_row, kMT * 16, T::row_stride * 2>(
         out, p.o_seq_stride, row0 + warp_row, sQ + warp_row * T::row_stride * 2,
         row_end() - row0 - warp_row, lane);
