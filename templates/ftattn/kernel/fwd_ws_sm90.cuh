@@ -217,7 +217,8 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   // The end-of-row check's bound on V's row sums, loaded before the last turn so that the last
   // GEMM II hides its latency. With one CTA per SM nothing overlaps a CTA's epilogue; this load,
   // the lazy sum |o| (check_output<T, true>) and store_rows together took Flash-ABFT's causal
-  // overhead down by 1-3 points, more than any of them alone (abft_epilogue_parts_ab.csv).
+  // overhead down by about a point (medians of eleven rounds), more than any of them alone
+  // (abft_epilogue_parts_ab.csv).
   [[maybe_unused]] float v_bound = 0.f;  // rows that see no key: O, l and the checksum are 0
   [[maybe_unused]] const float* v_bounds =
       reinterpret_cast<const float*>(cs_base + cs.vmax_offset + cs_head * cs.vmax_per_head);
