@@ -55,7 +55,7 @@ class LoadedKernel final : public Kernel {
     AttentionParams params = make_params(problem, compiled_->config, q, k, v, o, lse, block_mask);
     ensure_context();
     std::lock_guard lock(protect_mu_);
-    enqueue(problem, params, stream, protect);
+    enqueue(problem, params, stream, protect, /*reset_log=*/false);  // nothing reads the log
   }
 
   // PASA's shift into buffers of the result's own, then the checksum prologue on the keys the
@@ -100,7 +100,7 @@ class LoadedKernel final : public Kernel {
   // relaunch shifts the caller's keys again, not the shifted ones, and the checksums are of the
   // keys the kernel reads (K', for PASA's EFTA; V is not shifted). Caller holds protect_mu_.
   void enqueue(const Problem& problem, const AttentionParams& params, CUstream stream,
-               const ProtectOptions& protect) const {
+               const ProtectOptions& protect, bool reset_log = true) const {
     const KernelConfig& c = compiled_->config;
     const PreparedKv::State* prepared = prepared_for(protect, c, problem, params.k, params.v);
     AttentionParams run = params;
@@ -111,7 +111,7 @@ class LoadedKernel final : public Kernel {
         enqueue_pasa_shift(shift_, c, problem, run, pasa_workspace_, stream);
     }
     if (c.protection != Protection::none || protect.inject)
-      protector_.prepare(prologue_, c, problem, run, stream, protect, prepared);
+      protector_.prepare(prologue_, c, problem, run, stream, protect, prepared, reset_log);
     if (c.protection == Protection::decoupled) {  // three kernels over a global S and P
       decoupled_.launch(module_, compiled_->symbol, c, problem, run, stream);
       return;

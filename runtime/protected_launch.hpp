@@ -33,13 +33,13 @@ Thresholds effective_thresholds(Precision precision, Protection protection,
 class ProtectedLauncher {
  public:
   // Fills the protection fields of `params` and enqueues on `stream` what must run before the
-  // attention kernel: the log reset and, for checksum schemes, the prologue. `prologue` is the
-  // module's checksum kernel (null for schemes without one). `prepared`: work on K and V that
-  // options.prepared_kv hands in, already checked to serve this call (prepared_for); its
-  // checksums replace the prologue.
+  // attention kernel: the log reset (`reset_log`: for a call that reads the log afterwards) and,
+  // for checksum schemes, the prologue. `prologue` is the module's checksum kernel (null for
+  // schemes without one). `prepared`: work on K and V that options.prepared_kv hands in, already
+  // checked to serve this call (prepared_for); its checksums replace the prologue.
   void prepare(CUfunction prologue, const KernelConfig& config, const Problem& problem,
                AttentionParams& params, CUstream stream, const ProtectOptions& options,
-               const PreparedKv::State* prepared = nullptr);
+               const PreparedKv::State* prepared = nullptr, bool reset_log = true);
   // Kernel::prepare_kv: the prologue alone, on `params`' K and V, into `into` (allocated here);
   // nothing for schemes without one.
   static void encode_checksums(CUfunction prologue, const KernelConfig& config,

@@ -83,7 +83,7 @@ class QuantizedKernel final : public Kernel {
     in.q = q;
     AttentionParams p = attention_params(problem, in, o, Precision::f16, lse, /*q_16bit=*/true);
     std::lock_guard protect_lock(protect_mu_);
-    enqueue(problem, p, stream, protect);
+    enqueue(problem, p, stream, protect, /*reset_log=*/false);  // nothing reads the log
   }
 
   // Protected (int8 checksum schemes): quantise, build the checksum rows, run (with the fault
@@ -200,7 +200,7 @@ class QuantizedKernel final : public Kernel {
                         const ProtectOptions& protect = {}) const {
     AttentionParams p = attention_params(problem, in, o, output, lse);
     std::lock_guard lock(protect_mu_);
-    enqueue(problem, p, stream, protect);
+    enqueue(problem, p, stream, protect, /*reset_log=*/false);  // nothing reads the log
   }
 
  private:
@@ -251,10 +251,10 @@ class QuantizedKernel final : public Kernel {
   // into a buffer this object owns, laid out as protect/int8_checksums.cuh reads them), then the
   // attention over the grid or the recompute tile list. Caller holds protect_mu_.
   void enqueue(const Problem& problem, AttentionParams& p, CUstream stream,
-               const ProtectOptions& protect) const {
+               const ProtectOptions& protect, bool reset_log = true) const {
     const KernelConfig& c = compiled_->config;
     if (c.protection != Protection::none) {
-      protector_.prepare(nullptr, c, problem, p, stream, protect);
+      protector_.prepare(nullptr, c, problem, p, stream, protect, nullptr, reset_log);
       const QuantizedLayout layout = QuantizedLayout::of(problem);
       const codegen::Q8ChecksumRows rows = codegen::q8_checksum_rows(c.precision, c.protection);
       const int n_blocks = (problem.seqlen_k + c.block_n - 1) / c.block_n;

@@ -36,8 +36,8 @@ class Kernel {
               float* lse, CUstream stream, const unsigned char* block_mask = nullptr) const {
     launch(problem, q, k, v, o, lse, stream, block_mask, ProtectOptions{});
   }
-  // The same with `protect`'s thresholds, fault plan and prepared K and V. Nothing waits and the
-  // fault log is not read: run() does both.
+  // The same with `protect`'s thresholds, fault plan and prepared K and V. Nothing waits, and the
+  // fault log is neither reset nor read: run() resets it, waits and reads it.
   virtual void launch(const Problem& problem, const void* q, const void* k, const void* v, void* o,
                       float* lse, CUstream stream, const unsigned char* block_mask,
                       const ProtectOptions& protect) const = 0;

@@ -163,6 +163,43 @@ TEST_CASE("flash_abft sees output faults and, as derived, not score faults", "[g
   CHECK(scores.fault.detected == 0);
 }
 
+TEST_CASE("Kernel::run reports its own call only, after launches that detected faults",
+          "[gpu][protect]") {
+  // Kernel::launch reads no fault log and so no longer resets it; run resets it before its own
+  // kernel. Two launches with a planted output fault leave detections in the log; a clean run
+  // after them must report nothing, a faulty one its own detection.
+  Runtime& rt = protect_runtime();
+  const Problem problem = Problem::bhsd(1, 2, 2, 256, 512, 64);
+  const KernelConfig c = rt.resolve(
+      protected_config(64, Precision::f16, Mask::none, Protection::flash_abft, true), &problem);
+  std::mt19937_64 rng(11);
+  auto tensor = [&](const Strides& st, int heads, int seqlen) {
+    return reference::random_tensor(rng, c.precision, st, problem.batch, heads, seqlen,
+                                    problem.head_dim);
+  };
+  const gpu_test::DeviceIo io(tensor(problem.q, problem.heads_q, problem.seqlen_q),
+                              tensor(problem.k, problem.heads_kv, problem.seqlen_k),
+                              tensor(problem.v, problem.heads_kv, problem.seqlen_k));
+  const auto kernel = rt.kernel(c);
+  auto call = [&](const ProtectOptions& options) {
+    return kernel->run(problem, io.q.data(), io.k.data(), io.v.data(), io.o.data(), nullptr,
+                       nullptr, nullptr, options);
+  };
+  const ProtectOptions faulty = plant(FaultSite::output, 2, 30);
+  const FaultReport first = call(faulty);
+  INFO(first.summary());
+  REQUIRE(first.detected >= 1);  // the plan is seen when the log is read
+  for (int i = 0; i < 2; ++i)
+    kernel->launch(problem, io.q.data(), io.k.data(), io.v.data(), io.o.data(), nullptr, nullptr,
+                   nullptr, faulty);
+  const FaultReport clean = call(ProtectOptions{});
+  INFO(clean.summary());
+  CHECK(clean.clean());
+  const FaultReport again = call(faulty);
+  CHECK(again.detected == first.detected);
+  CHECK(again.events.size() == first.events.size());
+}
+
 TEST_CASE("a clean run of an injection build with no plan is clean", "[gpu][protect]") {
   const Problem problem = Problem::bhsd(1, 2, 2, 300, 300, 128);
   const Outcome o =
