@@ -1,17 +1,22 @@
 #!/usr/bin/env python3
 """The issues' goal tables from bench CSVs: each protection scheme's time over the unprotected
-kernel, and each precision's speed over f16, per shape, as the min and max over runs. Every
+kernel, and each precision's speed over f16, per shape, as the min and max over runs (with
+--median, the median over runs before them). Every
 ratio is taken within one run (the same CSV, or the same build and round of an ab.py CSV) against
 its peer of the same shape, so drift between runs never enters it.
 
     python3 bench/goal_tables.py bench/results/nvidia-h100 \\
         "protected_store_rows_ab.csv#build=new,round=1" "protected_store_rows_ab.csv#build=new,round=2"
 
+Rounds of one A/B run drift apart by a point or more, so over many rounds the median says more
+than the range: --median prints "median (min to max)".
+
 Prints Markdown: an overhead table (per call and, with bench --prepare-kv, K and V prepared
 once) and a speed table (end to end and, where the bench timed it apart, the attention kernel
 alone, quantisation excluded). Exits 2 if a CSV is missing or no ratio can be formed.
 """
 import argparse
+import statistics
 import sys
 
 from results_csv import prepared_flag, rows
@@ -60,12 +65,13 @@ def ratios(run):
     return out
 
 
-def cell(values, fmt):
+def cell(values, fmt, median=False):
     lo, hi = fmt(min(values)), fmt(max(values))
-    return lo if lo == hi else f"{lo} to {hi}"
+    spread = lo if lo == hi else f"{lo} to {hi}"
+    return f"{fmt(statistics.median(values))} ({spread})" if median else spread
 
 
-def table(per_run, which, header, fmt):
+def table(per_run, which, header, fmt, median=False):
     keys = sorted({k for run in per_run for (t, k, _) in run if t == which})
     seqlens = sorted({s for run in per_run for (t, _, s) in run if t == which})
     if not keys:
@@ -78,8 +84,8 @@ def table(per_run, which, header, fmt):
                   for s in seqlens}
         runs = max(len(v) for v in values.values())
         # A cell from fewer runs than its row's says how many.
-        cells = [(cell(v, fmt) + (f" ({len(v)} runs)" if len(v) < runs else "")) if v else ""
-                 for v in values.values()]
+        cells = [(cell(v, fmt, median) + (f" ({len(v)} runs)" if len(v) < runs else ""))
+                 if v else "" for v in values.values()]
         lines.append("| " + " | ".join([str(x) for x in k] + [str(runs)] + cells) + " |")
     return lines
 
@@ -89,6 +95,8 @@ def main(argv):
     ap.add_argument("folder", help="the results folder the runs are in")
     ap.add_argument("runs", nargs="+", help="CSV names, each a run; file.csv#build=B,round=R "
                                             "selects one build and round of an ab.py CSV")
+    ap.add_argument("--median", action="store_true",
+                    help="each cell as the median over runs, then min to max")
     args = ap.parse_args(argv)
     per_run = []
     for name in args.runs:
@@ -101,14 +109,15 @@ def main(argv):
             return 2
         per_run.append(ratios(data))
     overhead = table(per_run, "overhead", ["dtype", "head dim", "scheme", "mask", "K and V"],
-                     lambda v: f"{v:+.1f}%")
+                     lambda v: f"{v:+.1f}%", args.median)
     speed = table(per_run, "speed", ["dtype", "head dim", "mask", "K and V", "timed"],
-                  lambda v: f"{v:.2f}x")
+                  lambda v: f"{v:.2f}x", args.median)
     if not overhead and not speed:
         print("goal_tables.py: no protected or non-f16 kernel beside its peer in these runs",
               file=sys.stderr)
         return 2
-    print(f"{len(per_run)} run(s); min to max over them.")
+    print(f"{len(per_run)} run(s); " +
+          ("median (min to max) over them." if args.median else "min to max over them."))
     if overhead:
         print("\nTime over the unprotected kernel of the same run:\n")
         print("\n".join(overhead))

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """bench/goal_tables.py on made-up bench CSVs (no GPU): overheads and speeds taken within each
-run against its own peer, min to max over runs, prepared and attention-only rows apart, failed
-kernels left out, and the errors for a missing CSV or nothing to compare."""
+run against its own peer, min to max over runs (with --median, the median first), prepared and
+attention-only rows apart, failed kernels left out, and the errors for a missing CSV or nothing
+to compare."""
 import csv
 import io
 import os
@@ -83,6 +84,22 @@ def main():
         check(cells[5:] == ["2", "1.25x"], cells)
         check("fp8_e4m3" not in text, text)
         check("+4900" not in text and "old" not in text, text)
+
+        # --median: the median over runs, then the range. Three runs (a third round of +20%
+        # per call): the median is the middle one.
+        rows3 = rows + [row("new", "3", "f16", "none", 2.0),
+                        row("new", "3", "f16", "flash_abft", 2.4)]
+        with open(os.path.join(d, "three.csv"), "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=FIELDS)
+            w.writeheader()
+            w.writerows(rows3)
+        rc, text, err = run([d, "--median"] + [f"three.csv#build=new,round={r}" for r in "123"])
+        check(rc == 0, err)
+        check(text.startswith("3 run(s); median (min to max)"), text)
+        cells = line_of(text, "f16", "128", "flash_abft", "none", "per call")
+        check(cells[5:] == ["3", "+10.0% (+10.0% to +20.0%)"], cells)
+        cells = line_of(text, "f16", "128", "flash_abft", "none", "prepared")  # two runs of three
+        check(cells[5:] == ["2", "+3.5% (+2.0% to +5.0%)"], cells)
 
         # One run missing a shape: its cell says from how many runs it comes.
         rows2 = [r for r in rows if r["build"] == "new" and r["round"] == "1"]
