@@ -386,6 +386,10 @@ __device__ __forceinline__ void check_output(const AttentionParams& p, float (&o
   // 128-key blocks, and 64-key ones would double it (EFTA's output site then let more flips
   // through silently at 128 x 64: campaign_tiles.csv).
   const float growth = n_blocks * T::block_n / 128.f + 16;
+  // The threshold for `values` (sum |o| + |checksum|, capped at 2 bound) under `bound`.
+  auto tol_at = [&](float values, float bound) {
+    return p.tol_output * (growth * values + bound) + p.tol_floor;
+  };
   // sum |o| costs an add per element. |checksum| alone bounds the values from below for nothing,
   // so the lazy check tries every row against that first and sums |o| only when a row of the warp
   // fails there (faults, or rows near their threshold), as GEMM I's check does
@@ -406,7 +410,7 @@ __device__ __forceinline__ void check_output(const AttentionParams& p, float (&o
       const float bound = fabsf(l[mt][r]) * v_bound;
       e1[mt][r] = ref[mt][r] - sum;
       const float least = fminf(fabsf(ref[mt][r]), 2 * bound);
-      clean &= fabsf(e1[mt][r]) <= p.tol_output * (growth * least + bound) + p.tol_floor;
+      clean &= fabsf(e1[mt][r]) <= tol_at(least, bound);
     }
   if constexpr (kLazy)
     if (__all_sync(0xffffffffu, clean)) return;
@@ -419,7 +423,7 @@ __device__ __forceinline__ void check_output(const AttentionParams& p, float (&o
       if constexpr (Protect::row_check) magnitude = quad_sum(magnitude);
       // Capped at the bound they cannot exceed, so that a non-finite element still alarms.
       const float values = fminf(magnitude + fabsf(ref[mt][r]), 2 * bound);
-      const float tol = p.tol_output * (growth * values + bound) + p.tol_floor;
+      const float tol = tol_at(values, bound);
       const int row = row_of(mt, r);
       if (!(fabsf(e1[mt][r]) <= tol) && row < p.seqlen_q) {
         int bad = -1;
