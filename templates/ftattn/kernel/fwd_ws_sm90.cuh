@@ -66,6 +66,13 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   // sit in the wgmma pipeline at once (160 registers each). P staged in shared memory instead,
   // so that the two could go back to back, ran 0.90-0.97x (staged_p_ab.csv).
   constexpr bool kSplitTurn = T::num_warps == 12 && !P::pasa;
+  // efta_correct (two consumers): FlashAttention-3's overlap inside each warpgroup. A turn issues
+  // this block's GEMM I, then the previous block's GEMM II, and waits for GEMM I alone, so the
+  // softmax runs while GEMM II does; O takes the block's factors, and GEMM II's registers its P,
+  // once GEMM II is done (finish_turn). On an H100 at head dim 128 efta_correct ran 1.04-1.11x,
+  // efta_detect 0.93-0.98x and the unprotected 128 x 128 w8s2 1.005-1.012x
+  // (w8_overlap_ab.csv): only efta_correct's longer softmax has enough to hide GEMM II under.
+  constexpr bool kOverlap = T::num_warps == 8 && T::Protect::correct && !P::pasa;
   // Without EFTA a row keeps its max until a block passes it by 2^8 (softmax_block, pasa::bias).
   // EFTA rescales every block: efta_detect with the lazy rescale ran 0.95-0.97x
   // (efta_lazy_rescale_ab.csv).
@@ -239,6 +246,8 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
     auto turn = [&](int j, auto pv, auto qk, auto rec) {
       using PV = decltype(pv);
       using QK = decltype(qk);
+      // Two consumers: GEMM I first and GEMM II left in flight (kOverlap, finish_turn).
+      constexpr bool kSplitGroups = kOverlap && PV::value && QK::value;
       [[maybe_unused]] float rc_tile[4];
       if (QK::value) pipe.wait_k(j);
       if (PV::value) pipe.wait_v(j - 1);
@@ -248,7 +257,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
       if constexpr (kThreadCopies) sm90::fence_async_shared();
       token.wait();
       sm90::wgmma_fence();
-      if constexpr (PV::value) {
+      auto issue_pv = [&] {
         const u32 sVs = sV + ((j - 1) % kStages) * T::v_tile_bytes;
         // O with its checksum tiles in one wgmma (m64n136 for Flash-ABFT at head dim 128): the
         // tile is nearly all of Flash-ABFT's prepared cost, yet a wgmma of its own and the sum on
@@ -257,13 +266,8 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
         for (int kc = 0; kc < kST / 2; ++kc)
           sm90::wgmma_16bit_rs<kBf16>(reinterpret_cast<float(&)[(kOT + kCT) * 4]>(acc[0]), pa[kc],
                                       sm90::n_major_k_step_descriptor(sVs, T::block_n, kc));
-        if constexpr (kSplitTurn && QK::value) {
-          sm90::wgmma_commit();
-          sm90::wgmma_wait<0>();  // P's registers free before GEMM I's accumulators take them
-          sm90::wgmma_fence();
-        }
-      }
-      if constexpr (QK::value) {
+      };
+      auto issue_qk = [&] {
         const u32 sKs = sK + (j % kStages) * T::k_tile_bytes;
 #pragma unroll
         for (int ks = 0; ks < T::head_dim / 16; ++ks) {
@@ -280,7 +284,26 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
                                         ks > 0);
           }
         }
+      };
+      if constexpr (kSplitGroups) {
+        issue_qk();
+        sm90::wgmma_commit();
+        issue_pv();
+        sm90::wgmma_commit();
+        token.pass(/*last=*/false);
+        sm90::wgmma_wait<1>();  // GEMM I; GEMM II runs on under the softmax
+        if (lane == 0 && !kLateKRelease) pipe.release_k(j);
+        return;
       }
+      if constexpr (PV::value) {
+        issue_pv();
+        if constexpr (kSplitTurn && QK::value) {
+          sm90::wgmma_commit();
+          sm90::wgmma_wait<0>();  // P's registers free before GEMM I's accumulators take them
+          sm90::wgmma_fence();
+        }
+      }
+      if constexpr (QK::value) issue_qk();
       sm90::wgmma_commit();
       token.pass(/*last=*/!QK::value);  // the last turn has no GEMM I
       sm90::wgmma_wait<0>();
@@ -289,6 +312,32 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
         if (PV::value) pipe.release_v(j - 1);
       }
       if constexpr (decltype(rec)::value) pasa::keep_recovery_tile(rc_tile, rc_table);
+    };
+    // kOverlap: block j - 1's GEMM II, left in flight by block j's turn, done before O takes this
+    // block's factors and GEMM II's registers take its P.
+    auto finish_turn = [&](int j) {
+      if constexpr (kOverlap) {
+        // The softmax's P computed before the wait and O read after it, as far as the compiler
+        // goes (ptxas may still pull the wait up: README). The wait runs for every block: under
+        // a branch it serialised the wgmmas.
+        sm90::fence_registers(s);
+        sm90::wgmma_wait<0>();
+        sm90::fence_registers(acc[0]);
+        if (j == 0) return;
+        if (lane == 0) pipe.release_v(j - 1);
+        inject_output(j - 1);
+      }
+    };
+
+    // GEMM II's A operand from the block's P, which the softmax leaves in s (FP32).
+    auto pack_p = [&] {
+#pragma unroll
+      for (int kc = 0; kc < kST / 2; ++kc) {
+        pa[kc][0] = P::pack(s[2 * kc][0], s[2 * kc][1]);
+        pa[kc][1] = P::pack(s[2 * kc][2], s[2 * kc][3]);
+        pa[kc][2] = P::pack(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+        pa[kc][3] = P::pack(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+      }
     };
 
     auto step = [&](int, const int j, auto masked) {
@@ -304,7 +353,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
           turn(j, yes, yes, detail::Bool<kPasa>{});
         else
           turn(j, yes, yes, no);
-        inject_output(j - 1);
+        if constexpr (!kOverlap) inject_output(j - 1);
       }
       if constexpr (T::inject) {  // not f16_pasa
         inject(fault_site_scores, j, &s[0][0], kST * 4);
@@ -323,16 +372,23 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
           __syncwarp();  // every lane's weighted checksum has read the buffer
           if (lane == 0) pipe.release_k(j);
         }
+        finish_turn(j);
 #pragma unroll
         for (int nt = 0; nt < kOT + kCT; ++nt)
 #pragma unroll
           for (int i = 0; i < 4; ++i) acc[0][nt][i] *= efta.rescale[i / 2];
+        if constexpr (kOverlap) {
+          // P packed again from s, where efta_softmax left it: its packed copy, made under GEMM
+          // II, made ptxas serialise the wgmmas (C7513).
+          pack_p();
+        } else {
 #pragma unroll
-        for (int kc = 0; kc < kST / 2; ++kc) {
-          pa[kc][0] = efta.p_packed[2 * kc][0];
-          pa[kc][1] = efta.p_packed[2 * kc][1];
-          pa[kc][2] = efta.p_packed[2 * kc + 1][0];
-          pa[kc][3] = efta.p_packed[2 * kc + 1][1];
+          for (int kc = 0; kc < kST / 2; ++kc) {
+            pa[kc][0] = efta.p_packed[2 * kc][0];
+            pa[kc][1] = efta.p_packed[2 * kc][1];
+            pa[kc][2] = efta.p_packed[2 * kc + 1][0];
+            pa[kc][3] = efta.p_packed[2 * kc + 1][1];
+          }
         }
         detail::efta_report_alarms(p, efta, global_row(0), batch, head);
       } else if constexpr (kPasa) {
@@ -354,15 +410,10 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
         }
 #pragma unroll
         for (int r = 0; r < 2; ++r) row_sum[0][r] = row_sum[0][r] * rescale[r] + block_sum[r];
+        finish_turn(j);
         // O (GEMM II done in the turn) takes the factors unless no row of the warp moved.
         detail::rescale_output<(kLazyRescale > 0)>(acc[0], rescale);
-#pragma unroll
-        for (int kc = 0; kc < kST / 2; ++kc) {
-          pa[kc][0] = P::pack(s[2 * kc][0], s[2 * kc][1]);
-          pa[kc][1] = P::pack(s[2 * kc][2], s[2 * kc][3]);
-          pa[kc][2] = P::pack(s[2 * kc + 1][0], s[2 * kc + 1][1]);
-          pa[kc][3] = P::pack(s[2 * kc + 1][2], s[2 * kc + 1][3]);
-        }
+        pack_p();
       }
       if constexpr (T::inject) {
         inject(fault_site_row_max, j, row_max[0], 2);

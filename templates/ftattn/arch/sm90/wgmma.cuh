@@ -91,6 +91,14 @@ template <int Pending>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(Pending) : "memory");
 }
+// Pins registers in place for the compiler: code that computes them stays before this point and
+// code that reads them after it. Around a wgmma wait that leaves MMAs in flight, it keeps the
+// work meant to overlap them from being moved past the wait.
+template <int N>
+__device__ __forceinline__ void fence_registers(float (&x)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N * 4; ++i) asm volatile("" : "+f"(x[i / 4][i % 4])::"memory");
+}
 // Shared memory written through the generic proxy (cp.async, st.shared) that wgmma reads next:
 // each writing thread fences before the barrier.
 __device__ __forceinline__ void fence_async_shared() {
