@@ -169,9 +169,9 @@ TEST_CASE("EFTA on the wgmma skeleton: GEMM I and II carry the checksum tiles",
                                    : correct_ws         ? 4
                                                         : 0));
           if (!inject) CHECK(out.log.find("C751") == std::string::npos);
-          // efta_correct's two consumers overlap GEMM II with the softmax: each loop copy
-          // (unmasked, masked) waits for GEMM I alone once; nothing else leaves a wgmma in flight.
-          CHECK(count(out.ptx, "wgmma.wait_group.sync.aligned 1;") == (correct_ws ? 2 : 0));
+          // EFTA's two consumers overlap GEMM II with the softmax: each loop copy (unmasked,
+          // masked) waits for GEMM I alone once; nothing else leaves a wgmma in flight.
+          CHECK(count(out.ptx, "wgmma.wait_group.sync.aligned 1;") == (ws ? 2 : 0));
         }
 }
 

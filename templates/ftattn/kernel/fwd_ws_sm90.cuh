@@ -66,13 +66,20 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   // sit in the wgmma pipeline at once (160 registers each). P staged in shared memory instead,
   // so that the two could go back to back, ran 0.90-0.97x (staged_p_ab.csv).
   constexpr bool kSplitTurn = T::num_warps == 12 && !P::pasa;
-  // efta_correct (two consumers): FlashAttention-3's overlap inside each warpgroup. A turn issues
-  // this block's GEMM I, then the previous block's GEMM II, and waits for GEMM I alone, so the
-  // softmax runs while GEMM II does; O takes the block's factors, and GEMM II's registers its P,
-  // once GEMM II is done (finish_turn). On an H100 at head dim 128 efta_correct ran 1.04-1.11x,
-  // efta_detect 0.93-0.98x and the unprotected 128 x 128 w8s2 1.005-1.012x
-  // (w8_overlap_ab.csv): only efta_correct's longer softmax has enough to hide GEMM II under.
-  constexpr bool kOverlap = T::num_warps == 8 && T::Protect::correct && !P::pasa;
+  // EFTA (two consumers): FlashAttention-3's overlap inside each warpgroup. A turn issues this
+  // block's GEMM I, then the previous block's GEMM II, and waits for GEMM I alone, so the softmax
+  // runs while GEMM II does; O takes the block's factors, and GEMM II's registers its P, once
+  // GEMM II is done (finish_turn). On an H100 at head dim 128 efta_correct ran 1.04-1.11x
+  // (efta_correct_overlap_ab.csv), the unprotected 128 x 128 w8s2 1.005-1.012x
+  // (w8_overlap_unprotected_ab.csv, not taken). efta_detect ran 0.93-0.98x (w8_overlap_ab.csv)
+  // while ptxas put the wait for GEMM II at its softmax's first exponentials; with the product
+  // check's alarms reported before the wait (kAlarmsFirst), a branch the wait cannot move above,
+  // the wait follows the whole softmax and it ran 1.01-1.04x the old turn
+  // (efta_alarms_before_wait_ab.csv). efta_correct so ran 0.97-1.01x: it keeps its wait where
+  // ptxas puts it.
+  constexpr bool kOverlap = T::num_warps == 8 && kEfta && !P::pasa;
+  constexpr bool kAlarmsFirst = kOverlap && !T::Protect::correct;
+  static_assert(!kEfta || kOverlap, "EFTA runs on two consumers here");
   // Without EFTA a row keeps its max until a block passes it by 2^8 (softmax_block, pasa::bias).
   // EFTA rescales every block: efta_detect with the lazy rescale ran 0.95-0.97x
   // (efta_lazy_rescale_ab.csv).
@@ -372,25 +379,17 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
           __syncwarp();  // every lane's weighted checksum has read the buffer
           if (lane == 0) pipe.release_k(j);
         }
+        if constexpr (kAlarmsFirst) detail::efta_report_alarms(p, efta, global_row(0), batch, head);
         finish_turn(j);
 #pragma unroll
         for (int nt = 0; nt < kOT + kCT; ++nt)
 #pragma unroll
           for (int i = 0; i < 4; ++i) acc[0][nt][i] *= efta.rescale[i / 2];
-        if constexpr (kOverlap) {
-          // P packed again from s, where efta_softmax left it: its packed copy, made under GEMM
-          // II, made ptxas serialise the wgmmas (C7513).
-          pack_p();
-        } else {
-#pragma unroll
-          for (int kc = 0; kc < kST / 2; ++kc) {
-            pa[kc][0] = efta.p_packed[2 * kc][0];
-            pa[kc][1] = efta.p_packed[2 * kc][1];
-            pa[kc][2] = efta.p_packed[2 * kc + 1][0];
-            pa[kc][3] = efta.p_packed[2 * kc + 1][1];
-          }
-        }
-        detail::efta_report_alarms(p, efta, global_row(0), batch, head);
+        // P packed again from s, where efta_softmax left it: its packed copy, made under GEMM II,
+        // made ptxas serialise the wgmmas (C7513).
+        pack_p();
+        if constexpr (!kAlarmsFirst)
+          detail::efta_report_alarms(p, efta, global_row(0), batch, head);
       } else if constexpr (kPasa) {
         float rc[4];
         pasa::block_recovery<T::recovery_blocks>(rc_table, j, lane, rc);
