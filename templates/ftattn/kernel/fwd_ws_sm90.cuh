@@ -381,10 +381,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
         }
         if constexpr (kAlarmsFirst) detail::efta_report_alarms(p, efta, global_row(0), batch, head);
         finish_turn(j);
-#pragma unroll
-        for (int nt = 0; nt < kOT + kCT; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) acc[0][nt][i] *= efta.rescale[i / 2];
+        detail::rescale_output<false>(acc[0], efta.rescale);  // EFTA rescales every block
         // P packed again from s, where efta_softmax left it: its packed copy, made under GEMM II,
         // made ptxas serialise the wgmmas (C7513).
         pack_p();
@@ -409,7 +406,6 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
         }
 #pragma unroll
         for (int r = 0; r < 2; ++r) row_sum[0][r] = row_sum[0][r] * rescale[r] + block_sum[r];
-        finish_turn(j);
         // O (GEMM II done in the turn) takes the factors unless no row of the warp moved.
         detail::rescale_output<(kLazyRescale > 0)>(acc[0], rescale);
         pack_p();
