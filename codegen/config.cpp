@@ -324,13 +324,14 @@ int max_shared_memory_bytes(Arch arch) {
 bool uses_wgmma(const KernelConfig& c) {
   const bool q8 = c.precision == Precision::fp8_e4m3 || c.precision == Precision::int8;
   const bool b16 = c.precision == Precision::f16 || c.precision == Precision::bf16;
-  // Head dim 256 in 16 bits: O's 128 registers fit only the warp-specialised consumers, beside
-  // 64-key blocks, and GEMM II (m64n256) has no room for a checksum tile (FwdWgmmaTraits).
+  // Head dims 192 and 256 in 16 bits: O's 96 or 128 registers fit only the warp-specialised
+  // consumers, beside 64-key blocks, and the checksum schemes keep the sm80 skeleton
+  // (FwdWgmmaTraits).
   const bool wide16 = (b16 || c.precision == Precision::f16_pasa) &&
                       c.protection == Protection::none && !c.fault_injection && c.num_warps == 8 &&
                       c.block_n == 64;
-  const bool head_dim_ok =
-      c.head_dim == 64 || c.head_dim == 128 || (c.head_dim == 256 && (q8 || wide16));
+  const bool head_dim_ok = c.head_dim == 64 || c.head_dim == 128 ||
+                           (c.head_dim == 256 && (q8 || wide16)) || (c.head_dim == 192 && wide16);
   // The 16-bit skeleton also carries every checksum scheme and the fault-injection sites.
   const bool q8_ok = q8 && c.protection == Protection::none && !c.fault_injection;
   const bool b16_ok = b16 && !is_block_sparse(c.mask) && c.protection != Protection::decoupled;

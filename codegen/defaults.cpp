@@ -206,7 +206,11 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   // 128 registers beside 64-key scores in each consumer). On the H100 at 4k-16k keys, both masks,
   // 1.77-2.00x the mma.sync 128 x 128 w8s1 for f16 and bf16 (d256_ws.csv), and 1.4-2.0x the
   // mma.sync tiles at 512-2k keys, short causal runs included (d256_ws_short.csv).
-  if (c.head_dim == 256 && c.protection == Protection::none) {
+  // Head dim 192 takes the same tile (O's 96 registers; 128-key blocks in two stages would not
+  // fit shared memory): on the H100 at 1k-16k keys, both masks, 1.97-2.49x the fastest mma.sync
+  // tile for f16 and bf16 and 1.81-2.62x for f16_pasa (d192_ws_tiles.csv); three stages ran
+  // within 2% of two either way.
+  if ((c.head_dim == 256 || c.head_dim == 192) && c.protection == Protection::none) {
     wgmma16.block_m = 128;
     wgmma16.num_warps = 8;
     if (open_n) wgmma16.block_n = 64;
@@ -256,14 +260,15 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
     // the three consumers 1.01x ahead.
     // Head dim 256: f16's warp-specialised 128 x 64 w8s2 (1.83-1.98x the mma.sync 128 x 128
     // w8s1 on the H100 at 4k-16k keys, both masks, d256_ws.csv; 1.3-1.9x at 512-2k keys,
-    // d256_ws_short.csv).
+    // d256_ws_short.csv). Head dim 192 too: 1.81-2.62x its mma.sync tiles at 1k-16k keys
+    // (d192_ws_tiles.csv).
     KernelConfig wgmma_pasa = c;
     const bool three = (c.head_dim == 128 && keys >= 2048) ||
                        (c.head_dim == 64 && keys > (is_causal(c.mask) ? 8192 : 2048));
-    const bool two = (c.head_dim == 128 && !three) || c.head_dim == 256;
+    const bool two = (c.head_dim == 128 && !three) || c.head_dim >= 192;
     wgmma_pasa.block_m = three ? 192 : two ? 128 : 64;
     wgmma_pasa.num_warps = three ? 12 : two ? 8 : 4;
-    wgmma_pasa.block_n = c.head_dim == 256 ? 64 : 128;
+    wgmma_pasa.block_n = c.head_dim >= 192 ? 64 : 128;
     wgmma_pasa.num_stages = 2;
     if (uses_wgmma(wgmma_pasa)) c = wgmma_pasa;
   }

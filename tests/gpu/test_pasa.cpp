@@ -75,7 +75,7 @@ TEST_CASE("f16_pasa on Hopper: the wgmma skeleton matches the reference and mma.
   // whose shift row is the mean of fewer keys), GQA, causal rows that see no key, LSE; and a
   // long run (many CTAs per SM, 16-32 key blocks each: a pipelining bug, a first GEMM II that
   // read a stage outside the V tiles, passed the short ones and gave NaN here).
-  for (int d : {64, 128, 256})
+  for (int d : {64, 128, 192, 256})
     for (auto [m, n, w, st] : std::vector<std::array<int, 4>>{{64, 64, 4, 2},
                                                               {64, 128, 4, 2},
                                                               {128, 64, 8, 2},
@@ -87,16 +87,16 @@ TEST_CASE("f16_pasa on Hopper: the wgmma skeleton matches the reference and mma.
         for (const Problem& pr :
              {Problem::bhsd(2, 4, 2, 203, 517, d), Problem::bhsd(1, 2, 1, 300, 130, d),
               Problem::bhsd(4, 16, 16, 2048, 2048, d)}) {
-          // Head dim 256: its one tile (128 x 64, two consumer warpgroups); the mma.sync
-          // kernel there holds one 16-row tile per warp.
-          if (d == 256 && !(m == 128 && n == 64 && w == 8)) continue;
+          // Head dims 192 and 256: their one tile (128 x 64, two consumer warpgroups); the
+          // mma.sync kernel there holds one 16-row tile per warp.
+          if (d >= 192 && !(m == 128 && n == 64 && w == 8)) continue;
           KernelConfig c = pasa_config(d, mask);
           c.block_m = m, c.block_n = n, c.num_warps = w, c.num_stages = st;
           c.arch = device;
           REQUIRE(uses_wgmma(c));
           KernelConfig sync = c;
           sync.arch = Arch{90, false};
-          sync.block_m = d == 256 ? 64 : 128, sync.num_warps = 4, sync.num_stages = 1;
+          sync.block_m = d >= 192 ? 64 : 128, sync.num_warps = 4, sync.num_stages = 1;
           REQUIRE_FALSE(uses_wgmma(sync));
           const uint64_t seed = 900 + d + pr.seqlen_q;
           const int rows = pr.seqlen_q > 1000 ? 128 : 0;  // the long run: 128 rows checked
@@ -381,14 +381,14 @@ TEST_CASE("f16_pasa: every key block's own recovery, keys biased block by block"
     for (Tile t : {Tile{64, 128, 4, 2, true}, Tile{128, 128, 8, 2, true}, Tile{128, 64, 8, 2, true},
                    Tile{192, 128, 12, 2, true}})
       tiles.push_back(t);
-  for (int d : {64, 128, 256})
+  for (int d : {64, 128, 192, 256})
     for (const Tile& tile : tiles)
       for (Mask mask : {Mask::none, Mask::causal})
         for (int blocks : {9, 12, 16, 23}) {
-          // Head dim 256: the mma.sync skeleton with one 16-row tile per warp (registers), the
-          // wgmma one at 128 x 64 with two consumer warpgroups.
-          if (d == 256 && !tile.wgmma && tile.m > 16 * tile.w) continue;
-          if (d == 256 && tile.wgmma && !(tile.m == 128 && tile.n == 64 && tile.w == 8)) continue;
+          // Head dims 192 and 256: the mma.sync skeleton with one 16-row tile per warp
+          // (registers), the wgmma one at 128 x 64 with two consumer warpgroups.
+          if (d >= 192 && !tile.wgmma && tile.m > 16 * tile.w) continue;
+          if (d >= 192 && tile.wgmma && !(tile.m == 128 && tile.n == 64 && tile.w == 8)) continue;
           const int n = tile.n;
           const int seqlen_k = blocks * n - (blocks % 3 == 0 ? n / 2 : 0);
           const Problem pr = Problem::bhsd(1, 2, 2, 256, seqlen_k, d);

@@ -54,18 +54,18 @@ TEST_CASE("f16 and bf16 on Hopper: the wgmma skeleton matches the reference and 
   // errors against the FP64 reference agree closely, while a wrong swizzle, descriptor or fragment
   // order (V read N-major above all) puts the wgmma one near 1. Tiles: one and two warpgroups,
   // 64- and 128-key blocks, two and three stages; odd lengths, GQA, seqlen_q > seqlen_k (causal
-  // rows that see no key), LSE. Head dim 256: four swizzle atoms per row, GEMM II m64n256, on
-  // its one tile (128 x 64, two consumer warpgroups).
+  // rows that see no key), LSE. Head dims 192 and 256: three and four swizzle atoms per row,
+  // GEMM II m64n192 and m64n256, on their one tile (128 x 64, two consumer warpgroups).
   const Arch sm90{90, false};
   for (Precision prec : {Precision::f16, Precision::bf16})
-    for (int d : {64, 128, 256})
+    for (int d : {64, 128, 192, 256})
       for (auto [m, n, w, st] : std::vector<std::array<int, 4>>{
                {64, 64, 4, 2}, {64, 128, 4, 2}, {128, 64, 8, 2}, {128, 128, 8, 2}, {64, 64, 4, 3}})
         for (Mask mask : {Mask::none, Mask::causal})
           for (const Problem& pr :
                {Problem::bhsd(2, 4, 2, 203, 517, d), Problem::bhsd(1, 2, 1, 300, 130, d),
                 Problem::bshd(1, 3, 3, 400, 333, d)}) {
-            if (d == 256 && !(m == 128 && n == 64)) continue;
+            if (d >= 192 && !(m == 128 && n == 64)) continue;
             KernelConfig c;
             c.head_dim = d, c.precision = prec, c.mask = mask;
             c.block_m = m, c.block_n = n, c.num_warps = w, c.num_stages = st;
@@ -74,8 +74,8 @@ TEST_CASE("f16 and bf16 on Hopper: the wgmma skeleton matches the reference and 
             KernelConfig sync = c;
             sync.arch = sm90;
             // Two 16-row tiles per warp: mma.sync (64-key blocks: 128 would need 256
-            // accumulator registers at head dim 128); one at 256.
-            sync.block_m = d == 256 ? 64 : 128, sync.num_warps = 4, sync.block_n = 64;
+            // accumulator registers at head dim 128); one at 192 and 256.
+            sync.block_m = d >= 192 ? 64 : 128, sync.num_warps = 4, sync.block_n = 64;
             REQUIRE_FALSE(uses_wgmma(sync));
             const uint64_t seed = 700 + d + pr.seqlen_q;
             const auto a = gpu_test::run_case(rt, c, pr, true, 0, seed);
@@ -101,15 +101,15 @@ TEST_CASE("f16 and bf16 on Hopper: the warp-specialised skeleton on long and rag
   // Three consumers (192 x n w12, the default at head dim 128 from 2k keys) pass the turn round
   // three warpgroups and finish GEMM II before GEMM I; causal, their ragged tile comes first.
   for (Precision prec : {Precision::f16, Precision::bf16})
-    for (int d : {64, 128, 256})
+    for (int d : {64, 128, 192, 256})
       for (auto [n, st, w] : std::vector<std::array<int, 3>>{
                {64, 2, 8}, {64, 3, 8}, {128, 2, 8}, {64, 2, 12}, {128, 2, 12}})
         for (Mask mask : {Mask::none, Mask::causal})
           for (const Problem& pr :
                {Problem::bhsd(2, 8, 2, 2048, 2048, d), Problem::bhsd(1, 2, 1, 1000, 60, d),
                 Problem::bhsd(1, 3, 1, 129, 1111, d)}) {
-            if (d == 256 && !(n == 64 && st == 2 && w == 8))
-              continue;  // its one tile: 128 x 64 w8s2
+            if (d >= 192 && !(n == 64 && st == 2 && w == 8))
+              continue;  // their one tile: 128 x 64 w8s2
             KernelConfig c;
             c.head_dim = d, c.precision = prec, c.mask = mask;
             c.block_m = 16 * w, c.block_n = n, c.num_warps = w, c.num_stages = st;
@@ -140,15 +140,15 @@ TEST_CASE("The lazy rescale: maxima that climb by less and more than the slack",
   // L2 6.3e-3).
   std::vector<KernelConfig> configs;
   for (Precision prec : {Precision::f16, Precision::bf16, Precision::f16_pasa})
-    for (int d : {64, 128, 256})
+    for (int d : {64, 128, 192, 256})
       for (auto [n, w] : std::vector<std::array<int, 2>>{{128, 12}, {128, 8}, {64, 8}, {128, 4}})
         for (Protection prot : {Protection::none, Protection::flash_abft})
           for (Mask mask : {Mask::none, Mask::causal}) {
-            if (d == 256 && !(n == 64 && w == 8 && prot == Protection::none)) continue;
+            if (d >= 192 && !(n == 64 && w == 8 && prot == Protection::none)) continue;
             // f16_pasa's checksum kernels are mma.sync ones; its one-warpgroup kernel (64 x 128
             // w4s2, head dim 64 causal up to 8k keys) has the lazy rescale too, f16's not.
             if (prec == Precision::f16_pasa && prot != Protection::none) continue;
-            if (w == 4 && (prec != Precision::f16_pasa || d == 256)) continue;
+            if (w == 4 && (prec != Precision::f16_pasa || d >= 192)) continue;
             KernelConfig c;
             c.head_dim = d, c.precision = prec, c.mask = mask, c.protection = prot;
             c.block_m = 16 * w, c.block_n = n, c.num_warps = w, c.num_stages = 2;

@@ -16,14 +16,29 @@ namespace ftattn::sm90 {
 // divisions below stay shifts).
 template <int Threads, int Rows, int RowBytes, int TileRows = Rows>
 __device__ __forceinline__ void load_rows_swizzled(u32 smem, const void* gmem, i64 gmem_stride,
-                                                   int valid_rows, int valid_bytes, unsigned thread) {
+                                                   int valid_rows, int valid_bytes,
+                                                   unsigned thread) {
   constexpr int cpr = RowBytes / 16;
-  static_assert(Threads % cpr == 0 && (Rows * cpr) % Threads == 0, "whole passes of the tile");
+  static_assert((Rows * cpr) % Threads == 0, "whole passes of the tile");
+  const char* base = static_cast<const char*>(gmem);
+  if constexpr (Threads % cpr != 0) {
+    // Rows of 3 atoms (head dim 192): a pass covers no whole number of rows, so each chunk
+    // finds its own row (Q's tile, copied once per CTA).
+#pragma unroll
+    for (int i = 0; i < Rows * cpr / Threads; ++i) {
+      const int c = i * Threads + thread;
+      const int r = c / cpr, chunk = c % cpr;
+      const bool valid = chunk * 16 < valid_bytes && r < valid_rows;
+      const char* src = base + r * gmem_stride + chunk * 16;
+      sm80::cp_async_16(smem + tile_offset<RowBytes>(TileRows, r, chunk), valid ? src : base,
+                        valid);
+    }
+    return;
+  }
   // Each thread keeps one chunk column and walks down the rows with one running pointer.
   constexpr int rows_per_pass = Threads / cpr;
   const int r0 = thread / cpr;
   const int chunk = thread % cpr;
-  const char* base = static_cast<const char*>(gmem);
   const char* src = base + r0 * gmem_stride + chunk * 16;
   const bool col_valid = chunk * 16 < valid_bytes;
 #pragma unroll
