@@ -325,13 +325,15 @@ bool uses_wgmma(const KernelConfig& c) {
   const bool q8 = c.precision == Precision::fp8_e4m3 || c.precision == Precision::int8;
   const bool b16 = c.precision == Precision::f16 || c.precision == Precision::bf16;
   // Head dims 192 and 256 in 16 bits: O's 96 or 128 registers fit only the warp-specialised
-  // consumers, beside 64-key blocks, and the checksum schemes keep the sm80 skeleton
-  // (FwdWgmmaTraits).
+  // consumers, beside 64-key blocks (FwdWgmmaTraits). At 256 GEMM II (m64n256) has no room for a
+  // checksum tile, so the checksum schemes and injection builds keep the sm80 skeleton there; at
+  // 192 they take the same tile as the unprotected kernel (f16_pasa's only unprotected, below).
+  const bool wide_tile = c.num_warps == 8 && c.block_n == 64;
   const bool wide16 = (b16 || c.precision == Precision::f16_pasa) &&
-                      c.protection == Protection::none && !c.fault_injection && c.num_warps == 8 &&
-                      c.block_n == 64;
+                      c.protection == Protection::none && !c.fault_injection && wide_tile;
   const bool head_dim_ok = c.head_dim == 64 || c.head_dim == 128 ||
-                           (c.head_dim == 256 && (q8 || wide16)) || (c.head_dim == 192 && wide16);
+                           (c.head_dim == 256 && (q8 || wide16)) ||
+                           (c.head_dim == 192 && !q8 && wide_tile);
   // The 16-bit skeleton also carries every checksum scheme and the fault-injection sites.
   const bool q8_ok = q8 && c.protection == Protection::none && !c.fault_injection;
   const bool b16_ok = b16 && !is_block_sparse(c.mask) && c.protection != Protection::decoupled;

@@ -209,8 +209,12 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   // Head dim 192 takes the same tile (O's 96 registers; 128-key blocks in two stages would not
   // fit shared memory): on the H100 at 1k-16k keys, both masks, 1.97-2.49x the fastest mma.sync
   // tile for f16 and bf16 and 1.81-2.62x for f16_pasa (d192_ws_tiles.csv); three stages ran
-  // within 2% of two either way.
-  if ((c.head_dim == 256 || c.head_dim == 192) && c.protection == Protection::none) {
+  // within 2% of two either way. The checksum schemes and their injection builds too, their
+  // tiles beside O in GEMM II (m64n200, m64n208): 2.03-2.81x the faster of the mma.sync tiles
+  // they had (128 x 128 w8s1 for Flash-ABFT, 64 x 64 w4s1 for EFTA) at 2k and 8k keys, both
+  // masks, K and V prepared or not (d192_protected_tiles.csv).
+  if ((c.head_dim == 256 && c.protection == Protection::none) ||
+      (c.head_dim == 192 && c.protection != Protection::decoupled)) {
     wgmma16.block_m = 128;
     wgmma16.num_warps = 8;
     if (open_n) wgmma16.block_n = 64;

@@ -294,15 +294,23 @@ TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
   sparse.mask = Mask::block_sparse;
   CHECK_FALSE(uses_wgmma(with_defaults(sparse, kSm90a)));
 
-  // Head dim 192: the warp-specialised 128 x 64 w8s2 on sm_90a (d192_ws_tiles.csv), the
-  // mma.sync 128 x 128 w8s1 elsewhere; protected, the mma.sync tile on sm_90a too.
+  // Head dim 192: the warp-specialised 128 x 64 w8s2 on sm_90a (d192_ws_tiles.csv), with every
+  // checksum scheme and its injection build too; the mma.sync 128 x 128 w8s1 elsewhere.
   c = with_defaults(partial(192), kSm90a);
   CHECK(c == make(192, 128, 64, 8, 2, kSm90a));
   CHECK(warp_specialized(c));
   CHECK(with_defaults(partial(192), kSm90) == make(192, 128, 128, 8, 1, kSm90));
-  KernelConfig abft192 = partial(192);
-  abft192.protection = Protection::flash_abft;
-  CHECK_FALSE(uses_wgmma(with_defaults(abft192, kSm90a)));
+  for (Protection prot :
+       {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct})
+    for (bool inject : {false, true}) {
+      KernelConfig checked = partial(192);
+      checked.protection = prot;
+      checked.fault_injection = inject;
+      const KernelConfig r = with_defaults(checked, kSm90a);
+      INFO(r.name());
+      CHECK((warp_specialized(r) && r.block_m == 128 && r.block_n == 64 && r.num_warps == 8 &&
+             r.num_stages == 2));
+    }
   // Short causal problems take smaller tiles at narrow and wide heads, not at 128, on the
   // mma.sync skeleton; on sm_90a head dim 256 keeps the warp-specialised 128 x 64 w8s2 (faster
   // there at 512-2k keys too, bench/results/nvidia-h100/d256_ws_short.csv).

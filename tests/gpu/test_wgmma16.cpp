@@ -365,6 +365,82 @@ TEST_CASE(
     }
 }
 
+TEST_CASE("Checksum schemes at head dim 192 warp-specialised: clean, faults seen as on mma.sync",
+          "[gpu][wgmma16][ws][protect]") {
+  Runtime& rt = wgmma_runtime();
+  if (!on_sm90a(rt)) return;
+  // Head dim 192 runs the warp-specialised 128 x 64 w8s2 with every scheme: GEMM II m64n200
+  // (Flash-ABFT, efta_detect) or m64n208 (efta_correct), rows of three swizzle atoms, V's
+  // checksum atom after them. Clean: the reference passes and nothing is reported on short,
+  // odd and long (16 blocks per CTA) runs, and over the campaign's five distributions.
+  const Problem long_run = Problem::bhsd(1, 4, 4, 1024, 1024, 192);
+  for (Protection prot :
+       {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct})
+    for (Precision prec : {Precision::f16, Precision::bf16})
+      for (Mask mask : {Mask::none, Mask::causal}) {
+        KernelConfig c;
+        c.head_dim = 192, c.precision = prec, c.mask = mask, c.protection = prot;
+        c.arch = rt.device_arch();
+        const KernelConfig resolved = rt.resolve(c, &long_run);
+        INFO(resolved.name());
+        REQUIRE(warp_specialized(resolved));
+        REQUIRE(resolved.block_n == 64);
+        gpu_test::check_clean_protected(rt, resolved, Problem::bhsd(2, 4, 2, 333, 517, 192), 61);
+        gpu_test::check_clean_protected(rt, resolved, Problem::bhsd(1, 2, 1, 1000, 1100, 192), 62);
+        for (campaign::Distribution dist : campaign::kDistributions) {
+          std::mt19937_64 rng(19);
+          auto q = campaign::random_tensor(dist, rng, prec, long_run.q, 1, 4, 1024, 192);
+          auto k = campaign::random_tensor(dist, rng, prec, long_run.k, 1, 4, 1024, 192);
+          auto v = campaign::random_tensor(dist, rng, prec, long_run.v, 1, 4, 1024, 192);
+          auto backend = campaign::source_backend(rt, resolved, long_run, q, k, v, OnFault::report);
+          std::vector<float> out;
+          const FaultReport r = backend->run(std::nullopt, out);
+          INFO(campaign::to_string(dist) << ": " << r.summary());
+          CHECK(r.clean());
+        }
+      }
+  // Planted exponent flips (CTA 0, thread 5, key block 1) on both skeletons (sm_90 keeps
+  // mma.sync): what each scheme sees, corrects and recomputes is the same on both.
+  const Problem pr = Problem::bhsd(1, 2, 2, 256, 512, 192);
+  for (bool wgmma : {true, false})
+    for (Mask mask : {Mask::none, Mask::causal})
+      for (Protection prot :
+           {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct}) {
+        KernelConfig c;
+        c.head_dim = 192, c.precision = Precision::f16, c.mask = mask, c.protection = prot;
+        c.fault_injection = true;
+        c.arch = wgmma ? rt.device_arch() : Arch{90, false};
+        const KernelConfig resolved = rt.resolve(c, &pr);
+        REQUIRE(warp_specialized(resolved) == wgmma);
+        const bool abft = prot == Protection::flash_abft;
+        for (FaultSite site : {FaultSite::output, FaultSite::scores, FaultSite::probs,
+                               FaultSite::row_sum, FaultSite::checksum}) {
+          if (abft && (site == FaultSite::probs || site == FaultSite::row_sum)) continue;
+          ProtectOptions o = gpu_test::plant(site, 30, 1);
+          const gpu_test::Planted seen = gpu_test::run_planted(rt, c, pr, o, 9);
+          INFO(resolved.name() << " " << to_string(site) << ": " << seen.fault.summary() << " | "
+                               << seen.result.report.summary());
+          if (site == FaultSite::checksum) {
+            CHECK(seen.result.report.passed);  // the output is untouched, seen or not
+          } else if (abft && site == FaultSite::scores) {
+            CHECK(seen.fault.detected == 0);  // Flash-ABFT's blind spot: O and checksum move alike
+          } else {
+            CHECK(seen.fault.detected >= 1);
+          }
+          if (prot == Protection::efta_correct &&
+              (site == FaultSite::scores || site == FaultSite::output)) {
+            CHECK(seen.fault.corrected == seen.fault.detected);
+            CHECK(seen.result.report.passed);
+          }
+          if (abft && site == FaultSite::scores) continue;
+          o.on_fault = OnFault::recompute;
+          const gpu_test::Planted fixed = gpu_test::run_planted(rt, c, pr, o, 9);
+          INFO("recompute: " << fixed.fault.summary() << " | " << fixed.result.report.summary());
+          CHECK(fixed.result.report.passed);
+        }
+      }
+}
+
 TEST_CASE("K and V prepared once serve later calls, a V changed since is seen, mismatches refused",
           "[gpu][wgmma16][protect][pasa]") {
   Runtime& rt = wgmma_runtime();

@@ -112,11 +112,13 @@ struct FwdWgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, 
                 "wgmma tiles: 128-byte rows or 2, 3 or 4 128-byte atoms side by side");
   // Head dims 192 and 256: O takes 96 or 128 registers, so only the warp-specialised kernel's
   // consumers hold it beside a 64-key block's scores, and two stages of 128-key blocks would not
-  // fit shared memory. GEMM II is m64n192 or m64n256 (the widest wgmma, no room for a checksum
-  // tile); the checksum schemes keep the sm80 skeleton there.
-  static_assert(HeadDim <= 128 || (warp_specialized && NumWarps == 8 && BlockN == 64 &&
-                                   ProtectT::k_atoms == 0 && ProtectT::v_atoms == 0),
-                "head_dims 192 and 256: 128 x 64, two consumer warpgroups, unprotected");
+  // fit shared memory. GEMM II at 256 is m64n256, the widest wgmma, with no room for a checksum
+  // tile (the checksum schemes keep the sm80 skeleton there); at 192 it takes one or two
+  // (m64n200, m64n208).
+  static_assert(HeadDim <= 128 ||
+                    (warp_specialized && NumWarps == 8 && BlockN == 64 &&
+                     (HeadDim == 192 || (ProtectT::k_atoms == 0 && ProtectT::v_atoms == 0))),
+                "head_dims 192 and 256: 128 x 64, two consumer warpgroups; 256 unprotected");
   static_assert(BlockN == 64 || BlockN == 128, "GEMM I's N: 64 or 128 keys");
   static_assert(NumWarps % 4 == 0 && BlockM == 16 * NumWarps, "64 rows per warpgroup");
   static_assert(NumStages >= 2, "the wgmma skeleton prefetches at least one block");

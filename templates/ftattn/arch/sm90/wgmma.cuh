@@ -173,6 +173,22 @@ __device__ __forceinline__ void fence_async_shared() {
   "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, " \
   "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, " \
   "%70, %71}"
+#define FTATTN_WG_D100(c, d) FTATTN_WG_D96(c, d), FTATTN_WG_D4(c, d, 96)
+#define FTATTN_WG_D104(c, d) FTATTN_WG_D96(c, d), FTATTN_WG_D8(c, d, 96)
+#define FTATTN_WG_R100                                                                          \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "  \
+  "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "  \
+  "%56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, "  \
+  "%74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, "  \
+  "%92, %93, %94, %95, %96, %97, %98, %99}"
+#define FTATTN_WG_R104                                                                          \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "  \
+  "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "  \
+  "%56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, "  \
+  "%74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, "  \
+  "%92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103}"
 // One wgmma whose scale-d predicate p is set from operand `pred` (nonzero: accumulate).
 #define FTATTN_WGMMA(instr, operands, pred)                                            \
   "{\n.reg .pred p;\nsetp.ne.b32 p, " pred ", 0;\nwgmma.mma_async.sync.aligned." instr \
@@ -359,6 +375,19 @@ __device__ __forceinline__ void wgmma_16bit_rs(float (&d)[96], const u32 (&a)[4]
   FTATTN_WGMMA_16BIT("m64n192k16", FTATTN_WG_R96 ", {%96, %97, %98, %99}, %100, p, 1, 1, 1", "%101",
                      FTATTN_WG_D96("+f", d), "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
                      "r"(1));
+}
+// m64n{200, 208}k16: head dim 192 and one or two 8-wide checksum tiles beside it.
+template <bool Bf16>
+__device__ __forceinline__ void wgmma_16bit_rs(float (&d)[100], const u32 (&a)[4], u64 b) {
+  FTATTN_WGMMA_16BIT("m64n200k16", FTATTN_WG_R100 ", {%100, %101, %102, %103}, %104, p, 1, 1, 1",
+                     "%105", FTATTN_WG_D100("+f", d), "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]),
+                     "l"(b), "r"(1));
+}
+template <bool Bf16>
+__device__ __forceinline__ void wgmma_16bit_rs(float (&d)[104], const u32 (&a)[4], u64 b) {
+  FTATTN_WGMMA_16BIT("m64n208k16", FTATTN_WG_R104 ", {%104, %105, %106, %107}, %108, p, 1, 1, 1",
+                     "%109", FTATTN_WG_D104("+f", d), "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]),
+                     "l"(b), "r"(1));
 }
 // m64n256k16: GEMM II at head dim 256 (O's 128 registers; unprotected, so no checksum tile).
 template <bool Bf16>
