@@ -44,6 +44,25 @@ void check_clean_on_every_tile(Runtime& rt, Protection prot, uint64_t seed) {
         }
 }
 
+// Clean runs of `c` on `pr` (heads_q = heads_kv, seqlen_q = seqlen_k) over the campaign's five
+// distributions, PASA's biased and hybrid ones included: no alarm.
+void check_clean_on_distributions(Runtime& rt, const KernelConfig& c, const Problem& pr,
+                                  uint64_t seed) {
+  const Precision prec = c.precision;
+  const int b = pr.batch, h = pr.heads_q, s = pr.seqlen_q, d = pr.head_dim;
+  for (campaign::Distribution dist : campaign::kDistributions) {
+    std::mt19937_64 rng(seed);
+    auto q = campaign::random_tensor(dist, rng, prec, pr.q, b, h, s, d);
+    auto k = campaign::random_tensor(dist, rng, prec, pr.k, b, h, s, d);
+    auto v = campaign::random_tensor(dist, rng, prec, pr.v, b, h, s, d);
+    auto backend = campaign::source_backend(rt, c, pr, q, k, v, OnFault::report);
+    std::vector<float> out;
+    const FaultReport r = backend->run(std::nullopt, out);
+    INFO(c.name() << " " << campaign::to_string(dist) << ": " << r.summary());
+    CHECK(r.clean());
+  }
+}
+
 }  // namespace
 
 TEST_CASE("f16 and bf16 on Hopper: the wgmma skeleton matches the reference and mma.sync",
@@ -219,17 +238,7 @@ TEST_CASE("Checksum schemes warp-specialised: no false alarm on the five distrib
           c.block_m = 16 * w, c.block_n = n, c.num_warps = w, c.num_stages = st;
           c.arch = rt.device_arch();
           REQUIRE(warp_specialized(c));
-          for (campaign::Distribution dist : campaign::kDistributions) {
-            std::mt19937_64 rng(17);
-            auto q = campaign::random_tensor(dist, rng, prec, pr.q, 1, 4, 1024, 128);
-            auto k = campaign::random_tensor(dist, rng, prec, pr.k, 1, 4, 1024, 128);
-            auto v = campaign::random_tensor(dist, rng, prec, pr.v, 1, 4, 1024, 128);
-            auto backend = campaign::source_backend(rt, c, pr, q, k, v, OnFault::report);
-            std::vector<float> out;
-            const FaultReport r = backend->run(std::nullopt, out);
-            INFO(c.name() << " " << campaign::to_string(dist) << ": " << r.summary());
-            CHECK(r.clean());
-          }
+          check_clean_on_distributions(rt, c, pr, 17);
           gpu_test::check_clean_protected(rt, c, Problem::bhsd(2, 8, 2, 2048, 2048, 128), 23 + n);
         }
 }
@@ -387,17 +396,7 @@ TEST_CASE("Checksum schemes at head dim 192 warp-specialised: clean, faults seen
         REQUIRE(resolved.block_n == 64);
         gpu_test::check_clean_protected(rt, resolved, Problem::bhsd(2, 4, 2, 333, 517, 192), 61);
         gpu_test::check_clean_protected(rt, resolved, Problem::bhsd(1, 2, 1, 1000, 1100, 192), 62);
-        for (campaign::Distribution dist : campaign::kDistributions) {
-          std::mt19937_64 rng(19);
-          auto q = campaign::random_tensor(dist, rng, prec, long_run.q, 1, 4, 1024, 192);
-          auto k = campaign::random_tensor(dist, rng, prec, long_run.k, 1, 4, 1024, 192);
-          auto v = campaign::random_tensor(dist, rng, prec, long_run.v, 1, 4, 1024, 192);
-          auto backend = campaign::source_backend(rt, resolved, long_run, q, k, v, OnFault::report);
-          std::vector<float> out;
-          const FaultReport r = backend->run(std::nullopt, out);
-          INFO(campaign::to_string(dist) << ": " << r.summary());
-          CHECK(r.clean());
-        }
+        check_clean_on_distributions(rt, resolved, long_run, 19);
       }
   // Planted exponent flips (CTA 0, thread 5, key block 1) on both skeletons (sm_90 keeps
   // mma.sync): what each scheme sees, corrects and recomputes is the same on both.
