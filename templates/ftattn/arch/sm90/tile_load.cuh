@@ -21,7 +21,21 @@ __device__ __forceinline__ void load_rows_swizzled(u32 smem, const void* gmem, i
   constexpr int cpr = RowBytes / 16;
   static_assert((Rows * cpr) % Threads == 0, "whole passes of the tile");
   const char* base = static_cast<const char*>(gmem);
-  if constexpr (Threads % cpr != 0) {
+  if constexpr (Threads % cpr == 0) {
+    // Each thread keeps one chunk column and walks down the rows with one running pointer.
+    constexpr int rows_per_pass = Threads / cpr;
+    const int r0 = thread / cpr;
+    const int chunk = thread % cpr;
+    const char* src = base + r0 * gmem_stride + chunk * 16;
+    const bool col_valid = chunk * 16 < valid_bytes;
+#pragma unroll
+    for (int i = 0; i < Rows / rows_per_pass; ++i, src += rows_per_pass * gmem_stride) {
+      const int r = r0 + i * rows_per_pass;
+      const bool valid = col_valid && r < valid_rows;
+      sm80::cp_async_16(smem + tile_offset<RowBytes>(TileRows, r, chunk), valid ? src : base,
+                        valid);
+    }
+  } else {
     // Rows of 3 atoms (head dim 192): a pass covers no whole number of rows, so each chunk
     // finds its own row (Q's tile, copied once per CTA).
 #pragma unroll
@@ -33,19 +47,6 @@ __device__ __forceinline__ void load_rows_swizzled(u32 smem, const void* gmem, i
       sm80::cp_async_16(smem + tile_offset<RowBytes>(TileRows, r, chunk), valid ? src : base,
                         valid);
     }
-    return;
-  }
-  // Each thread keeps one chunk column and walks down the rows with one running pointer.
-  constexpr int rows_per_pass = Threads / cpr;
-  const int r0 = thread / cpr;
-  const int chunk = thread % cpr;
-  const char* src = base + r0 * gmem_stride + chunk * 16;
-  const bool col_valid = chunk * 16 < valid_bytes;
-#pragma unroll
-  for (int i = 0; i < Rows / rows_per_pass; ++i, src += rows_per_pass * gmem_stride) {
-    const int r = r0 + i * rows_per_pass;
-    const bool valid = col_valid && r < valid_rows;
-    sm80::cp_async_16(smem + tile_offset<RowBytes>(TileRows, r, chunk), valid ? src : base, valid);
   }
 }
 // The same with every thread of the CTA among the Threads.
