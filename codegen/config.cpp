@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "codegen/checksum_atoms.hpp"
+#include "codegen/swizzle_atom.hpp"
 #include "ftattn/errors.hpp"
 #include "runtime/hash.hpp"
 
@@ -331,7 +332,8 @@ bool uses_wgmma(const KernelConfig& c) {
   const bool wide_tile = c.num_warps == 8 && c.block_n == 64;
   const bool wide16 = (b16 || c.precision == Precision::f16_pasa) &&
                       c.protection == Protection::none && !c.fault_injection && wide_tile;
-  const bool head_dim_ok = c.head_dim == 64 || c.head_dim == 128 ||
+  // Head dim 96 in 16 bits: rows of three 64-byte swizzle atoms (sm90::tile_offset), every tile.
+  const bool head_dim_ok = c.head_dim == 64 || c.head_dim == 128 || (c.head_dim == 96 && !q8) ||
                            (c.head_dim == 256 && (q8 || wide16)) ||
                            (c.head_dim == 192 && !q8 && wide_tile);
   // The 16-bit skeleton also carries every checksum scheme and the fault-injection sites.
@@ -375,7 +377,8 @@ int64_t wgmma16_tiles_bytes(const KernelConfig& c) {
   // Checksums: EFTA's 8 rows per K atom below the keys, V's chunks in one more 128-byte atom
   // per key. f16_pasa: the shift rows of 8 blocks below the keys.
   const auto [k_atoms, v_atoms] = codegen::checksum_atoms(c.protection);
-  const int64_t checksum_atom = v_atoms > 0 ? 128 * c.block_n : 0;
+  const int64_t atom = codegen::swizzle_atom_bytes(static_cast<int>(row));
+  const int64_t checksum_atom = v_atoms > 0 ? atom * c.block_n : 0;
   const int64_t shift_rows = c.precision == Precision::f16_pasa ? 8 : 0;
   const int64_t loop =
       align(c.block_m * row) + c.num_stages * (align((c.block_n + 8 * k_atoms + shift_rows) * row) +

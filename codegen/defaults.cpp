@@ -202,6 +202,23 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   three.block_m = 192;
   three.num_warps = 12;
   if (c.head_dim == 128 && keys >= 2048 && warp_specialized(three)) wgmma16 = three;
+  // Head dim 96 (rows of three 64-byte swizzle atoms), unprotected: the same three consumers with
+  // 128-key blocks at every length. On the H100 at 1k-16k keys, both masks, f16 and bf16, timed
+  // in turn with the wgmma tiles from 64 x 64 w4s2 to 192 x 64 w12s2 and with the mma.sync
+  // 128 x 64 w4s2 it had: the fastest everywhere, 1.38-2.06x that one (d96_tiles.csv).
+  // With a checksum scheme (d96_protected_tiles.csv, 2k and 8k keys, K and V prepared and per
+  // call): Flash-ABFT the three consumers too, 1.08-1.16x its 128 x 128 w8s2; EFTA 128 x 128
+  // w8s2, as at head dim 128 (its consumers need more registers than three leave); 1.66-2.25x
+  // the mma.sync tiles they had.
+  if (c.head_dim == 96) {
+    three.block_n = open_n ? 128 : c.block_n;
+    three.num_stages = open_s ? 2 : c.num_stages;
+    if (efta) {
+      three.block_m = 128;
+      three.num_warps = 8;
+    }
+    if (warp_specialized(three)) wgmma16 = three;
+  }
   // Unprotected at head dim 256: the warp-specialised kernel's one tile there, 128 x 64 w8s2 (O's
   // 128 registers beside 64-key scores in each consumer). On the H100 at 4k-16k keys, both masks,
   // 1.77-2.00x the mma.sync 128 x 128 w8s1 for f16 and bf16 (d256_ws.csv), and 1.4-2.0x the
@@ -267,7 +284,9 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
     // d256_ws_short.csv). Head dim 192 too: 1.81-2.62x its mma.sync tiles at 1k-16k keys
     // (d192_ws_tiles.csv).
     KernelConfig wgmma_pasa = c;
-    const bool three = (c.head_dim == 128 && keys >= 2048) ||
+    // Head dim 96: 192 x 128 w12s2 at every length, 1.56-2.57x the mma.sync 128 x 32 w4s1 at
+    // 1k-16k keys, both masks, and ahead of every other wgmma tile (d96_pasa_tiles.csv).
+    const bool three = (c.head_dim == 128 && keys >= 2048) || c.head_dim == 96 ||
                        (c.head_dim == 64 && keys > (is_causal(c.mask) ? 8192 : 2048));
     const bool two = (c.head_dim == 128 && !three) || c.head_dim >= 192;
     wgmma_pasa.block_m = three ? 192 : two ? 128 : 64;

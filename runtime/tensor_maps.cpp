@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 
+#include "codegen/swizzle_atom.hpp"
 #include "ftattn/errors.hpp"
 #include "runtime/driver.hpp"
 
@@ -113,8 +114,12 @@ KvTensorMaps encode_kv_tensor_maps(const KernelConfig& c, const AttentionParams&
   const std::array<cuuint64_t, 4> dims{d, static_cast<cuuint64_t>(p.seqlen_k),
                                        static_cast<cuuint64_t>(p.heads_kv),
                                        static_cast<cuuint64_t>(p.batch)};
-  // One 128-byte swizzle atom column (64 channels) of a key block per copy.
-  const std::array<cuuint32_t, 4> box{64, static_cast<cuuint32_t>(c.block_n), 1, 1};
+  // One swizzle atom column of a key block per copy (sm90::tile_offset's layout): 128 bytes (64
+  // channels), or 64 (32) where rows are no multiple of 128 bytes (head dim 96).
+  const int atom_bytes = codegen::swizzle_atom_bytes(2 * c.head_dim);
+  const auto atom = static_cast<cuuint32_t>(atom_bytes / 2);
+  const CUtensorMapSwizzle swizzle = swizzle_of(atom_bytes);
+  const std::array<cuuint32_t, 4> box{atom, static_cast<cuuint32_t>(c.block_n), 1, 1};
   const auto bytes = [&](long long elements) { return static_cast<cuuint64_t>(elements) * elem; };
   // A head (or batch) dimension of extent 1 is never stepped over: its stride may be anything
   // the caller had, so give TMA a legal one.
@@ -126,7 +131,7 @@ KvTensorMaps encode_kv_tensor_maps(const KernelConfig& c, const AttentionParams&
     const cuuint64_t s1 = bytes(seq);
     const cuuint64_t s2 = stride(head, dims[2], s1 * dims[1]);
     const cuuint64_t s3 = stride(batch, dims[3], s2 * dims[2]);
-    return Box{what, type, base, dims, {s1, s2, s3}, box, 4, CU_TENSOR_MAP_SWIZZLE_128B};
+    return Box{what, type, base, dims, {s1, s2, s3}, box, 4, swizzle};
   };
   const Box k = kv_box(c.precision == Precision::f16_pasa ? "shifted K" : "K", p.k, p.k_seq_stride,
                        p.k_head_stride, p.k_batch_stride);
@@ -146,7 +151,7 @@ KvTensorMaps encode_kv_tensor_maps(const KernelConfig& c, const AttentionParams&
     const auto rows = static_cast<cuuint64_t>(p.batch) * static_cast<cuuint64_t>(p.heads_kv) *
                           ((static_cast<cuuint64_t>(p.seqlen_k) + c.block_n - 1) / c.block_n) +
                       7;
-    Box shift{"shift rows", type, p.k_shift, {d, rows}, {}, {64, 8}, 2, CU_TENSOR_MAP_SWIZZLE_128B};
+    Box shift{"shift rows", type, p.k_shift, {d, rows}, {}, {atom, 8}, 2, swizzle};
     shift.strides[0] = bytes(c.head_dim);
     encode(maps.shift, shift);  // the workspace's own layout: 256-byte aligned, dense rows
   }

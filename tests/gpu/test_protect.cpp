@@ -55,7 +55,7 @@ TEST_CASE("protected kernels match the reference and raise no false alarm", "[gp
        {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct})
     for (Precision p : {Precision::f16, Precision::bf16})
       for (Mask m : {Mask::none, Mask::causal})
-        for (int d : {64, 128, 192, 256}) {
+        for (int d : {64, 96, 128, 192, 256}) {
           const Problem problem = Problem::bhsd(2, 4, 2, 333, 517, d);
           const Outcome o = run(protected_config(d, p, m, prot), problem, {});
           INFO(o.result.config_name << ": " << o.result.report.summary() << "; "

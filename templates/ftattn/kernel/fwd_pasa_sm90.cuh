@@ -185,8 +185,9 @@ __device__ __forceinline__ void attention_fwd_pasa_sm90(const AttentionParams& p
     sm90::wgmma_fence();
 #pragma unroll
     for (int kc = 0; kc < kST / 2; ++kc)
-      sm90::wgmma_16bit_rs<false>(reinterpret_cast<float(&)[kOT * 4]>(o[0]), pa[kc],
-                                  sm90::n_major_k_step_descriptor(sVs, T::block_n, kc));
+      sm90::wgmma_16bit_rs<false>(
+          reinterpret_cast<float(&)[kOT * 4]>(o[0]), pa[kc],
+          sm90::n_major_k_step_descriptor<T::atom_bytes>(sVs, T::block_n, kc));
     sm90::wgmma_commit();
     if constexpr (!kOneGroup) sm90::wgmma_wait<0>();
   };

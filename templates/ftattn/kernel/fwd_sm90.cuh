@@ -49,6 +49,9 @@ template <int HeadDim, int BlockM, int BlockN, int NumWarps, int NumStages, clas
 struct FwdWgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, PrecisionT,
                                   ProtectT, Causal, BlockSparse, Inject> {
   static constexpr int row_bytes = HeadDim * 2;
+  // The tiles' swizzle atoms (sm90::tile_offset): 128 bytes, or 64 at head dim 96, whose 192-byte
+  // rows are three of them.
+  static constexpr int atom_bytes = sm90::atom_bytes<row_bytes>;
   // The epilogue (detail::store_output of the sm80 skeleton) stages O in padded rows.
   static constexpr int row_stride = HeadDim + 8;
   static constexpr int chunks_per_row = HeadDim / 8;
@@ -71,7 +74,8 @@ struct FwdWgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, 
   // The V tile's checksum atom: 16 (efta_correct: 32) of each key's 128 bytes are read, but the
   // swizzle wants whole atoms. GEMM II's N takes 8 columns per V checksum atom.
   static constexpr int checksum_tiles = ProtectT::v_atoms;
-  static constexpr int v_tile_bytes = kv_tile_bytes + (checksum_tiles > 0 ? BlockN * 128 : 0);
+  static constexpr int v_tile_bytes =
+      kv_tile_bytes + (checksum_tiles > 0 ? BlockN * atom_bytes : 0);
   static constexpr int loop_bytes = q_bytes + NumStages * (k_tile_bytes + v_tile_bytes);
   static constexpr int out_bytes = BlockM * row_stride * 2;
   // Two or three consumer warpgroups of 16-bit tiles run warp-specialised
@@ -108,8 +112,10 @@ struct FwdWgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, 
       ctas_by_smem < ctas_by_threads ? ctas_by_smem : ctas_by_threads;
   static constexpr int min_ctas = min_ctas_raw < 1 ? 1 : min_ctas_raw;
 
-  static_assert(HeadDim == 64 || HeadDim == 128 || HeadDim == 192 || HeadDim == 256,
-                "wgmma tiles: 128-byte rows or 2, 3 or 4 128-byte atoms side by side");
+  static_assert(HeadDim == 64 || HeadDim == 96 || HeadDim == 128 || HeadDim == 192 ||
+                    HeadDim == 256,
+                "wgmma tiles: 128-byte rows, 2, 3 or 4 128-byte atoms or 3 64-byte atoms side "
+                "by side");
   // Head dims 192 and 256: O takes 96 or 128 registers, so only the warp-specialised kernel's
   // consumers hold it beside a 64-key block's scores, and two stages of 128-key blocks would not
   // fit shared memory. GEMM II at 256 is m64n256, the widest wgmma, with no room for a checksum
@@ -226,8 +232,9 @@ __device__ __forceinline__ void load_v_checksum_chunks(u32 dv, const unsigned ch
                                                        int thread) {
   constexpr int kCT = T::checksum_tiles;
   for (int c = thread; c < T::block_n * kCT; c += Threads)
-    sm80::cp_async_16(dv + T::kv_tile_bytes + sm90::swizzled_offset<128>(c / kCT, c % kCT),
-                      src + c * 16, true);
+    sm80::cp_async_16(
+        dv + T::kv_tile_bytes + sm90::swizzled_offset<T::atom_bytes>(c / kCT, c % kCT),
+        src + c * 16, true);
 }
 
 // EFTA: each block's 8 (efta_correct: 16) checksum rows `src` below the keys of the K tile at
@@ -242,11 +249,11 @@ __device__ __forceinline__ void load_k_checksum_rows(u32 dk, const unsigned char
         src + c * 16, true);
 }
 
-// TMA copies of key block `key0` (FwdWgmmaTraits::kv_tma), by one thread, each box one 128-byte
-// swizzle atom column of 64 channels completing its bytes on `bar`: its K rows into the K tile
-// at dk (atom columns T::k_rows rows apart), its V rows into the V tile at dv, and f16_pasa's
-// shift rows `shift_row` .. + 7 of the workspace (runtime::PasaLayout) below the keys. The
-// caller expects the bytes (kv_tma_bytes, shift_tma_bytes) on the barrier first. The
+// TMA copies of key block `key0` (FwdWgmmaTraits::kv_tma), by one thread, each box one swizzle
+// atom column (64 channels, or 32 in 64-byte atoms) completing its bytes on `bar`: its K rows into
+// the K tile at dk (atom columns T::k_rows rows apart), its V rows into the V tile at dv, and
+// f16_pasa's shift rows `shift_row` .. + 7 of the workspace (runtime::PasaLayout) below the keys.
+// The caller expects the bytes (kv_tma_bytes, shift_tma_bytes) on the barrier first. The
 // one-warpgroup kernels' mbarrier of a stage: stage_barrier.
 template <class T>
 __device__ __forceinline__ u32 stage_barrier(u32 smem_base, u32 sQ, int stage) {
@@ -256,24 +263,27 @@ __device__ __forceinline__ u32 stage_barrier(u32 smem_base, u32 sQ, int stage) {
     return sQ + T::tiles_bytes + 8 * stage;
 }
 template <class T>
-inline constexpr u32 kv_tma_bytes = T::row_bytes / 128 * T::block_n * 128;  // one K or V tile
+inline constexpr u32 kv_tma_bytes = u32{T::block_n * T::row_bytes};  // one K or V tile
 template <class T>
-inline constexpr u32 shift_tma_bytes = T::row_bytes / 128 * T::recovery_blocks * 128;
+inline constexpr u32 shift_tma_bytes = u32{T::recovery_blocks * T::row_bytes};
 // A key block's rows of `map` (K or V) into the tile at dst, whose atom columns are TileRows
 // rows apart (K: T::k_rows, V: T::block_n).
 template <class T, int TileRows>
 __device__ __forceinline__ void tma_load_rows(u32 dst, const TensorMap& map, int key0, int head_kv,
                                               int batch, u32 bar) {
+  constexpr int atom = T::atom_bytes;
 #pragma unroll
-  for (int a = 0; a < T::row_bytes / 128; ++a)
-    sm90::tma_load(dst + a * TileRows * 128, map, a * 64, key0, head_kv, batch, bar);
+  for (int a = 0; a < T::row_bytes / atom; ++a)
+    sm90::tma_load(dst + a * TileRows * atom, map, a * atom / 2, key0, head_kv, batch, bar);
 }
 template <class T>
 __device__ __forceinline__ void tma_load_shift_rows(u32 dk, const KvTensorMaps& maps, int shift_row,
                                                     u32 bar) {
+  constexpr int atom = T::atom_bytes;
 #pragma unroll
-  for (int a = 0; a < T::row_bytes / 128; ++a)
-    sm90::tma_load(dk + (a * T::k_rows + T::shift_row) * 128, maps.shift, a * 64, shift_row, bar);
+  for (int a = 0; a < T::row_bytes / atom; ++a)
+    sm90::tma_load(dk + (a * T::k_rows + T::shift_row) * atom, maps.shift, a * atom / 2, shift_row,
+                   bar);
 }
 
 // EFTA: |q| of this thread's two rows of the tile at `q` (its row 0 is global row `row0`), the
@@ -639,8 +649,9 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p,
     sm90::wgmma_fence();
 #pragma unroll
     for (int kc = 0; kc < kST / 2; ++kc)
-      sm90::wgmma_16bit_rs<kBf16>(reinterpret_cast<float(&)[(kOT + kCT) * 4]>(acc[0]), pa[kc],
-                                  sm90::n_major_k_step_descriptor(sVs, T::block_n, kc));
+      sm90::wgmma_16bit_rs<kBf16>(
+          reinterpret_cast<float(&)[(kOT + kCT) * 4]>(acc[0]), pa[kc],
+          sm90::n_major_k_step_descriptor<T::atom_bytes>(sVs, T::block_n, kc));
     sm90::wgmma_commit();
     // The product check's reports, while GEMM II runs.
     if constexpr (kEfta) detail::efta_report_alarms(p, efta, global_row(0), batch, head);

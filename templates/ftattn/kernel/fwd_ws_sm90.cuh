@@ -271,8 +271,9 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
         // the CUDA cores were slower (README, Flash-ABFT "Tried on 2026-11-27").
 #pragma unroll
         for (int kc = 0; kc < kST / 2; ++kc)
-          sm90::wgmma_16bit_rs<kBf16>(reinterpret_cast<float(&)[(kOT + kCT) * 4]>(acc[0]), pa[kc],
-                                      sm90::n_major_k_step_descriptor(sVs, T::block_n, kc));
+          sm90::wgmma_16bit_rs<kBf16>(
+              reinterpret_cast<float(&)[(kOT + kCT) * 4]>(acc[0]), pa[kc],
+              sm90::n_major_k_step_descriptor<T::atom_bytes>(sVs, T::block_n, kc));
       };
       auto issue_qk = [&] {
         const u32 sKs = sK + (j % kStages) * T::k_tile_bytes;

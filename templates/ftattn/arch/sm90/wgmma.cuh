@@ -47,15 +47,22 @@ __device__ __forceinline__ u64 descriptor(u32 addr, u32 offset = 0) {
   return descriptor_of((addr >> 4) + (offset >> 4), 1u << 16, (8 * RowBytes >> 4) | (layout << 30));
 }
 
-// A tile of `RowBytes`-byte rows (64, 128, or a multiple of 128: 128-byte swizzle atoms side by
-// side, each `rows` x 128 bytes) at `tile`: byte offset of row `row`, 16-byte chunk `chunk`.
+// The swizzle atom of a tile of `RowBytes`-byte rows: 128 bytes wide where the rows are a
+// multiple of 128, else 64 (rows of 64 bytes, or of 192: head dim 96 in 16 bits).
+template <int RowBytes>
+inline constexpr int atom_bytes = RowBytes % 128 == 0 ? 128 : 64;
+
+// A tile of `RowBytes`-byte rows stored as swizzle atoms side by side (atom_bytes wide, each
+// `rows` x atom_bytes, in that atom's swizzle) at `tile`: byte offset of row `row`, 16-byte
+// chunk `chunk`.
 template <int RowBytes>
 __device__ __forceinline__ u32 tile_offset(int rows, int row, int chunk) {
-  static_assert(RowBytes == 64 || RowBytes % 128 == 0, "64-byte rows or 128-byte atoms");
-  if constexpr (RowBytes >= 256)
-    return (chunk / 8) * rows * 128 + swizzled_offset<128>(row, chunk % 8);
+  constexpr int atom = atom_bytes<RowBytes>, atom_chunks = atom / 16;
+  static_assert(RowBytes % atom == 0, "rows of whole atoms");
+  if constexpr (RowBytes > atom)
+    return (chunk / atom_chunks) * rows * atom + swizzled_offset<atom>(row, chunk % atom_chunks);
   else
-    return swizzled_offset<RowBytes>(row, chunk);
+    return swizzled_offset<atom>(row, chunk);
 }
 
 // The descriptor of k32 step `ks` (32 bytes of each row) of such a tile, from row `row` on. The
@@ -63,21 +70,23 @@ __device__ __forceinline__ u32 tile_offset(int rows, int row, int chunk) {
 // value, so its address is one per tile and each step adds a constant to it.
 template <int RowBytes>
 __device__ __forceinline__ u64 k_step_descriptor(u32 tile, int rows, int row, int ks) {
-  if constexpr (RowBytes >= 256)
-    return descriptor<128>(tile + row * 128, (ks / 4) * rows * 128 + (ks % 4) * 32);
-  else
-    return descriptor<RowBytes>(tile + row * RowBytes, ks * 32);
+  constexpr int atom = atom_bytes<RowBytes>, atom_steps = atom / 32;
+  return descriptor<atom>(tile + row * atom,
+                          (ks / atom_steps) * rows * atom + (ks % atom_steps) * 32);
 }
 
 // The descriptor of k16 step `ks` of a 16-bit B operand stored N-major: `rows` rows of the K
-// dimension (keys), each holding N elements in 128-byte swizzle atoms side by side (tile_offset's
-// layout, RowBytes a multiple of 128). An atom is 8 rows x 128 bytes, so a step is 16 rows, 2048
-// bytes on; the leading byte offset is the stride between the 128-byte column blocks (rows x 128
-// bytes), the stride byte offset the 1024 bytes between 8-row groups. The wgmma takes it with
-// imm-trans-b 1.
+// dimension (keys), each holding N elements in swizzle atoms of `Atom` bytes side by side
+// (tile_offset's layout). An atom is 8 rows x Atom bytes, so a step is 16 rows, 16 Atom bytes
+// on; the leading byte offset is the stride between the atom columns (rows x Atom bytes), the
+// stride byte offset the 8 Atom bytes between 8-row groups. The wgmma takes it with imm-trans-b
+// 1.
+template <int Atom>
 __device__ __forceinline__ u64 n_major_k_step_descriptor(u32 tile, int rows, int ks) {
-  return descriptor_of((tile >> 4) + ks * (2048 >> 4), static_cast<u32>(rows * 128 >> 4) << 16,
-                       (1024 >> 4) | (1u << 30));
+  static_assert(Atom == 64 || Atom == 128, "64- or 128-byte swizzle atoms");
+  constexpr u32 layout = Atom == 128 ? 1 : 2;  // SWIZZLE_128B : SWIZZLE_64B
+  return descriptor_of((tile >> 4) + ks * (16 * Atom >> 4),
+                       static_cast<u32>(rows * Atom >> 4) << 16, (8 * Atom >> 4) | (layout << 30));
 }
 
 // Orders this thread's register writes before the next wgmma reads them (accumulators, A).
@@ -173,6 +182,21 @@ __device__ __forceinline__ void fence_async_shared() {
   "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, " \
   "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, " \
   "%70, %71}"
+#define FTATTN_WG_D48(c, d) FTATTN_WG_D32(c, d), FTATTN_WG_D8(c, d, 32), FTATTN_WG_D8(c, d, 40)
+#define FTATTN_WG_R48                                                                           \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "  \
+  "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47}"
+#define FTATTN_WG_D52(c, d) FTATTN_WG_D48(c, d), FTATTN_WG_D4(c, d, 48)
+#define FTATTN_WG_D56(c, d) FTATTN_WG_D48(c, d), FTATTN_WG_D8(c, d, 48)
+#define FTATTN_WG_R52                                                                           \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "  \
+  "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51}"
+#define FTATTN_WG_R56                                                                           \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "  \
+  "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55}"
 #define FTATTN_WG_D100(c, d) FTATTN_WG_D96(c, d), FTATTN_WG_D4(c, d, 96)
 #define FTATTN_WG_D104(c, d) FTATTN_WG_D96(c, d), FTATTN_WG_D8(c, d, 96)
 #define FTATTN_WG_R100                                                                          \
@@ -367,6 +391,26 @@ template <bool Bf16>
 __device__ __forceinline__ void wgmma_16bit_rs(float (&d)[68], const u32 (&a)[4], u64 b) {
   FTATTN_WGMMA_16BIT("m64n136k16", FTATTN_WG_R68 ", {%68, %69, %70, %71}, %72, p, 1, 1, 1", "%73",
                      FTATTN_WG_D68("+f", d), "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
+                     "r"(1));
+}
+// m64n96k16: GEMM II at head dim 96 (O's 48 registers), and m64n{104, 112}k16 with one or two
+// 8-wide checksum tiles beside it.
+template <bool Bf16>
+__device__ __forceinline__ void wgmma_16bit_rs(float (&d)[48], const u32 (&a)[4], u64 b) {
+  FTATTN_WGMMA_16BIT("m64n96k16", FTATTN_WG_R48 ", {%48, %49, %50, %51}, %52, p, 1, 1, 1", "%53",
+                     FTATTN_WG_D48("+f", d), "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
+                     "r"(1));
+}
+template <bool Bf16>
+__device__ __forceinline__ void wgmma_16bit_rs(float (&d)[52], const u32 (&a)[4], u64 b) {
+  FTATTN_WGMMA_16BIT("m64n104k16", FTATTN_WG_R52 ", {%52, %53, %54, %55}, %56, p, 1, 1, 1", "%57",
+                     FTATTN_WG_D52("+f", d), "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
+                     "r"(1));
+}
+template <bool Bf16>
+__device__ __forceinline__ void wgmma_16bit_rs(float (&d)[56], const u32 (&a)[4], u64 b) {
+  FTATTN_WGMMA_16BIT("m64n112k16", FTATTN_WG_R56 ", {%56, %57, %58, %59}, %60, p, 1, 1, 1", "%61",
+                     FTATTN_WG_D56("+f", d), "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
                      "r"(1));
 }
 // m64n192k16: GEMM II at head dim 192 (O's 96 registers; unprotected).
