@@ -210,7 +210,16 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   // call): Flash-ABFT the three consumers too, 1.08-1.16x its 128 x 128 w8s2; EFTA 128 x 128
   // w8s2, as at head dim 128 (its consumers need more registers than three leave); 1.66-2.25x
   // the mma.sync tiles they had.
-  if (c.head_dim == 96) {
+  // Short runs (up to 256 keys, causal up to 512) take the one-warpgroup 64 x 64 w4s2 instead: more
+  // CTAs for the few key blocks, 1.17-1.62x the three consumers there (d96_short_tiles.csv); from
+  // 512 keys without a mask and 1k causal the three consumers lead or tie.
+  const bool short_d96 = keys <= 256 || (is_causal(c.mask) && keys <= 512);
+  if (c.head_dim == 96 && short_d96 && c.protection == Protection::none) {
+    wgmma16.block_m = 64;
+    wgmma16.num_warps = 4;
+    if (open_n) wgmma16.block_n = 64;
+    if (open_s) wgmma16.num_stages = 2;
+  } else if (c.head_dim == 96) {
     three.block_n = open_n ? 128 : c.block_n;
     three.num_stages = open_s ? 2 : c.num_stages;
     if (efta) {
@@ -284,9 +293,10 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
     // d256_ws_short.csv). Head dim 192 too: 1.81-2.62x its mma.sync tiles at 1k-16k keys
     // (d192_ws_tiles.csv).
     KernelConfig wgmma_pasa = c;
-    // Head dim 96: 192 x 128 w12s2 at every length, 1.56-2.57x the mma.sync 128 x 32 w4s1 at
-    // 1k-16k keys, both masks, and ahead of every other wgmma tile (d96_pasa_tiles.csv).
-    const bool three = (c.head_dim == 128 && keys >= 2048) || c.head_dim == 96 ||
+    // Head dim 96: 192 x 128 w12s2, 1.56-2.57x the mma.sync 128 x 32 w4s1 at 1k-16k keys, both
+    // masks, and ahead of every other wgmma tile (d96_pasa_tiles.csv); up to 256 keys, and 512
+    // causal (short_d96), 64 x 128 w4s2: 1.04-1.31x it there (d96_pasa_short_tiles.csv).
+    const bool three = (c.head_dim == 128 && keys >= 2048) || (c.head_dim == 96 && !short_d96) ||
                        (c.head_dim == 64 && keys > (is_causal(c.mask) ? 8192 : 2048));
     const bool two = (c.head_dim == 128 && !three) || c.head_dim >= 192;
     wgmma_pasa.block_m = three ? 192 : two ? 128 : 64;

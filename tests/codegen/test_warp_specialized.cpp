@@ -105,6 +105,37 @@ TEST_CASE("warp_specialized: two consumer warpgroups of 16-bit tiles on sm_90a",
     }
 }
 
+TEST_CASE("head dim 96 defaults: three consumers but on short runs, every scheme on wgmma",
+          "[ws][codegen]") {
+  // Rows of three 64-byte swizzle atoms (sm90::tile_offset): unprotected f16, bf16 and f16_pasa,
+  // and Flash-ABFT, take 192 x 128 w12s2 from 512 keys without a mask and 1k causal; shorter runs
+  // the one-warpgroup tile (f16 and bf16 64 x 64, f16_pasa 64 x 128, two stages). EFTA takes
+  // 128 x 128 w8s2 at every length.
+  for (Precision p : {Precision::f16, Precision::bf16, Precision::f16_pasa})
+    for (Protection prot : {Protection::none, Protection::flash_abft, Protection::efta_detect,
+                            Protection::efta_correct})
+      for (Mask m : {Mask::none, Mask::causal})
+        for (int keys : {256, 512, 1024, 16384}) {
+          if (p == Precision::f16_pasa && prot != Protection::none) continue;  // mma.sync
+          KernelConfig open;
+          open.head_dim = 96, open.precision = p, open.protection = prot, open.mask = m;
+          const Problem pr = Problem::bhsd(1, 8, 8, keys, keys, 96);
+          const KernelConfig c = with_defaults(open, kSm90a, &pr);
+          INFO(c.name() << " at " << keys << " keys");
+          REQUIRE(uses_wgmma(c));
+          const bool efta = prot == Protection::efta_detect || prot == Protection::efta_correct;
+          const bool short_run = keys <= 256 || (m == Mask::causal && keys <= 512);
+          if (efta) {
+            CHECK((c.block_m == 128 && c.block_n == 128 && c.num_warps == 8 && c.num_stages == 2));
+          } else if (short_run && prot == Protection::none) {
+            CHECK((c.block_m == 64 && c.num_warps == 4 && c.num_stages == 2));
+            CHECK(c.block_n == (p == Precision::f16_pasa ? 128 : 64));
+          } else {
+            CHECK((c.block_m == 192 && c.block_n == 128 && c.num_warps == 12 && c.num_stages == 2));
+          }
+        }
+}
+
 TEST_CASE("query tiles: the causal 192-row tiles put their ragged tile first", "[ws][codegen]") {
   // A recompute relaunches the tile that computed a reported row: on the three-consumer causal
   // kernel that is not row / block_m, since tile 0 holds the seqlen_q % 192 ragged rows.
