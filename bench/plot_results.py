@@ -334,6 +334,7 @@ def main():
     tile_sweep(folder, "d96_protected_tiles")
     tile_sweep(folder, "d96_short_tiles")
     tile_sweep(folder, "d96_pasa_short_tiles")
+    tile_sweep(folder, "q8_d192_tiles")
     tiles_vs_f16(folder, "fp8_three_consumers")
     tiles_vs_f16(folder, "fp8_ws_d256")
     speed_vs_f16(folder, "precision_speed_d256_fp8_ws", goals=(1.5,))

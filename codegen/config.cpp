@@ -335,7 +335,7 @@ bool uses_wgmma(const KernelConfig& c) {
   // Head dim 96 in 16 bits: rows of three 64-byte swizzle atoms (sm90::tile_offset), every tile.
   const bool head_dim_ok = c.head_dim == 64 || c.head_dim == 128 || (c.head_dim == 96 && !q8) ||
                            (c.head_dim == 256 && (q8 || wide16)) ||
-                           (c.head_dim == 192 && !q8 && wide_tile);
+                           (c.head_dim == 192 && (q8 || wide_tile));
   // The 16-bit skeleton also carries every checksum scheme and the fault-injection sites.
   const bool q8_ok = q8 && c.protection == Protection::none && !c.fault_injection;
   const bool b16_ok = b16 && !is_block_sparse(c.mask) && c.protection != Protection::decoupled;

@@ -86,7 +86,11 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   // behind (fp8_ws_d256.csv); with K and V by TMA within 1% of the best tile
   // (q8_tma_tiles_d256.csv). int8 there takes the one-warpgroup 64 x 64 w4s2 (254 registers, no
   // spills, two CTAs per SM): with TMA 4-11% ahead of 128 x 64 w8s3 (q8_tma_tiles_d256.csv,
-  // int8_d256_one_group_ab.csv).
+  // int8_d256_one_group_ab.csv). Head dim 192 (rows of three 64-byte atoms; fp8's GEMM II in
+  // three pieces) takes the one-warpgroup 64 x 128 w4s2 of 64 and 128: on the H100 at 1k-16k
+  // keys, both masks, the fastest of five wgmma tiles for both (64 x 64 w4s2 within 2% causal at
+  // 1k), 1.27-2.31x int8's mma.sync 64 x 64 w4s1 and 1.85-3.92x fp8's faster mma.sync tile
+  // (q8_d192_tiles.csv).
   const bool ws_d256 = c.head_dim == 256 && c.precision == Precision::fp8_e4m3;
   KernelConfig wgmma_tile = c;
   wgmma_tile.block_m = ws_d256 ? 128 : 64;

@@ -79,9 +79,9 @@ Q8TensorMaps encode_q8_tensor_maps(const KernelConfig& c, const AttentionParams&
               p.k,
               {d, static_cast<cuuint64_t>(p.seqlen_k), heads},
               {static_cast<cuuint64_t>(p.k_seq_stride), static_cast<cuuint64_t>(p.k_head_stride)},
-              {static_cast<cuuint32_t>(std::min<cuuint64_t>(d, 128)), n, 1},
+              {static_cast<cuuint32_t>(codegen::swizzle_atom_bytes(c.head_dim)), n, 1},
               3,
-              swizzle_of(c.head_dim)};
+              swizzle_of(codegen::swizzle_atom_bytes(c.head_dim))};
   const Box vt{"V^T",
                CU_TENSOR_MAP_DATA_TYPE_UINT8,
                p.v,

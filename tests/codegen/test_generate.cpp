@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <regex>
 
+#include "codegen/swizzle_atom.hpp"
 #include "ftattn/codegen.hpp"
 #include "ftattn/errors.hpp"
 #include "runtime/nvrtc_compiler.hpp"
@@ -81,7 +82,7 @@ TEST_CASE("NVRTC compiles every config of the first kernel for sm_80 and sm_90a"
             // cp.async is left for Q alone (one 16-byte chunk per copying thread and pass over
             // its rows).
             REQUIRE(kv_tensor_maps(c));
-            const int atoms = d * 2 / (d * 2 % 128 == 0 ? 128 : 64);
+            const int atoms = d * 2 / codegen::swizzle_atom_bytes(d * 2);
             const int boxes = count(out.ptx, "cp.async.bulk.tensor.4d");
             CHECK(boxes >= 2 * atoms);
             CHECK(boxes % atoms == 0);

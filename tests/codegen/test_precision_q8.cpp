@@ -351,9 +351,10 @@ TEST_CASE("8-bit on sm_90a: the wgmma skeleton, when it applies, and what it com
           "[codegen][nvrtc][q8]") {
   using test::tile_config;
   const Arch kSm90{90, false};
-  // Its defaults at head dims 64 and 128, unprotected: one warpgroup, 128-key blocks, two stages.
+  // Its defaults at head dims 64, 128 and 192, unprotected: one warpgroup, 128-key blocks, two
+  // stages.
   for (Precision p : {Precision::fp8_e4m3, Precision::int8})
-    for (int d : {64, 128}) {
+    for (int d : {64, 128, 192}) {
       const KernelConfig c = default_config(d, p, Mask::causal, kSm90a);
       INFO(c.name());
       CHECK(uses_wgmma(c));
@@ -387,7 +388,8 @@ TEST_CASE("8-bit on sm_90a: the wgmma skeleton, when it applies, and what it com
     c.head_dim = 256;
     c.precision = Precision::int8;
   }));
-  CHECK_FALSE(with([](KernelConfig& c) { c.head_dim = 192; }));
+  CHECK(with([](KernelConfig& c) { c.head_dim = 192; }));       // three 64-byte atoms per row
+  CHECK_FALSE(with([](KernelConfig& c) { c.head_dim = 96; }));  // 96-byte rows: no atom fits
   CHECK_FALSE(with([](KernelConfig& c) { c.block_n = 32; }));
   CHECK_FALSE(with([](KernelConfig& c) { c.num_stages = 1; }));
   CHECK_FALSE(with([](KernelConfig& c) { c.num_warps = 4; }));  // 32 rows per warp

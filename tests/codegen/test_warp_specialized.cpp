@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/swizzle_atom.hpp"
 #include "ftattn/codegen.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 #include "tests/support/configs.hpp"
@@ -36,22 +37,22 @@ WsUnit check_ws_unit(const KernelConfig& c, const std::string& skeleton) {
   CHECK(test::count(out.ptx, "setmaxnreg.dec.sync.aligned.u32 56") == 1);
   CHECK(test::count(out.ptx, "setmaxnreg.inc.sync.aligned.u32 224") == 1);
   if (q8_tensor_maps(c)) {
-    // 8-bit: Q by cp.async, K (one box per 128-byte atom), its scales and V^T by TMA, each ring's
-    // bytes expected on its "full" mbarrier.
+    // 8-bit: Q by cp.async, K (one box per swizzle atom: 64 or 128 bytes), its scales and V^T by
+    // TMA, each ring's bytes expected on its "full" mbarrier.
     CHECK(test::count(out.ptx, "cp.async.mbarrier.arrive.noinc.shared::cta.b64") == 1);
     // Per copy site (the producer's loop, however NVRTC unrolls it): one 2-D box of scales.
     const int sites = test::count(out.ptx, "cp.async.bulk.tensor.2d");
     CHECK(sites >= 1);
     CHECK(test::count(out.ptx, "cp.async.bulk.tensor.3d") ==
-          sites * ((c.head_dim + 127) / 128 + 1));
+          sites * (c.head_dim / codegen::swizzle_atom_bytes(c.head_dim) + 1));
     CHECK(test::count(out.ptx, "mbarrier.arrive.expect_tx") == 2 * sites);
   } else {
-    // 16-bit: Q by cp.async, K and V by TMA, one 4-D box per 128-byte atom column per copy
+    // 16-bit: Q by cp.async, K and V by TMA, one 4-D box per swizzle atom column per copy
     // site, each ring's bytes expected on its "full" mbarrier; f16_pasa's shift rows in 2-D
     // boxes. The checksum schemes' rows and chunks still come by every producer thread's
     // cp.async, arriving beside the TMA bytes.
     REQUIRE(kv_tensor_maps(c));
-    const int atoms = c.head_dim * 2 / 128;
+    const int atoms = c.head_dim * 2 / codegen::swizzle_atom_bytes(c.head_dim * 2);
     const int boxes = test::count(out.ptx, "cp.async.bulk.tensor.4d");
     CHECK(boxes >= 2 * atoms);
     CHECK(boxes % atoms == 0);
@@ -324,4 +325,19 @@ TEST_CASE("warp_specialized 8-bit units: producer and consumers, no spills, no s
           CHECK(r.spill_loads == 0);
           CHECK(r.performance_notes.empty());
         }
+}
+
+TEST_CASE("warp_specialized 8-bit units at head dim 192: a word of the producer's, no more",
+          "[ws][codegen][nvrtc][q8]") {
+  // Q and K rows of three 64-byte atoms: the producer's copy of Q's 12-chunk rows (no pass of its
+  // 128 threads covers whole rows) spills one word under its 56 registers; the consumers nothing,
+  // and no wgmma is serialised.
+  for (Precision p : {Precision::int8, Precision::fp8_e4m3})
+    for (int n : {64, 128}) {
+      const KernelConfig c = test::tile_config(192, 128, n, 8, 2, kSm90a, p, Mask::causal);
+      const WsUnit u = check_ws_unit(c, "attention_fwd_q8_ws_sm90");
+      const ResourceUsage r = runtime::parse_ptxas_log(u.out.log, u.symbol);
+      CHECK(r.spill_stores <= 4);
+      CHECK(r.performance_notes.empty());
+    }
 }

@@ -85,11 +85,10 @@ TEST_CASE("8-bit tiles and stages all give the same answer", "[gpu][q8]") {
   }
 }
 
-TEST_CASE("8-bit on Hopper: the wgmma skeleton matches the mma.sync one", "[gpu][q8][wgmma]") {
-  Runtime& rt = q8_runtime();
-  const std::optional<Arch> hopper = gpu_test::hopper_device(rt, "the wgmma skeleton");
-  if (!hopper) return;
-  const Arch device = *hopper;
+namespace {
+
+// The wgmma skeleton against the mma.sync one at head dims `dims` (Hopper's `device`).
+void check_q8_wgmma_against_sync(Runtime& rt, Arch device, std::initializer_list<int> dims) {
   // The same inputs (same seed) quantise alike for both skeletons; only FP32 summation orders
   // differ, so their errors against the FP64 reference agree closely, while a wrong swizzle,
   // descriptor or fragment order would put the wgmma one near 1 (head dim 256, fp8 only: two
@@ -97,7 +96,7 @@ TEST_CASE("8-bit on Hopper: the wgmma skeleton matches the mma.sync one", "[gpu]
   // and three stages; odd lengths, GQA, LSE, causal rows that see no key at all.
   const Arch sm90{90, false};
   for (Precision prec : {Precision::fp8_e4m3, Precision::int8})
-    for (int d : {64, 128, 256})
+    for (int d : dims)
       for (auto [m, n, w, st] : std::vector<std::array<int, 4>>{
                {64, 128, 4, 2}, {128, 128, 8, 2}, {64, 64, 4, 3}, {128, 64, 8, 2}})
         for (Mask mask : {Mask::none, Mask::causal})
@@ -133,12 +132,8 @@ TEST_CASE("8-bit on Hopper: the wgmma skeleton matches the mma.sync one", "[gpu]
           }
 }
 
-TEST_CASE("8-bit on Hopper: the warp-specialised skeleton on long and ragged sequences",
-          "[gpu][q8][wgmma][ws]") {
-  Runtime& rt = q8_runtime();
-  const std::optional<Arch> hopper = gpu_test::hopper_device(rt, "the warp-specialised skeleton");
-  if (!hopper) return;
-  const Arch device = *hopper;
+// The warp-specialised 8-bit skeleton against the one-warpgroup one at head dims `dims`.
+void check_q8_ws_against_one_group(Runtime& rt, Arch device, std::initializer_list<int> dims) {
   // Two consumer warpgroups and a producer (kernel/fwd_q8_ws_sm90.cuh) against the one-warpgroup
   // wgmma skeleton on the same inputs: they quantise alike and differ only in FP32 summation
   // order. 16-32 key blocks per CTA wrap every buffer's mbarrier phase many times (a wrong
@@ -148,7 +143,7 @@ TEST_CASE("8-bit on Hopper: the warp-specialised skeleton on long and ragged seq
   // kernel (each consumer warpgroup its own rows); rows = 0 checks every row.
   // Head dim 256 too (GEMM II m64n256k32; 64-key blocks only).
   for (Precision prec : {Precision::fp8_e4m3, Precision::int8})
-    for (int d : {64, 128, 256})
+    for (int d : dims)
       for (auto [n, st] : std::vector<std::array<int, 2>>{{64, 2}, {64, 3}, {128, 2}})
         for (Mask mask : {Mask::none, Mask::causal})
           for (const Problem& pr :
@@ -174,6 +169,41 @@ TEST_CASE("8-bit on Hopper: the warp-specialised skeleton on long and ragged seq
                   0.02 * b.report.rel_l2_error + 1e-5);
             CHECK(a.report.max_lse_error <= 2 * b.report.max_lse_error + 1e-3);
           }
+}
+
+}  // namespace
+
+TEST_CASE("8-bit on Hopper: the wgmma skeleton matches the mma.sync one", "[gpu][q8][wgmma]") {
+  Runtime& rt = q8_runtime();
+  const std::optional<Arch> hopper = gpu_test::hopper_device(rt, "the wgmma skeleton");
+  if (!hopper) return;
+  check_q8_wgmma_against_sync(rt, *hopper, {64, 128, 256});
+}
+
+TEST_CASE("8-bit on Hopper at head dim 192: the wgmma skeleton matches the mma.sync one",
+          "[gpu][q8][wgmma]") {
+  Runtime& rt = q8_runtime();
+  const std::optional<Arch> hopper = gpu_test::hopper_device(rt, "the wgmma skeleton");
+  if (!hopper) return;
+  // Q and K rows of three 64-byte swizzle atoms; int8's GEMM II m64n192k32, fp8's in three
+  // pieces of 64 channels.
+  check_q8_wgmma_against_sync(rt, *hopper, {192});
+}
+
+TEST_CASE("8-bit on Hopper: the warp-specialised skeleton on long and ragged sequences",
+          "[gpu][q8][wgmma][ws]") {
+  Runtime& rt = q8_runtime();
+  const std::optional<Arch> hopper = gpu_test::hopper_device(rt, "the warp-specialised skeleton");
+  if (!hopper) return;
+  check_q8_ws_against_one_group(rt, *hopper, {64, 128, 256});
+}
+
+TEST_CASE("8-bit on Hopper at head dim 192: the warp-specialised skeleton, long and ragged",
+          "[gpu][q8][wgmma][ws]") {
+  Runtime& rt = q8_runtime();
+  const std::optional<Arch> hopper = gpu_test::hopper_device(rt, "the warp-specialised skeleton");
+  if (!hopper) return;
+  check_q8_ws_against_one_group(rt, *hopper, {192});
 }
 
 TEST_CASE("fp8 K: one scale per 64 keys, and the Hopper kernel refuses finer K scales",

@@ -67,10 +67,11 @@ struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, P
   static constexpr int smem_bytes = tiles_bytes + barrier_bytes + 1024;
 
   // fp8 keeps each key block's P V in an FP32 tile of its own, which q8::fold_output adds to O
-  // (Hopper's E4M3 wgmma drops low bits when it adds into a large accumulator). At head_dim 256
-  // that tile would not fit beside O, so GEMM II runs in four pieces of 64 channels, each added
-  // to O before the next is computed.
-  static constexpr int pv_pieces = PrecisionT::float_accumulators && HeadDim == 256 ? 4 : 1;
+  // (Hopper's E4M3 wgmma drops low bits when it adds into a large accumulator). At head_dims 192
+  // and 256 that tile would not fit beside O, so GEMM II runs in three or four pieces of 64
+  // channels, each added to O before the next is computed.
+  static constexpr int pv_pieces =
+      PrecisionT::float_accumulators && HeadDim > 128 ? HeadDim / 64 : 1;
   // One warpgroup per CTA: ask ptxas for three CTAs per SM (168 registers) where their shared
   // memory fits an SM's 228 KB, 1 KB of it reserved per CTA (H100: 1-2% faster than two CTAs with
   // 198 registers; with three stages, which fit two CTAs only, the cap cost 4-8%,
@@ -81,8 +82,8 @@ struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, P
                                   : 3 * (smem_bytes + 1024) <= 228 * 1024            ? 3
                                                                                      : 1;
 
-  static_assert(HeadDim == 64 || HeadDim == 128 || HeadDim == 256,
-                "wgmma tiles: 64-, 128- or 2 x 128-byte Q and K rows");
+  static_assert(HeadDim == 64 || HeadDim == 128 || HeadDim == 192 || HeadDim == 256,
+                "wgmma tiles: 64-, 128-, 3 x 64- or 2 x 128-byte Q and K rows");
   static_assert(BlockN == 64 || BlockN == 128, "wgmma tiles: 64- or 128-byte V^T rows");
   static_assert(NumWarps % 4 == 0 && BlockM == 16 * NumWarps, "64 rows per warpgroup");
   static_assert(NumStages >= 2, "the wgmma skeleton prefetches at least one block");
@@ -139,16 +140,17 @@ __device__ __forceinline__ void quantise_q_rows(const AttentionParams& p, u32 sQ
 
 namespace q8 {
 
-// Key block key0's K rows (128-byte swizzle atoms side by side) and their scales (a float per key
-// after the tile) into the K buffer at dk, and its V^T rows into the V buffer at dv: TMA copies
-// from the tensor maps of KV head `kv` (batch * heads_kv + head), completing on `bar` (which
+// Key block key0's K rows (swizzle atoms side by side, sm90::tile_offset) and their scales (a float
+// per key after the tile) into the K buffer at dk, and its V^T rows into the V buffer at dv: TMA
+// copies from the tensor maps of KV head `kv` (batch * heads_kv + head), completing on `bar` (which
 // expects T::k_tma_bytes and T::v_tma_bytes). Issued by one thread.
 template <class T>
 __device__ __forceinline__ void load_k_block(u32 dk, const Q8TensorMaps& maps, int key0, int kv,
                                              u32 bar) {
+  constexpr int atom = sm90::atom_bytes<T::head_dim>;
 #pragma unroll
-  for (int a = 0; a < (T::head_dim + 127) / 128; ++a)
-    sm90::tma_load(dk + a * T::block_n * 128, maps.k, a * 128, key0, kv, bar);
+  for (int a = 0; a < T::head_dim / atom; ++a)
+    sm90::tma_load(dk + a * T::block_n * atom, maps.k, a * atom, key0, kv, bar);
   sm90::tma_load(dk + T::k_scale_offset, maps.k_scale, key0, kv, bar);
 }
 template <class T>

@@ -296,6 +296,15 @@ __device__ __forceinline__ void wgmma_u8s8_rs(int (&d)[64], const u32 (&a)[4], u
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
 
+// D += A B^T, m64n192k32 u8 x s8 -> s32 (wrapping), A from registers: int8's GEMM II at
+// head_dim 192.
+__device__ __forceinline__ void wgmma_u8s8_rs(int (&d)[96], const u32 (&a)[4], u64 b) {
+  asm volatile(
+      FTATTN_WGMMA("m64n192k32.s32.u8.s8", FTATTN_WG_R96 ", {%96, %97, %98, %99}, %100, p", "%101")
+      : FTATTN_WG_D96("+r", d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
 // D += A B^T, m64n256k32 u8 x s8 -> s32 (wrapping), A from registers: int8's GEMM II at
 // head_dim 256.
 __device__ __forceinline__ void wgmma_u8s8_rs(int (&d)[128], const u32 (&a)[4], u64 b) {
