@@ -218,19 +218,12 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   // CTAs for the few key blocks, 1.17-1.62x the three consumers there (d96_short_tiles.csv); from
   // 512 keys without a mask and 1k causal the three consumers lead or tie.
   const bool short_d96 = keys <= 256 || (is_causal(c.mask) && keys <= 512);
-  if (c.head_dim == 96 && short_d96 && c.protection == Protection::none) {
-    wgmma16.block_m = 64;
-    wgmma16.num_warps = 4;
-    if (open_n) wgmma16.block_n = 64;
+  if (c.head_dim == 96) {
+    const bool one_group = short_d96 && c.protection == Protection::none;
+    wgmma16.block_m = one_group ? 64 : efta ? 128 : 192;
+    wgmma16.num_warps = one_group ? 4 : efta ? 8 : 12;
+    if (open_n) wgmma16.block_n = one_group ? 64 : 128;
     if (open_s) wgmma16.num_stages = 2;
-  } else if (c.head_dim == 96) {
-    three.block_n = open_n ? 128 : c.block_n;
-    three.num_stages = open_s ? 2 : c.num_stages;
-    if (efta) {
-      three.block_m = 128;
-      three.num_warps = 8;
-    }
-    if (warp_specialized(three)) wgmma16 = three;
   }
   // Unprotected at head dim 256: the warp-specialised kernel's one tile there, 128 x 64 w8s2 (O's
   // 128 registers beside 64-key scores in each consumer). On the H100 at 4k-16k keys, both masks,
