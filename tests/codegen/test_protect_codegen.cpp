@@ -92,9 +92,10 @@ TEST_CASE("Flash-ABFT on the wgmma skeleton: GEMM II carries the checksum tile",
   // sm_90a, head dims 64, 96, 128 and 192, both 16-bit types and masks: GEMM II is one
   // m64n{d + 8}k16 wgmma per 16 keys (the checksum tile beside O), the prologue is there, and the
   // injection build compiles into the same skeleton. Two consumers spill nothing; three (the head
-  // dim 96 and 128 default, 160 registers each) spill a word at 128, the checksum tile beside O, S
-  // and P (more with the injection sites, whose builds only run campaigns: up to 20 bytes causal
-  // since the lazy rescale's vote, 16 before).
+  // dim 96 and 128 default, 160 registers each) spill a word at 128, the checksum
+  // tile beside O, S and P (more with the injection sites, whose builds only run campaigns: up to
+  // 20 bytes causal since the lazy rescale's vote, 16 before; at head dim 96 64 bytes since the
+  // row-sum site flips l in the ones column, 32-52 before).
   for (Precision p : {Precision::f16, Precision::bf16})
     for (int d : {64, 96, 128, 192})
       for (Mask m : {Mask::none, Mask::causal})
@@ -118,8 +119,7 @@ TEST_CASE("Flash-ABFT on the wgmma skeleton: GEMM II carries the checksum tile",
           CHECK(count(out.ptx, "mma.sync") == 0);
           CHECK(out.ptx.find("atom.global") != std::string::npos);  // the fault log
           const int spills = runtime::parse_ptxas_log(out.log, src.symbol).spill_stores;
-          // At head dim 96 the injection builds spill 32 bytes, 52 causal.
-          CHECK(spills <= (c.num_warps == 12 ? (inject ? (d == 96 ? 52 : 20) : 4) : 0));
+          CHECK(spills <= (c.num_warps == 12 ? (inject ? (d == 96 ? 64 : 20) : 4) : 0));
         }
 }
 

@@ -137,6 +137,31 @@ TEST_CASE("head dim 96 defaults: three consumers but on short runs, every scheme
         }
 }
 
+TEST_CASE("Flash-ABFT's l is its checksum tile's ones column: the turns add no probabilities",
+          "[ws][codegen][nvrtc]") {
+  // The consumers' turns lie between the first and the last named-barrier arrive. There the
+  // unprotected kernel sums each row's probabilities in FP32 (an add per score, 2 x 64 per
+  // thread and copy of the softmax); Flash-ABFT takes l from the ones column GEMM II computes
+  // anyway (protect/checksum.cuh), so its turns keep only the odd add of the softmax's rest.
+  auto turn_adds = [](const KernelConfig& c) {
+    INFO(c.name());
+    const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(codegen::generate(c));
+    const std::size_t first = out.ptx.find("bar.arrive");
+    const std::size_t last = out.ptx.rfind("bar.arrive");
+    REQUIRE(first != std::string::npos);
+    const std::string turns = out.ptx.substr(first, last - first);
+    return test::count(turns, "add.f32") + test::count(turns, "add.rn.f32");
+  };
+  const int unprotected =
+      turn_adds(test::tile_config(128, 192, 128, 12, 2, kSm90a, Precision::f16, Mask::causal));
+  CHECK(unprotected >= 2 * 64);
+  for (int d : {64, 128}) {
+    const int abft = turn_adds(test::tile_config(d, 192, 128, 12, 2, kSm90a, Precision::f16,
+                                                 Mask::causal, Protection::flash_abft));
+    CHECK(abft <= 8);
+  }
+}
+
 TEST_CASE("query tiles: the causal 192-row tiles put their ragged tile first", "[ws][codegen]") {
   // A recompute relaunches the tile that computed a reported row: on the three-consumer causal
   // kernel that is not row / block_m, since tile 0 holds the seqlen_q % 192 ragged rows.

@@ -395,6 +395,49 @@ TEST_CASE("Flash-ABFT on the wgmma skeleton: clean, live, and a planted output f
   }
 }
 
+TEST_CASE("Flash-ABFT's l from its ones column: exponent flips up seen by the range check",
+          "[gpu][wgmma16][protect]") {
+  Runtime& rt = wgmma_runtime();
+  if (!on_sm90a(rt)) return;
+  // On the wgmma kernels l is the ones column of GEMM II's checksum tile, summed in the odd
+  // lanes of each quad. A flip of l (after block 0, CTA 0: causal, the last query tile) in an odd
+  // lane (5) or in an even one (4, whose flip lands in its odd neighbour's column) is outside the
+  // output check, which l scales alike on both sides. Block 0's l of normal inputs lies in
+  // [2, 2^32), where bits 28 and 29 of the exponent are 0: their flips multiply it by 2^32 and
+  // 2^64, out of the range a clean row keeps ([0.5, keys x 2^slack]), so the range check reports
+  // them at the row-sum stage and recompute repairs the output. (Flips that take a partial l
+  // down are mostly made up by the later blocks' terms: those stay silent, README.) Tiles: three
+  // consumers (lazy rescale, slack 8) at head dims 128 and 64, one warpgroup at head dim 64.
+  struct Run {
+    int d, keys;
+  };
+  for (Run run : {Run{128, 2048}, Run{64, 2048}, Run{64, 512}})
+    for (Mask m : {Mask::none, Mask::causal})
+      for (auto [thread, bit] : {std::pair{4, 28}, std::pair{5, 29}}) {
+        KernelConfig c;
+        c.head_dim = run.d, c.precision = Precision::f16, c.mask = m;
+        c.protection = Protection::flash_abft, c.fault_injection = true;
+        c.arch = rt.device_arch();
+        // 384 query rows (two 192-row tiles) keep the FP64 reference short.
+        const Problem pr = Problem::bhsd(1, 2, 2, 384, run.keys, run.d);
+        const KernelConfig resolved = rt.resolve(c, &pr);
+        REQUIRE(uses_wgmma(resolved));
+        REQUIRE(warp_specialized(resolved) == (run.keys >= 2048));
+        ProtectOptions o;
+        o.inject = FaultPlan{FaultSite::row_sum, 0, thread, 1, 1, bit};
+        const gpu_test::Planted seen = gpu_test::run_planted(rt, c, pr, o, 12);
+        INFO(resolved.name() << " thread " << thread << " bit " << bit << ": "
+                             << seen.fault.summary() << " | " << seen.result.report.summary());
+        REQUIRE(seen.fault.detected >= 1);
+        CHECK(seen.fault.events.at(0).stage == FaultStage::row_sum);
+        o.on_fault = OnFault::recompute;
+        const gpu_test::Planted fixed = gpu_test::run_planted(rt, c, pr, o, 12);
+        INFO("recompute: " << fixed.fault.summary() << " | " << fixed.result.report.summary());
+        CHECK(fixed.fault.recomputed_tiles >= 1);
+        CHECK(fixed.result.report.passed);
+      }
+}
+
 TEST_CASE(
     "EFTA on the wgmma skeleton: clean on every tile, faults seen and corrected as on mma.sync",
     "[gpu][wgmma16][protect]") {

@@ -150,7 +150,8 @@ inline constexpr int kLazyRescaleSlack = 8;
 // exact in f16 and bf16 as any P is), and rescale is exactly 1 for most blocks, so the caller may
 // skip O's multiplies for a warp none of whose rows moved. The max is only a reference: O / l
 // and LSE = max + log l do not depend on which one was used.
-template <int kST, int kSlack = 0>
+// kSum = false leaves block_sum alone: the caller takes l from the tensor cores (a ones column).
+template <int kST, int kSlack = 0, bool kSum = true>
 __device__ __forceinline__ void softmax_block(float (&s)[kST][4], float scale_log2,
                                               float (&row_max)[2], float (&rescale)[2],
                                               float (&block_sum)[2]) {
@@ -175,9 +176,9 @@ __device__ __forceinline__ void softmax_block(float (&s)[kST][4], float scale_lo
       for (int c = 0; c < 2; ++c) {
         float& x = s[nt][2 * r + c];
         x = fast_exp2(fmaf(x, scale_log2, -shift));
-        sum += x;
+        if constexpr (kSum) sum += x;
       }
-    block_sum[r] = sum;
+    if constexpr (kSum) block_sum[r] = sum;
   }
 }
 
@@ -424,6 +425,55 @@ __device__ __forceinline__ void efta_report_alarms(const AttentionParams& p,
                      b.alarm_dev, b.alarm_tol);
 }
 
+// Row half r's sum of the 16-bit P that GEMM II multiplied into O: the ones column of its checksum
+// tiles `oc` (odd column groups of the first, or efta_correct's second atom), in every lane.
+template <class T, int kCT>
+__device__ __forceinline__ float ones_column(const float (&oc)[kCT][4], int r, int lane) {
+  if constexpr (T::Protect::ones_in_odd_groups) {
+    // Shuffled from a copy: a shuffle of the accumulator register itself made ptxas serialise
+    // every wgmma of the kernel (C7511).
+    float even = oc[0][2 * r];
+    asm volatile("" : "+f"(even));
+    return __shfl_sync(0xffffffffu, even, lane | 1);
+  } else {
+    return oc[1][2 * r + 1];
+  }
+}
+
+// The row-sum fault site where l is the ones column (Flash-ABFT's injection builds): the flip of
+// l as this lane reads it (ones_column), added to the accumulator of the odd lane it reads from.
+// GEMM II of the blocks before `it` is done.
+template <class T, int kMT, int kCT>
+__device__ __forceinline__ void inject_ones_row_sum(const FaultPlanParams& f, int it,
+                                                    float (&oc)[kMT][kCT][4], int lane) {
+  float seen[kMT * 2], flipped[kMT * 2];
+#pragma unroll
+  for (int i = 0; i < kMT * 2; ++i) seen[i] = flipped[i] = ones_column<T>(oc[i / 2], i % 2, lane);
+  inject_values(f, fault_site_row_sum, it, flipped, kMT * 2);
+#pragma unroll
+  for (int i = 0; i < kMT * 2; ++i) {
+    float moved = flipped[i] == seen[i] ? 0.f : flipped[i] - seen[i];
+    moved += __shfl_xor_sync(0xffffffffu, moved, 1);  // the even lane's flip to its odd lane
+    if (lane % 2 == 1) oc[i / 2][0][2 * (i % 2)] += moved;
+  }
+}
+
+// Flash-ABFT's l where it is the ones column (fwd_ws_sm90.cuh): l is common to O and its checksum,
+// so the output check cannot see it, but a clean row keeps it in a range. The key that set the
+// running max gave P = 1 (its f16 or bf16 rounding no lower), and no P exceeds 2^kSlack
+// (FlashAttention-4's lazy rescale; 1 without it) by more than a 16-bit ulp. So l in
+// [0.5, keys 2^kSlack (1 + 1.6e-2)]: a sign flip, a NaN and most exponent flips fall outside.
+template <class T, int kSlack>
+__device__ __forceinline__ void check_ones_row_sum(const AttentionParams& p, float l, int row,
+                                                   float row_max, int lane, int batch, int head) {
+  if (row >= p.seqlen_q || row_max == neg_inf()) return;  // no row, or no key: l = 0
+  const int diag = p.seqlen_k - p.seqlen_q;
+  const int keys = T::causal ? max(0, min(p.seqlen_k, row + diag + 1)) : p.seqlen_k;
+  const float most = keys * static_cast<float>(1 << kSlack) * (1.f + 1.6e-2f);
+  if (!(l >= 0.5f && l <= most) && lane % 4 == 0)
+    record_fault(p.fault_log, batch, head, row, -1, fault_stage_row_sum, false, l, most);
+}
+
 // The epilogue's l of row half r under EFTA: this thread's share of the FP32 sum `row_sum`
 // against the ones column of GEMM II's checksum tiles `oc` (efta_detect's odd column groups,
 // efta_correct's second atom), checked by efta_row_sum.
@@ -433,17 +483,8 @@ __device__ __forceinline__ float efta_checked_row_sum(const AttentionParams& p,
                                                       float row_sum, float lower_bound, int row,
                                                       float row_max, int lane, int batch,
                                                       int head) {
-  float ones;
-  if constexpr (T::Protect::ones_in_odd_groups) {
-    // Shuffled from a copy: a shuffle of the accumulator register itself made ptxas serialise
-    // every wgmma of the kernel (C7511).
-    float even = oc[0][2 * r];
-    asm volatile("" : "+f"(even));
-    ones = __shfl_sync(0xffffffffu, even, lane | 1);
-  } else {
-    ones = oc[1][2 * r + 1];
-  }
-  return efta_row_sum<T>(p, quad_sum(row_sum), ones, lower_bound, row, row_max, lane, batch, head);
+  return efta_row_sum<T>(p, quad_sum(row_sum), ones_column<T>(oc, r, lane), lower_bound, row,
+                         row_max, lane, batch, head);
 }
 
 }  // namespace detail
@@ -462,6 +503,8 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p,
   constexpr int kStages = T::num_stages;
   constexpr int kRowBytes = T::row_bytes;
   constexpr bool kOneGroup = T::num_warps == 4;  // one warpgroup per CTA
+  // Flash-ABFT: l is the ones column of GEMM II's checksum tile, as in fwd_ws_sm90.cuh.
+  constexpr bool kOnesRowSum = kCT > 0 && !kEfta;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const u32 sQ = (sm80::smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -612,17 +655,22 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p,
             row0 + warp_row, n_block * T::block_n, lane, p.seqlen_k, diag,
             [&](int, int nt, int i) { s[nt][i] = neg_inf(); });
       float block_sum[2];
-      detail::softmax_block(s, p.scale_log2, row_max[0], rescale, block_sum);
+      detail::softmax_block<kST, 0, !kOnesRowSum>(s, p.scale_log2, row_max[0], rescale, block_sum);
       if constexpr (T::inject) {  // the sm80 skeleton's points: rescale before l and O take it
         inject(fault_site_probs, it, &s[0][0], kST * 4);
         inject(fault_site_rescale, it, rescale, 2);
       }
+      if constexpr (!kOnesRowSum)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) row_sum[0][r] = row_sum[0][r] * rescale[r] + block_sum[r];
+        for (int r = 0; r < 2; ++r) row_sum[0][r] = row_sum[0][r] * rescale[r] + block_sum[r];
     }
     if constexpr (T::inject) {
       inject(fault_site_row_max, it, row_max[0], 2);
-      inject(fault_site_row_sum, it, row_sum[0], 2);
+      if constexpr (kOnesRowSum)
+        detail::inject_ones_row_sum<T>(p.fault, it,
+                                       reinterpret_cast<float(&)[1][kCT][4]>(acc[0][kOT]), lane);
+      else
+        inject(fault_site_row_sum, it, row_sum[0], 2);
     }
 #pragma unroll
     for (int nt = 0; nt < kOT + kCT; ++nt)
@@ -677,8 +725,13 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p,
       l[0][r] = detail::efta_checked_row_sum<T>(
           p, reinterpret_cast<const float(&)[kCT][4]>(acc[0][kOT]), r, row_sum[0][r],
           lower_bound[r], global_row(r), row_max[0][r], lane, batch, head);
-    else
+    else if constexpr (kOnesRowSum) {
+      l[0][r] =
+          detail::ones_column<T>(reinterpret_cast<const float(&)[kCT][4]>(acc[0][kOT]), r, lane);
+      detail::check_ones_row_sum<T, 0>(p, l[0][r], global_row(r), row_max[0][r], lane, batch, head);
+    } else {
       l[0][r] = quad_sum(row_sum[0][r]);
+    }
   }
   if constexpr (kCT > 0)
     detail::check_output<T>(p, o, reinterpret_cast<const float(&)[1][kCT][4]>(acc[0][kOT]), l,

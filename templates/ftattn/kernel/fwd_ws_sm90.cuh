@@ -84,6 +84,11 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   // EFTA rescales every block: efta_detect with the lazy rescale ran 0.95-0.97x
   // (efta_lazy_rescale_ab.csv).
   constexpr int kLazyRescale = detail::kLazyRescaleSlack;
+  // Flash-ABFT: l is the ones column of GEMM II's checksum tile (its odd column groups), which the
+  // tile computes anyway, so the softmax adds no probabilities. It is the sum of the 16-bit P that
+  // O took, as EFTA's l is. Like the FP32 sum before it, l is outside Flash-ABFT's output check;
+  // a range check (check_ones_row_sum) catches its gross faults.
+  constexpr bool kOnesRowSum = kCT > 0 && !kEfta && !kPasa;
   constexpr int kStages = T::num_stages;
   constexpr int kRowBytes = T::row_bytes;
   constexpr int kConsumers = T::threads;  // 256 or 384
@@ -400,20 +405,26 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
               row0 + warp_row, j * T::block_n, lane, p.seqlen_k, diag,
               [&](int, int nt, int i) { s[nt][i] = neg_inf(); });
         float rescale[2], block_sum[2];
-        detail::softmax_block<kST, kLazyRescale>(s, p.scale_log2, row_max[0], rescale, block_sum);
+        detail::softmax_block<kST, kLazyRescale, !kOnesRowSum>(s, p.scale_log2, row_max[0], rescale,
+                                                               block_sum);
         if constexpr (T::inject) {  // rescale before l and O take it
           inject(fault_site_probs, j, &s[0][0], kST * 4);
           inject(fault_site_rescale, j, rescale, 2);
         }
+        if constexpr (!kOnesRowSum)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) row_sum[0][r] = row_sum[0][r] * rescale[r] + block_sum[r];
+          for (int r = 0; r < 2; ++r) row_sum[0][r] = row_sum[0][r] * rescale[r] + block_sum[r];
         // O (GEMM II done in the turn) takes the factors unless no row of the warp moved.
         detail::rescale_output<(kLazyRescale > 0)>(acc[0], rescale);
         pack_p();
       }
       if constexpr (T::inject) {
         inject(fault_site_row_max, j, row_max[0], 2);
-        inject(fault_site_row_sum, j, row_sum[0], 2);
+        if constexpr (kOnesRowSum)
+          detail::inject_ones_row_sum<T>(p.fault, j,
+                                         reinterpret_cast<float(&)[1][kCT][4]>(acc[0][kOT]), lane);
+        else
+          inject(fault_site_row_sum, j, row_sum[0], 2);
       }
     };
     detail::walk_key_blocks<T>(
@@ -434,8 +445,14 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
       l[0][r] = detail::efta_checked_row_sum<T>(
           p, reinterpret_cast<const float(&)[kCT][4]>(acc[0][kOT]), r, row_sum[0][r],
           lower_bound[r], global_row(r), row_max[0][r], lane, batch, head);
-    else
+    else if constexpr (kOnesRowSum) {
+      l[0][r] =
+          detail::ones_column<T>(reinterpret_cast<const float(&)[kCT][4]>(acc[0][kOT]), r, lane);
+      detail::check_ones_row_sum<T, kLazyRescale>(p, l[0][r], global_row(r), row_max[0][r], lane,
+                                                  batch, head);
+    } else {
       l[0][r] = quad_sum(row_sum[0][r]);
+    }
   }
   if constexpr (kCT > 0)  // the end-of-row output check, log and recompute list (fwd_sm80.cuh)
     detail::check_output<T, true>(p, o, reinterpret_cast<const float(&)[1][kCT][4]>(acc[0][kOT]), l,

@@ -41,9 +41,11 @@ struct Checksum {
   static constexpr bool row_check = !correct;
   static constexpr int k_atoms = S == Scheme::flash_abft ? 0 : (correct ? 2 : 1);
   static constexpr int v_atoms = correct ? 2 : 1;
-  // efta_detect's single V atom: even column groups hold rowsum(V) (hi, lo), odd ones the ones
-  // column (1, 0), so one 8-wide MMA tile per 16 keys carries both.
-  static constexpr bool ones_in_odd_groups = S == Scheme::efta_detect;
+  // A single V atom (Flash-ABFT, efta_detect): even column groups hold rowsum(V) (hi, lo), odd
+  // ones the ones column (1, 0), so one 8-wide MMA tile per 16 keys carries both. Flash-ABFT's
+  // wgmma kernels take l from it (fwd_ws_sm90.cuh); on mma.sync, where it changed ptxas's spills
+  // at 255 registers and ran 0.96-0.98x causal, l stays the FP32 sum.
+  static constexpr bool ones_in_odd_groups = S != Scheme::efta_correct;
 };
 
 // Grid (key blocks, kv heads, batch), T::threads threads: the checksums of one key block.
