@@ -202,10 +202,18 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   // (abft_three_consumers*.csv). EFTA keeps two consumers (it spills 1.9-3 KB at three).
   // Which configs may run three consumers is warp_specialized()'s rule, asked of the finished
   // candidate.
+  // Flash-ABFT at head dim 64 takes them from 1k keys without a mask and 2k causal: there its
+  // checksum tile is 1/16 of the MMAs, and on one warpgroup (64 x 128 w4s2, 217 registers) it ran
+  // +34-46% over the unprotected kernel. On the H100, f16, in turn with five other wgmma tiles
+  // (abft_d64_tiles.csv, K and V prepared and per call): 1.13-1.15x that tile at 1k keys,
+  // 1.29-1.30x / 1.41-1.42x at 2k / 8k without a mask, 1.15-1.16x / 1.27x causal; at 1k causal
+  // 64 x 64 w4s2 (the short causal tile above) stays ahead.
+  const bool abft_d64 = c.head_dim == 64 && c.protection == Protection::flash_abft &&
+                        keys >= (is_causal(c.mask) ? 2048 : 1024);
   KernelConfig three = wgmma16;
   three.block_m = 192;
   three.num_warps = 12;
-  if (c.head_dim == 128 && keys >= 2048 && warp_specialized(three)) wgmma16 = three;
+  if (((c.head_dim == 128 && keys >= 2048) || abft_d64) && warp_specialized(three)) wgmma16 = three;
   // Head dim 96 (rows of three 64-byte swizzle atoms), unprotected: the same three consumers with
   // 128-key blocks at every length. On the H100 at 1k-16k keys, both masks, f16 and bf16, timed
   // in turn with the wgmma tiles from 64 x 64 w4s2 to 192 x 64 w12s2 and with the mma.sync

@@ -137,6 +137,37 @@ TEST_CASE("head dim 96 defaults: three consumers but on short runs, every scheme
         }
 }
 
+TEST_CASE("head dim 64 defaults: Flash-ABFT on three consumers from 1k keys or 2k causal",
+          "[ws][codegen]") {
+  // Its checksum tile is 1/16 of the MMAs there; on one warpgroup it ran +34-46% over the
+  // unprotected kernel (abft_d64_tiles.csv). Injection builds take the same tile; the unprotected
+  // kernel keeps one warpgroup, and short causal runs 64-key blocks.
+  for (Precision p : {Precision::f16, Precision::bf16})
+    for (Protection prot : {Protection::none, Protection::flash_abft})
+      for (bool inject : {false, true})
+        for (Mask m : {Mask::none, Mask::causal})
+          for (int keys : {512, 1024, 2048, 16384}) {
+            if (inject && prot == Protection::none) continue;
+            KernelConfig open;
+            open.head_dim = 64, open.precision = p, open.protection = prot, open.mask = m;
+            open.fault_injection = inject;
+            const Problem pr = Problem::bhsd(1, 8, 8, keys, keys, 64);
+            const KernelConfig c = with_defaults(open, kSm90a, &pr);
+            INFO(c.name() << " at " << keys << " keys");
+            REQUIRE(uses_wgmma(c));
+            const bool three =
+                prot == Protection::flash_abft && keys >= (m == Mask::causal ? 2048 : 1024);
+            if (three) {
+              CHECK(
+                  (c.block_m == 192 && c.block_n == 128 && c.num_warps == 12 && c.num_stages == 2));
+              CHECK(warp_specialized(c));
+            } else {
+              CHECK((c.block_m == 64 && c.num_warps == 4 && c.num_stages == 2));
+              CHECK(c.block_n == (m == Mask::causal && keys <= 1024 ? 64 : 128));
+            }
+          }
+}
+
 TEST_CASE("Flash-ABFT's l is its checksum tile's ones column: the turns add no probabilities",
           "[ws][codegen][nvrtc]") {
   // The consumers' turns lie between the first and the last named-barrier arrive. There the
