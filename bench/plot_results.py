@@ -370,6 +370,9 @@ def main():
     tile_sweep(folder, "efta_wgmma_tiles_d64")
     tile_sweep(folder, "efta_three_consumers_n64")
     tile_sweep(folder, "abft_d64_tiles")
+    tile_sweep(folder, "d32_tiles")
+    tile_sweep(folder, "d32_abft_tiles")
+    tile_sweep(folder, "d32_efta_tiles")
     reuse_overhead(folder, "abft_reuse_runs",
                    ["abft_reuse_f16_1.csv", "abft_reuse_f16_2.csv", "abft_reuse_f16_3.csv",
                     "abft_reuse_f16_reversed_1.csv", "abft_reuse_f16_reversed_2.csv",

@@ -182,7 +182,7 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   wgmma16.block_m = long_d128 || ws_d128 ? 128 : 64;
   wgmma16.num_warps = long_d128 || ws_d128 ? 8 : 4;
   if (open_n) {
-    if (c.head_dim == 64)
+    if (c.head_dim <= 64)
       wgmma16.block_n = is_causal(c.mask) && keys <= 1024 ? 64 : 128;
     else
       wgmma16.block_n = (keys >= 16384 && is_causal(c.mask)) || efta || ws_d128 ? 128 : 64;
@@ -208,12 +208,29 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   // (abft_d64_tiles.csv, K and V prepared and per call): 1.13-1.15x that tile at 1k keys,
   // 1.29-1.30x / 1.41-1.42x at 2k / 8k without a mask, 1.15-1.16x / 1.27x causal; at 1k causal
   // 64 x 64 w4s2 (the short causal tile above) stays ahead.
-  const bool abft_d64 = c.head_dim == 64 && c.protection == Protection::flash_abft &&
-                        keys >= (is_causal(c.mask) ? 2048 : 1024);
+  // Head dim 32 (rows of one 64-byte swizzle atom) runs the one-warpgroup 64 x 128 w4s2 (64 x 64
+  // causal up to 1k keys, as 64), 1.19-1.31x the mma.sync 128 x 128 w4s2 it had on the H100 (f16,
+  // 1k-16k keys, both masks, in turn with seven wgmma tiles: d32_tiles.csv); three consumers
+  // tie with it only at 16k keys without a mask. Flash-ABFT takes the three consumers from 2k keys
+  // without a mask and 8k causal: 1.24x / 1.36x the mma.sync 128 x 128 w4s1 at 2k / 8k keys
+  // against 1.21-1.23x for 64 x 128 w4s2, 1.27x causal at 8k against 1.21x, while at 2k causal
+  // one warpgroup led, 1.19-1.21x against 1.10-1.11x (d32_abft_tiles.csv).
+  const bool abft_narrow = c.protection == Protection::flash_abft &&
+                           ((c.head_dim == 64 && keys >= (is_causal(c.mask) ? 2048 : 1024)) ||
+                            (c.head_dim == 32 && keys >= (is_causal(c.mask) ? 8192 : 2048)));
   KernelConfig three = wgmma16;
   three.block_m = 192;
   three.num_warps = 12;
-  if (((c.head_dim == 128 && keys >= 2048) || abft_d64) && warp_specialized(three)) wgmma16 = three;
+  if (((c.head_dim == 128 && keys >= 2048) || abft_narrow) && warp_specialized(three))
+    wgmma16 = three;
+  // EFTA at head dim 32 keeps 64 x 128 w4s2 (efta_detect 1.17-1.31x the mma.sync 64 x 128 w4s1
+  // at 2k and 8k keys, both masks, ahead of 128 x 128 w8s2's 1.08-1.20x), but efta_correct
+  // causal takes 128 x 128 w8s2: 1.30-1.40x against 1.21-1.36x (d32_efta_tiles.csv).
+  if (c.head_dim == 32 && c.protection == Protection::efta_correct && is_causal(c.mask)) {
+    wgmma16.block_m = 128;
+    wgmma16.num_warps = 8;
+    if (open_n) wgmma16.block_n = 128;
+  }
   // Head dim 96 (rows of three 64-byte swizzle atoms), unprotected: the same three consumers with
   // 128-key blocks at every length. On the H100 at 1k-16k keys, both masks, f16 and bf16, timed
   // in turn with the wgmma tiles from 64 x 64 w4s2 to 192 x 64 w12s2 and with the mma.sync

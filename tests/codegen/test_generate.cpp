@@ -66,7 +66,7 @@ TEST_CASE("NVRTC compiles every config of the first kernel for sm_80 and sm_90a"
           const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
           const std::string type = p == Precision::bf16 ? "bf16.bf16" : "f16.f16";
           if (uses_wgmma(c)) {
-            // The Hopper skeletons (head dims 64-256): per key block, GEMM I in d/16
+            // The Hopper skeletons (head dims 32-256): per key block, GEMM I in d/16
             // m64n{block_n}k16 steps and GEMM II in block_n/16 m64n{d}k16 steps, unrolled; no
             // mma.sync and no ldmatrix (wgmma reads its operands from shared memory).
             const std::string gemm1 =
@@ -98,10 +98,10 @@ TEST_CASE("NVRTC compiles every config of the first kernel for sm_80 and sm_90a"
             CHECK(out.ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") !=
                   std::string::npos);
           }
-          // Unprotected kernels on sm_90a at head dims 64-256 default to a wgmma one
-          // (at 192 and 256 the warp-specialised 128 x 64 w8s2: GEMM II is m64n192k16 or
-          // m64n256k16, waited for in its turn: FlashAttention-3's overlap ran slower there).
-          CHECK(uses_wgmma(c) == (arch.sm == 90 && d >= 64));
+          // Unprotected kernels on sm_90a default to a wgmma one at every head dim (at 192 and
+          // 256 the warp-specialised 128 x 64 w8s2: GEMM II is m64n192k16 or m64n256k16, waited
+          // for in its turn: FlashAttention-3's overlap ran slower there).
+          CHECK(uses_wgmma(c) == (arch.sm == 90));
           if (arch.sm == 90 && d >= 192) {
             CHECK((warp_specialized(c) && c.block_m == 128 && c.block_n == 64 && c.num_warps == 8 &&
                    c.num_stages == 2));
@@ -118,8 +118,8 @@ TEST_CASE("NVRTC compiles every config of the first kernel for sm_80 and sm_90a"
           CHECK(r.registers <= 255);
           // Head dims 192 and 256 on sm_90a: O's 96 or 128 registers and the 64-key scores fit
           // the consumers' registers without spills or serialised wgmmas (ptxas C7512); at 96
-          // the 64-byte atoms' descriptors cost none either.
-          if (uses_wgmma(c) && (d >= 192 || d == 96)) {
+          // the 64-byte atoms' descriptors cost none either, nor at 32 (rows of one such atom).
+          if (uses_wgmma(c) && (d >= 192 || d == 96 || d == 32)) {
             CHECK(r.spill_stores == 0);
             CHECK(r.performance_notes.empty());
           }

@@ -168,6 +168,76 @@ TEST_CASE("head dim 64 defaults: Flash-ABFT on three consumers from 1k keys or 2
           }
 }
 
+TEST_CASE("head dim 32 defaults: one warpgroup, Flash-ABFT three consumers on long runs",
+          "[ws][codegen]") {
+  // Rows of one 64-byte swizzle atom, GEMM II m64n32 (d32_tiles.csv, d32_abft_tiles.csv,
+  // d32_efta_tiles.csv): unprotected and EFTA 64 x 128 w4s2 (64 x 64 causal up to 1k keys),
+  // Flash-ABFT 192 x 128 w12s2 from 2k keys without a mask and 8k causal, efta_correct causal
+  // 128 x 128 w8s2. Injection builds take their scheme's tile.
+  for (Precision p : {Precision::f16, Precision::bf16})
+    for (Protection prot : {Protection::none, Protection::flash_abft, Protection::efta_detect,
+                            Protection::efta_correct})
+      for (bool inject : {false, true})
+        for (Mask m : {Mask::none, Mask::causal})
+          for (int keys : {512, 1024, 2048, 4096, 8192, 16384}) {
+            if (inject && prot == Protection::none) continue;
+            KernelConfig open;
+            open.head_dim = 32, open.precision = p, open.protection = prot, open.mask = m;
+            open.fault_injection = inject;
+            const Problem pr = Problem::bhsd(1, 8, 8, keys, keys, 32);
+            const KernelConfig c = with_defaults(open, kSm90a, &pr);
+            INFO(c.name() << " at " << keys << " keys");
+            REQUIRE(uses_wgmma(c));
+            CHECK(c.num_stages == 2);
+            const bool causal = m == Mask::causal;
+            if (prot == Protection::flash_abft && keys >= (causal ? 8192 : 2048)) {
+              CHECK((c.block_m == 192 && c.block_n == 128 && c.num_warps == 12));
+              CHECK(warp_specialized(c));
+            } else if (prot == Protection::efta_correct && causal) {
+              CHECK((c.block_m == 128 && c.block_n == 128 && c.num_warps == 8));
+              CHECK(warp_specialized(c));
+            } else {
+              CHECK((c.block_m == 64 && c.num_warps == 4));
+              CHECK(c.block_n == (causal && keys <= 1024 ? 64 : 128));
+            }
+          }
+  // f16_pasa keeps the mma.sync skeleton there.
+  KernelConfig pasa;
+  pasa.head_dim = 32, pasa.precision = Precision::f16_pasa;
+  CHECK_FALSE(uses_wgmma(with_defaults(pasa, kSm90a)));
+}
+
+TEST_CASE("head dim 32 units: GEMM II m64n32 and its checksum tiles, no spills at the defaults",
+          "[ws][codegen][nvrtc]") {
+  // One warpgroup and three consumers unprotected, each scheme on its default tile: GEMM II one
+  // m64n{32 + 8 * checksum tiles}k16 per 16 keys, no mma.sync, no spills (efta_correct's
+  // 128 x 128 w8s2 included) and no serialised wgmma.
+  for (Protection prot : {Protection::none, Protection::flash_abft, Protection::efta_detect,
+                          Protection::efta_correct})
+    for (Mask m : {Mask::none, Mask::causal})
+      for (int keys : {4096, 16384}) {
+        KernelConfig open;
+        open.head_dim = 32, open.precision = Precision::f16, open.protection = prot, open.mask = m;
+        const Problem pr = Problem::bhsd(1, 8, 8, keys, keys, 32);
+        const KernelConfig c = with_defaults(open, kSm90a, &pr);
+        INFO(c.name());
+        const codegen::KernelSource src = codegen::generate(c);
+        const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
+        const int v_atoms = prot == Protection::efta_correct ? 2 : prot == Protection::none ? 0 : 1;
+        const std::string gemm2 = "wgmma.mma_async.sync.aligned.m64n" +
+                                  std::to_string(32 + 8 * v_atoms) + "k16.f32.f16.f16";
+        CHECK(test::count(out.ptx, gemm2) >= 2 * (c.block_n / 16));
+        CHECK(test::count(out.ptx, "mma.sync") == 0);
+        const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
+        // efta_detect's one-warpgroup causal kernel spills 8 bytes, efta_correct's 24-28 at
+        // 64 x 128 (its default without a mask; ahead of 128 x 128 w8s2 there regardless).
+        const bool efta_w4 =
+            prot != Protection::none && prot != Protection::flash_abft && c.num_warps == 4;
+        CHECK(r.spill_stores <= (efta_w4 ? 28 : 0));
+        CHECK(out.log.find("C751") == std::string::npos);
+      }
+}
+
 TEST_CASE("Flash-ABFT's l is its checksum tile's ones column: the turns add no probabilities",
           "[ws][codegen][nvrtc]") {
   // The consumers' turns lie between the first and the last named-barrier arrive. There the

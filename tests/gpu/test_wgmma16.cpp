@@ -22,12 +22,13 @@ Runtime& wgmma_runtime() {
 bool on_sm90a(Runtime& rt) { return gpu_test::hopper_device(rt, "the wgmma skeleton").has_value(); }
 
 // Clean runs of a checksum scheme on every tile (one and two warpgroups, 64- and 128-key blocks,
-// two and three stages; Flash-ABFT also three warpgroups), both 16-bit types, head dims 64, 96
-// (64-byte swizzle atoms, V's checksum chunks in a fourth) and 128, both masks: the reference
-// check passes and the fault log stays empty.
+// two and three stages; Flash-ABFT also three warpgroups), both 16-bit types, head dims 32 (rows
+// of one 64-byte swizzle atom, GEMM II m64n40 and m64n48), 64, 96 (64-byte atoms, V's checksum
+// chunks in a fourth) and 128, both masks: the reference check passes and the fault log stays
+// empty.
 void check_clean_on_every_tile(Runtime& rt, Protection prot, uint64_t seed) {
   for (Precision prec : {Precision::f16, Precision::bf16})
-    for (int d : {64, 96, 128})
+    for (int d : {32, 64, 96, 128})
       for (auto [m, n, w, st] : std::vector<std::array<int, 4>>{{64, 64, 4, 2},
                                                                 {64, 128, 4, 2},
                                                                 {128, 64, 8, 3},
@@ -64,14 +65,16 @@ void check_clean_on_distributions(Runtime& rt, const KernelConfig& c, const Prob
   }
 }
 
-// The checksum schemes at a head dim whose rows are three swizzle atoms, on its default tiles.
+// The checksum schemes at a head dim on its default tiles (rows of one or three swizzle atoms).
 // Head dim 192 runs the warp-specialised 128 x 64 w8s2 with every scheme: GEMM II m64n200
 // (Flash-ABFT, efta_detect) or m64n208 (efta_correct), rows of three 128-byte swizzle atoms,
 // V's checksum atom after them. Head dim 96 runs head dim 128's tiles (Flash-ABFT three
 // consumers, EFTA 128 x 128 w8s2): GEMM II m64n104 or m64n112, rows of three 64-byte atoms and
-// V's checksum chunks in a fourth. Clean: the reference passes and nothing is reported on
-// short, odd and long (8-16 blocks per CTA) runs, and over the campaign's five distributions.
-void check_three_atom_rows_protected(Runtime& rt, int d) {
+// V's checksum chunks in a fourth. Head dim 32 (rows of one 64-byte atom) runs one warpgroup
+// at these lengths (efta_correct causal 128 x 128 w8s2), GEMM II m64n40 or m64n48. Clean: the
+// reference passes and nothing is reported on short, odd and long (8-16 blocks per CTA) runs,
+// and over the campaign's five distributions.
+void check_protected_defaults(Runtime& rt, int d) {
   const Problem long_run = Problem::bhsd(1, 4, 4, 1024, 1024, d);
   for (Protection prot :
        {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct})
@@ -82,8 +85,11 @@ void check_three_atom_rows_protected(Runtime& rt, int d) {
         c.arch = rt.device_arch();
         const KernelConfig resolved = rt.resolve(c, &long_run);
         INFO(resolved.name());
-        REQUIRE(warp_specialized(resolved));
-        REQUIRE(resolved.block_n == (d == 192 ? 64 : 128));
+        REQUIRE(uses_wgmma(resolved));
+        if (d != 32) {
+          REQUIRE(warp_specialized(resolved));
+          REQUIRE(resolved.block_n == (d == 192 ? 64 : 128));
+        }
         gpu_test::check_clean_protected(rt, resolved, Problem::bhsd(2, 4, 2, 333, 517, d), 61);
         gpu_test::check_clean_protected(rt, resolved, Problem::bhsd(1, 2, 1, 1000, 1100, d), 62);
         check_clean_on_distributions(rt, resolved, long_run, 19);
@@ -100,7 +106,8 @@ void check_three_atom_rows_protected(Runtime& rt, int d) {
         c.fault_injection = true;
         c.arch = wgmma ? rt.device_arch() : Arch{90, false};
         const KernelConfig resolved = rt.resolve(c, &pr);
-        REQUIRE(warp_specialized(resolved) == wgmma);
+        REQUIRE(uses_wgmma(resolved) == wgmma);
+        if (d != 32) REQUIRE(warp_specialized(resolved) == wgmma);
         const bool abft = prot == Protection::flash_abft;
         for (FaultSite site : {FaultSite::output, FaultSite::scores, FaultSite::probs,
                                FaultSite::row_sum, FaultSite::checksum}) {
@@ -146,10 +153,10 @@ TEST_CASE("f16 and bf16 on Hopper: the wgmma skeleton matches the reference and 
   // rows that see no key), LSE. Head dims 192 and 256: three and four swizzle atoms per row,
   // GEMM II m64n192 and m64n256, on their one tile (128 x 64, two consumer warpgroups). Head dim
   // 96: rows of three 64-byte atoms (SWIZZLE_64B descriptors and TMA boxes), GEMM II m64n96, on
-  // every tile.
+  // every tile; head dim 32: rows of one such atom, GEMM II m64n32.
   const Arch sm90{90, false};
   for (Precision prec : {Precision::f16, Precision::bf16})
-    for (int d : {64, 96, 128, 192, 256})
+    for (int d : {32, 64, 96, 128, 192, 256})
       for (auto [m, n, w, st] : std::vector<std::array<int, 4>>{
                {64, 64, 4, 2}, {64, 128, 4, 2}, {128, 64, 8, 2}, {128, 128, 8, 2}, {64, 64, 4, 3}})
         for (Mask mask : {Mask::none, Mask::causal})
@@ -192,7 +199,7 @@ TEST_CASE("f16 and bf16 on Hopper: the warp-specialised skeleton on long and rag
   // Three consumers (192 x n w12, the default at head dim 128 from 2k keys) pass the turn round
   // three warpgroups and finish GEMM II before GEMM I; causal, their ragged tile comes first.
   for (Precision prec : {Precision::f16, Precision::bf16})
-    for (int d : {64, 96, 128, 192, 256})
+    for (int d : {32, 64, 96, 128, 192, 256})
       for (auto [n, st, w] : std::vector<std::array<int, 3>>{
                {64, 2, 8}, {64, 3, 8}, {128, 2, 8}, {64, 2, 12}, {128, 2, 12}})
         for (Mask mask : {Mask::none, Mask::causal})
@@ -231,12 +238,13 @@ TEST_CASE("The lazy rescale: maxima that climb by less and more than the slack",
   // L2 6.3e-3).
   std::vector<KernelConfig> configs;
   for (Precision prec : {Precision::f16, Precision::bf16, Precision::f16_pasa})
-    for (int d : {64, 96, 128, 192, 256})
+    for (int d : {32, 64, 96, 128, 192, 256})
       for (auto [n, w] : std::vector<std::array<int, 2>>{{128, 12}, {128, 8}, {64, 8}, {128, 4}})
         for (Protection prot : {Protection::none, Protection::flash_abft})
           for (Mask mask : {Mask::none, Mask::causal}) {
             if (d >= 192 && !(n == 64 && w == 8 && prot == Protection::none)) continue;
-            if (d == 96 && prot != Protection::none) continue;  // mma.sync there
+            if (d == 96 && prot != Protection::none) continue;     // mma.sync there
+            if (d == 32 && prec == Precision::f16_pasa) continue;  // mma.sync there
             // f16_pasa's checksum kernels are mma.sync ones; its one-warpgroup kernel (64 x 128
             // w4s2, head dim 64 causal up to 8k keys) has the lazy rescale too, f16's not.
             if (prec == Precision::f16_pasa && prot != Protection::none) continue;
@@ -319,9 +327,9 @@ TEST_CASE("Checksum schemes warp-specialised: no false alarm on the five distrib
 TEST_CASE("the wgmma skeleton through Runtime::attention's defaults", "[gpu][wgmma16]") {
   Runtime& rt = wgmma_runtime();
   if (!on_sm90a(rt)) return;
-  // Open tile knobs on sm_90a resolve to a wgmma tile for unprotected f16/bf16 (head dims 64
-  // and 128), and the call is right; MQA and a single query row on the way.
-  for (int d : {64, 128})
+  // Open tile knobs on sm_90a resolve to a wgmma tile for unprotected f16/bf16 (head dims 32,
+  // 64 and 128), and the call is right; MQA and a single query row on the way.
+  for (int d : {32, 64, 128})
     for (Mask mask : {Mask::none, Mask::causal})
       for (const Problem& pr :
            {Problem::bhsd(2, 8, 1, 777, 777, d), Problem::bhsd(3, 2, 2, 1, 2099, d)}) {
@@ -494,14 +502,21 @@ TEST_CASE("Checksum schemes at head dim 96 warp-specialised: clean, faults seen 
           "[gpu][wgmma16][ws][protect]") {
   Runtime& rt = wgmma_runtime();
   if (!on_sm90a(rt)) return;
-  check_three_atom_rows_protected(rt, 96);
+  check_protected_defaults(rt, 96);
 }
 
 TEST_CASE("Checksum schemes at head dim 192 warp-specialised: clean, faults seen as on mma.sync",
           "[gpu][wgmma16][ws][protect]") {
   Runtime& rt = wgmma_runtime();
   if (!on_sm90a(rt)) return;
-  check_three_atom_rows_protected(rt, 192);
+  check_protected_defaults(rt, 192);
+}
+
+TEST_CASE("Checksum schemes at head dim 32 on wgmma: clean, faults seen as on mma.sync",
+          "[gpu][wgmma16][protect]") {
+  Runtime& rt = wgmma_runtime();
+  if (!on_sm90a(rt)) return;
+  check_protected_defaults(rt, 32);
 }
 
 TEST_CASE("K and V prepared once serve later calls, a V changed since is seen, mismatches refused",

@@ -49,8 +49,8 @@ template <int HeadDim, int BlockM, int BlockN, int NumWarps, int NumStages, clas
 struct FwdWgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, PrecisionT,
                                   ProtectT, Causal, BlockSparse, Inject> {
   static constexpr int row_bytes = HeadDim * 2;
-  // The tiles' swizzle atoms (sm90::tile_offset): 128 bytes, or 64 at head dim 96, whose 192-byte
-  // rows are three of them.
+  // The tiles' swizzle atoms (sm90::tile_offset): 128 bytes, or 64 at head dims 32 and 96, whose
+  // 64- and 192-byte rows are one and three of them.
   static constexpr int atom_bytes = sm90::atom_bytes<row_bytes>;
   // The epilogue (detail::store_output of the sm80 skeleton) stages O in padded rows.
   static constexpr int row_stride = HeadDim + 8;
@@ -112,10 +112,10 @@ struct FwdWgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, 
       ctas_by_smem < ctas_by_threads ? ctas_by_smem : ctas_by_threads;
   static constexpr int min_ctas = min_ctas_raw < 1 ? 1 : min_ctas_raw;
 
-  static_assert(HeadDim == 64 || HeadDim == 96 || HeadDim == 128 || HeadDim == 192 ||
-                    HeadDim == 256,
-                "wgmma tiles: 128-byte rows, 2, 3 or 4 128-byte atoms or 3 64-byte atoms side "
-                "by side");
+  static_assert(HeadDim == 32 || HeadDim == 64 || HeadDim == 96 || HeadDim == 128 ||
+                    HeadDim == 192 || HeadDim == 256,
+                "wgmma tiles: 128-byte rows, 2, 3 or 4 128-byte atoms, or 1 or 3 64-byte atoms "
+                "side by side");
   // Head dims 192 and 256: O takes 96 or 128 registers, so only the warp-specialised kernel's
   // consumers hold it beside a 64-key block's scores, and two stages of 128-key blocks would not
   // fit shared memory. GEMM II at 256 is m64n256, the widest wgmma, with no room for a checksum

@@ -197,6 +197,14 @@ __device__ __forceinline__ void fence_async_shared() {
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
   "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "  \
   "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55}"
+#define FTATTN_WG_D16(c, d) FTATTN_WG_D8(c, d, 0), FTATTN_WG_D8(c, d, 8)
+#define FTATTN_WG_D20(c, d) FTATTN_WG_D16(c, d), FTATTN_WG_D4(c, d, 16)
+#define FTATTN_WG_D24(c, d) FTATTN_WG_D16(c, d), FTATTN_WG_D8(c, d, 16)
+#define FTATTN_WG_R20 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19}"
+#define FTATTN_WG_R24                                                                           \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23}"
 #define FTATTN_WG_D100(c, d) FTATTN_WG_D96(c, d), FTATTN_WG_D4(c, d, 96)
 #define FTATTN_WG_D104(c, d) FTATTN_WG_D96(c, d), FTATTN_WG_D8(c, d, 96)
 #define FTATTN_WG_R100                                                                          \
@@ -400,6 +408,26 @@ template <bool Bf16>
 __device__ __forceinline__ void wgmma_16bit_rs(float (&d)[68], const u32 (&a)[4], u64 b) {
   FTATTN_WGMMA_16BIT("m64n136k16", FTATTN_WG_R68 ", {%68, %69, %70, %71}, %72, p, 1, 1, 1", "%73",
                      FTATTN_WG_D68("+f", d), "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
+                     "r"(1));
+}
+// m64n32k16: GEMM II at head dim 32 (O's 16 registers), and m64n{40, 48}k16 with one or two
+// 8-wide checksum tiles beside it.
+template <bool Bf16>
+__device__ __forceinline__ void wgmma_16bit_rs(float (&d)[16], const u32 (&a)[4], u64 b) {
+  FTATTN_WGMMA_16BIT("m64n32k16", FTATTN_WG_R16 ", {%16, %17, %18, %19}, %20, p, 1, 1, 1", "%21",
+                     FTATTN_WG_D16("+f", d), "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
+                     "r"(1));
+}
+template <bool Bf16>
+__device__ __forceinline__ void wgmma_16bit_rs(float (&d)[20], const u32 (&a)[4], u64 b) {
+  FTATTN_WGMMA_16BIT("m64n40k16", FTATTN_WG_R20 ", {%20, %21, %22, %23}, %24, p, 1, 1, 1", "%25",
+                     FTATTN_WG_D20("+f", d), "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
+                     "r"(1));
+}
+template <bool Bf16>
+__device__ __forceinline__ void wgmma_16bit_rs(float (&d)[24], const u32 (&a)[4], u64 b) {
+  FTATTN_WGMMA_16BIT("m64n48k16", FTATTN_WG_R24 ", {%24, %25, %26, %27}, %28, p, 1, 1, 1", "%29",
+                     FTATTN_WG_D24("+f", d), "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
                      "r"(1));
 }
 // m64n96k16: GEMM II at head dim 96 (O's 48 registers), and m64n{104, 112}k16 with one or two
