@@ -72,6 +72,16 @@ WsUnit check_ws_unit(const KernelConfig& c, const std::string& skeleton) {
   CHECK(out.log.find("C752") == std::string::npos);  // e.g. C7520: under a branch
   return {src.symbol, std::move(out)};
 }
+
+// The sm_90a defaults of an open config at head dim `d` for `keys` keys and queries.
+KernelConfig defaults_at(int d, Precision p, Protection prot, Mask m, bool inject, int keys) {
+  KernelConfig open;
+  open.head_dim = d, open.precision = p, open.protection = prot, open.mask = m;
+  open.fault_injection = inject;
+  const Problem pr = Problem::bhsd(1, 8, 8, keys, keys, d);
+  return with_defaults(open, kSm90a, &pr);
+}
+
 }  // namespace
 
 TEST_CASE("warp_specialized: two consumer warpgroups of 16-bit tiles on sm_90a", "[ws][codegen]") {
@@ -118,10 +128,7 @@ TEST_CASE("head dim 96 defaults: three consumers but on short runs, every scheme
       for (Mask m : {Mask::none, Mask::causal})
         for (int keys : {256, 512, 1024, 16384}) {
           if (p == Precision::f16_pasa && prot != Protection::none) continue;  // mma.sync
-          KernelConfig open;
-          open.head_dim = 96, open.precision = p, open.protection = prot, open.mask = m;
-          const Problem pr = Problem::bhsd(1, 8, 8, keys, keys, 96);
-          const KernelConfig c = with_defaults(open, kSm90a, &pr);
+          const KernelConfig c = defaults_at(96, p, prot, m, false, keys);
           INFO(c.name() << " at " << keys << " keys");
           REQUIRE(uses_wgmma(c));
           const bool efta = prot == Protection::efta_detect || prot == Protection::efta_correct;
@@ -148,11 +155,7 @@ TEST_CASE("head dim 64 defaults: Flash-ABFT on three consumers from 1k keys or 2
         for (Mask m : {Mask::none, Mask::causal})
           for (int keys : {512, 1024, 2048, 16384}) {
             if (inject && prot == Protection::none) continue;
-            KernelConfig open;
-            open.head_dim = 64, open.precision = p, open.protection = prot, open.mask = m;
-            open.fault_injection = inject;
-            const Problem pr = Problem::bhsd(1, 8, 8, keys, keys, 64);
-            const KernelConfig c = with_defaults(open, kSm90a, &pr);
+            const KernelConfig c = defaults_at(64, p, prot, m, inject, keys);
             INFO(c.name() << " at " << keys << " keys");
             REQUIRE(uses_wgmma(c));
             const bool three =
@@ -181,11 +184,7 @@ TEST_CASE("head dim 32 defaults: one warpgroup, Flash-ABFT three consumers on lo
         for (Mask m : {Mask::none, Mask::causal})
           for (int keys : {512, 1024, 2048, 4096, 8192, 16384}) {
             if (inject && prot == Protection::none) continue;
-            KernelConfig open;
-            open.head_dim = 32, open.precision = p, open.protection = prot, open.mask = m;
-            open.fault_injection = inject;
-            const Problem pr = Problem::bhsd(1, 8, 8, keys, keys, 32);
-            const KernelConfig c = with_defaults(open, kSm90a, &pr);
+            const KernelConfig c = defaults_at(32, p, prot, m, inject, keys);
             INFO(c.name() << " at " << keys << " keys");
             REQUIRE(uses_wgmma(c));
             CHECK(c.num_stages == 2);
