@@ -333,9 +333,9 @@ bool uses_wgmma(const KernelConfig& c) {
   const bool wide16 = (b16 || c.precision == Precision::f16_pasa) &&
                       c.protection == Protection::none && !c.fault_injection && wide_tile;
   // Head dim 96 in 16 bits: rows of three 64-byte swizzle atoms (sm90::tile_offset), every tile.
-  // Head dim 32 in 16 bits: rows of one 64-byte atom (f16_pasa keeps the sm80 skeleton there).
+  // Head dim 32 in 16 bits: rows of one 64-byte atom.
   const bool head_dim_ok = c.head_dim == 64 || c.head_dim == 128 || (c.head_dim == 96 && !q8) ||
-                           (c.head_dim == 32 && b16) || (c.head_dim == 256 && (q8 || wide16)) ||
+                           (c.head_dim == 32 && !q8) || (c.head_dim == 256 && (q8 || wide16)) ||
                            (c.head_dim == 192 && (q8 || wide_tile));
   // The 16-bit skeleton also carries every checksum scheme and the fault-injection sites.
   const bool q8_ok = q8 && c.protection == Protection::none && !c.fault_injection;

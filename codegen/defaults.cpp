@@ -323,7 +323,11 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
     const bool two = (c.head_dim == 128 && !three) || c.head_dim >= 192;
     wgmma_pasa.block_m = three ? 192 : two ? 128 : 64;
     wgmma_pasa.num_warps = three ? 12 : two ? 8 : 4;
-    wgmma_pasa.block_n = c.head_dim >= 192 ? 64 : 128;
+    // Head dim 32: 64 x 128 w4s2, 1.31-1.44x the mma.sync 128 x 64 w4s2 at 1k-16k keys, and
+    // 64 x 64 causal up to 1k keys (1.31-1.36x against 1.28-1.32x), as f16 there
+    // (d32_pasa_tiles.csv).
+    const bool short_causal_d32 = c.head_dim == 32 && is_causal(c.mask) && keys <= 1024;
+    wgmma_pasa.block_n = c.head_dim >= 192 || short_causal_d32 ? 64 : 128;
     wgmma_pasa.num_stages = 2;
     if (uses_wgmma(wgmma_pasa)) c = wgmma_pasa;
   }

@@ -263,7 +263,7 @@ TEST_CASE("f16_pasa compiles at every head dim, spilling only where documented",
         CHECK(out.ptx.find("ex2.approx.f16x2") != std::string::npos);
         const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
         if (uses_wgmma(c)) {
-          // sm_90a at head dims 64 and 128 (kernel/fwd_pasa_sm90.cuh): GEMM I one m64n{block_n}k16
+          // sm_90a at every head dim (kernel/fwd_pasa_sm90.cuh): GEMM I one m64n{block_n}k16
           // wgmma with f16 accumulators per k16 step, GEMM II one m64n{d}k16 per 16 keys, and
           // the recovery one m64n8k16 with FP32 ones per k16 step only in the copies of GEMM I
           // that run on every eighth key block. Each is compiled once per masked and unmasked
@@ -289,7 +289,7 @@ TEST_CASE("f16_pasa compiles at every head dim, spilling only where documented",
           CHECK(out.log.find("C751") == std::string::npos);
           continue;
         }
-        CHECK((arch.sm != 90 || d == 32));  // the others run the wgmma skeleton
+        CHECK(arch.sm != 90);  // every head dim runs the wgmma skeleton on sm_90a
         // GEMM I with f16 accumulators; GEMM II and the recovery tile with FP32 ones.
         const int tiles = c.block_m / 16 / c.num_warps;
         CHECK(test::count(out.ptx, "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16") >=

@@ -200,10 +200,15 @@ TEST_CASE("head dim 32 defaults: one warpgroup, Flash-ABFT three consumers on lo
               CHECK(c.block_n == (causal && keys <= 1024 ? 64 : 128));
             }
           }
-  // f16_pasa keeps the mma.sync skeleton there.
-  KernelConfig pasa;
-  pasa.head_dim = 32, pasa.precision = Precision::f16_pasa;
-  CHECK_FALSE(uses_wgmma(with_defaults(pasa, kSm90a)));
+  // f16_pasa takes the same one-warpgroup tiles (d32_pasa_tiles.csv).
+  for (Mask m : {Mask::none, Mask::causal})
+    for (int keys : {512, 1024, 2048, 16384}) {
+      const KernelConfig c = defaults_at(32, Precision::f16_pasa, Protection::none, m, false, keys);
+      INFO(c.name() << " at " << keys << " keys");
+      CHECK((c.block_m == 64 && c.num_warps == 4 && c.num_stages == 2));
+      CHECK(c.block_n == (m == Mask::causal && keys <= 1024 ? 64 : 128));
+      CHECK(uses_wgmma(c));
+    }
 }
 
 TEST_CASE("head dim 32 units: GEMM II m64n32 and its checksum tiles, no spills at the defaults",

@@ -75,7 +75,7 @@ TEST_CASE("f16_pasa on Hopper: the wgmma skeleton matches the reference and mma.
   // whose shift row is the mean of fewer keys), GQA, causal rows that see no key, LSE; and a
   // long run (many CTAs per SM, 16-32 key blocks each: a pipelining bug, a first GEMM II that
   // read a stage outside the V tiles, passed the short ones and gave NaN here).
-  for (int d : {64, 96, 128, 192, 256})
+  for (int d : {32, 64, 96, 128, 192, 256})
     for (auto [m, n, w, st] : std::vector<std::array<int, 4>>{{64, 64, 4, 2},
                                                               {64, 128, 4, 2},
                                                               {128, 64, 8, 2},
@@ -381,7 +381,7 @@ TEST_CASE("f16_pasa: every key block's own recovery, keys biased block by block"
     for (Tile t : {Tile{64, 128, 4, 2, true}, Tile{128, 128, 8, 2, true}, Tile{128, 64, 8, 2, true},
                    Tile{192, 128, 12, 2, true}})
       tiles.push_back(t);
-  for (int d : {64, 96, 128, 192, 256})
+  for (int d : {32, 64, 96, 128, 192, 256})
     for (const Tile& tile : tiles)
       for (Mask mask : {Mask::none, Mask::causal})
         for (int blocks : {9, 12, 16, 23}) {
