@@ -223,10 +223,24 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   three.num_warps = 12;
   if (((c.head_dim == 128 && keys >= 2048) || abft_narrow) && warp_specialized(three))
     wgmma16 = three;
-  // EFTA at head dim 32 keeps 64 x 128 w4s2 (efta_detect 1.17-1.31x the mma.sync 64 x 128 w4s1
-  // at 2k and 8k keys, both masks, ahead of 128 x 128 w8s2's 1.08-1.20x), but efta_correct
-  // causal takes 128 x 128 w8s2: 1.30-1.40x against 1.21-1.36x (d32_efta_tiles.csv).
-  if (c.head_dim == 32 && c.protection == Protection::efta_correct && is_causal(c.mask)) {
+  // EFTA at head dim 64 (its O and checksum tiles leave room for three consumers there: no
+  // spills but efta_detect's 16 bytes without a mask). On the H100, f16, 2k and 8k keys, both
+  // masks, K and V prepared and per call, in turn with 64 x 128 w4s2 and 128 x 128 w8s2
+  // (efta_three_consumers_d32_d64.csv): 192 x 128 w12s2 1.14-1.50x 64 x 128 w4s2, and ahead of
+  // 128 x 128 w8s2 but for efta_correct causal at 2k keys (w8 1.26-1.30x, w12 1.20-1.26x), which
+  // takes w8 below 8k keys. Below 2k keys (not measured) one warpgroup stays. At head dim 32
+  // three consumers ran 1.03-1.22x without a mask and at 8k causal, but stay off (config.cpp,
+  // warp_specialized); there EFTA keeps 64 x 128 w4s2 (1.17-1.31x the mma.sync 64 x 128 w4s1,
+  // d32_efta_tiles.csv) and efta_correct causal 128 x 128 w8s2 (1.30-1.40x).
+  const bool efta_correct = c.protection == Protection::efta_correct;
+  const bool efta_three = efta && c.head_dim == 64 &&
+                          (keys >= 8192 || (keys >= 2048 && !(efta_correct && is_causal(c.mask))));
+  if (efta_three) {
+    wgmma16.block_m = 192;
+    wgmma16.num_warps = 12;
+    if (open_n) wgmma16.block_n = 128;
+  } else if (efta_correct && is_causal(c.mask) &&
+             (c.head_dim == 32 || (c.head_dim == 64 && keys >= 2048))) {
     wgmma16.block_m = 128;
     wgmma16.num_warps = 8;
     if (open_n) wgmma16.block_n = 128;

@@ -104,6 +104,11 @@ TEST_CASE("warp_specialized: two consumer warpgroups of 16-bit tiles on sm_90a",
         // Protected PASA runs the mma.sync skeleton.
         CHECK(warp_specialized(checked) == (p != Precision::f16_pasa));
         CHECK(launch_threads(checked) == (p != Precision::f16_pasa ? 384 : 256));
+        // Three consumers: Flash-ABFT, and EFTA at head dim 64 only (at 128 its consumers spill
+        // kilobytes).
+        KernelConfig three = test::tile_config(d, 192, 128, 12, 2, kSm90a, p, Mask::none, prot);
+        CHECK(warp_specialized(three) ==
+              (p != Precision::f16_pasa && (prot == Protection::flash_abft || d == 64)));
       }
       KernelConfig injected = ws;
       injected.protection = p == Precision::f16_pasa ? Protection::none : Protection::flash_abft;
@@ -167,6 +172,33 @@ TEST_CASE("head dim 64 defaults: Flash-ABFT on three consumers from 1k keys or 2
             } else {
               CHECK((c.block_m == 64 && c.num_warps == 4 && c.num_stages == 2));
               CHECK(c.block_n == (m == Mask::causal && keys <= 1024 ? 64 : 128));
+            }
+          }
+}
+
+TEST_CASE("head dim 64 defaults: EFTA on three consumers from 2k keys", "[ws][codegen]") {
+  // efta_three_consumers_d32_d64.csv: 192 x 128 w12s2 from 2k keys, but efta_correct causal
+  // below 8k keys, which takes 128 x 128 w8s2; shorter runs keep 64 x 128 w4s2 (64-key blocks
+  // causal up to 1k keys). Injection builds alike.
+  for (Precision p : {Precision::f16, Precision::bf16})
+    for (Protection prot : {Protection::efta_detect, Protection::efta_correct})
+      for (bool inject : {false, true})
+        for (Mask m : {Mask::none, Mask::causal})
+          for (int keys : {512, 1024, 2048, 4096, 8192, 16384}) {
+            const KernelConfig c = defaults_at(64, p, prot, m, inject, keys);
+            INFO(c.name() << " at " << keys << " keys");
+            REQUIRE(uses_wgmma(c));
+            CHECK(c.num_stages == 2);
+            const bool causal = m == Mask::causal;
+            const bool correct_causal = prot == Protection::efta_correct && causal;
+            if (keys >= 8192 || (keys >= 2048 && !correct_causal)) {
+              CHECK((c.block_m == 192 && c.block_n == 128 && c.num_warps == 12));
+              CHECK(warp_specialized(c));
+            } else if (correct_causal && keys >= 2048) {
+              CHECK((c.block_m == 128 && c.block_n == 128 && c.num_warps == 8));
+            } else {
+              CHECK((c.block_m == 64 && c.num_warps == 4));
+              CHECK(c.block_n == (causal && keys <= 1024 ? 64 : 128));
             }
           }
 }

@@ -36,7 +36,8 @@ void check_clean_on_every_tile(Runtime& rt, Protection prot, uint64_t seed) {
                                                                 {192, 64, 12, 2},
                                                                 {192, 128, 12, 2}})
         for (Mask mask : {Mask::none, Mask::causal}) {
-          if (w == 12 && prot != Protection::flash_abft) continue;  // EFTA: two at most
+          // EFTA on three consumers (head dim 64): a case of its own below.
+          if (w == 12 && prot != Protection::flash_abft) continue;
           KernelConfig c;
           c.head_dim = d, c.precision = prec, c.mask = mask, c.protection = prot;
           c.block_m = m, c.block_n = n, c.num_warps = w, c.num_stages = st;
@@ -62,6 +63,35 @@ void check_clean_on_distributions(Runtime& rt, const KernelConfig& c, const Prob
     const FaultReport r = backend->run(std::nullopt, out);
     INFO(c.name() << " " << campaign::to_string(dist) << ": " << r.summary());
     CHECK(r.clean());
+  }
+}
+
+// An EFTA injection build `c` on `pr` with an exponent flip (bit 30) planted in CTA 0, thread 5,
+// key block 1, at every value class: seen, and recompute repairs the output; efta_correct
+// rebuilds a flipped score or output element in place. A flipped checksum (element 1: the lo
+// half of the S checksum) must leave the output right, seen or not: efta_detect's product check
+// cannot verify a product pushed past FP32's range, so it stays silent, and the output is
+// untouched.
+void check_efta_planted(Runtime& rt, const KernelConfig& c, const Problem& pr) {
+  for (FaultSite site : {FaultSite::probs, FaultSite::row_sum, FaultSite::scores, FaultSite::output,
+                         FaultSite::checksum}) {
+    ProtectOptions o = gpu_test::plant(site, 30, 1);
+    const gpu_test::Planted seen = gpu_test::run_planted(rt, c, pr, o, 9);
+    INFO(rt.resolve(c, &pr).name() << " " << to_string(site) << ": " << seen.fault.summary()
+                                   << " | " << seen.result.report.summary());
+    if (site == FaultSite::checksum)
+      CHECK(seen.result.report.passed);
+    else
+      CHECK(seen.fault.detected >= 1);
+    if (c.protection == Protection::efta_correct &&
+        (site == FaultSite::scores || site == FaultSite::output)) {
+      CHECK(seen.fault.corrected == seen.fault.detected);
+      CHECK(seen.result.report.passed);
+    }
+    o.on_fault = OnFault::recompute;
+    const gpu_test::Planted fixed = gpu_test::run_planted(rt, c, pr, o, 9);
+    INFO("recompute: " << fixed.fault.summary() << " | " << fixed.result.report.summary());
+    CHECK(fixed.result.report.passed);
   }
 }
 
@@ -455,8 +485,7 @@ TEST_CASE(
   for (Protection prot : {Protection::efta_detect, Protection::efta_correct})
     check_clean_on_every_tile(rt, prot, 50);
   // Planted faults, each on both skeletons (sm_90a: the warp-specialised one at these defaults;
-  // sm_90 keeps mma.sync; they share the EFTA row checks, protect/efta_rows.cuh): exponent flips
-  // in CTA 0, thread 5, key block 1.
+  // sm_90 keeps mma.sync; they share the EFTA row checks, protect/efta_rows.cuh).
   const Problem pr = Problem::bhsd(1, 2, 2, 256, 512, 128);
   for (bool wgmma : {true, false})
     for (Mask mask : {Mask::none, Mask::causal}) {
@@ -468,31 +497,7 @@ TEST_CASE(
         c.arch = arch;
         REQUIRE(uses_wgmma(rt.resolve(c, &pr)) == wgmma);
         REQUIRE(warp_specialized(rt.resolve(c, &pr)) == wgmma);
-        // Every value class: seen by both schemes, and recompute repairs the output. A flipped
-        // checksum (element 1: the lo half of the S checksum) must leave the output right,
-        // seen or not: efta_detect's product check cannot verify a product pushed past FP32's
-        // range, so it stays silent, and the output is untouched.
-        for (FaultSite site : {FaultSite::probs, FaultSite::row_sum, FaultSite::scores,
-                               FaultSite::output, FaultSite::checksum}) {
-          ProtectOptions o = gpu_test::plant(site, 30, 1);
-          const gpu_test::Planted seen = gpu_test::run_planted(rt, c, pr, o, 9);
-          INFO(rt.resolve(c, &pr).name() << " " << to_string(site) << ": " << seen.fault.summary()
-                                         << " | " << seen.result.report.summary());
-          if (site == FaultSite::checksum)
-            CHECK(seen.result.report.passed);
-          else
-            CHECK(seen.fault.detected >= 1);
-          // efta_correct rebuilds a flipped score or output element in place.
-          if (prot == Protection::efta_correct &&
-              (site == FaultSite::scores || site == FaultSite::output)) {
-            CHECK(seen.fault.corrected == seen.fault.detected);
-            CHECK(seen.result.report.passed);
-          }
-          o.on_fault = OnFault::recompute;
-          const gpu_test::Planted fixed = gpu_test::run_planted(rt, c, pr, o, 9);
-          INFO("recompute: " << fixed.fault.summary() << " | " << fixed.result.report.summary());
-          CHECK(fixed.result.report.passed);
-        }
+        check_efta_planted(rt, c, pr);
       }
     }
 }
@@ -635,4 +640,34 @@ TEST_CASE("K and V prepared once serve later calls, a V changed since is seen, m
   REQUIRE_THROWS_WITH(unprotected->run(pr, io.q.data(), io.k.data(), io.v.data(), io.o.data(),
                                        nullptr, nullptr, nullptr, reuse),
                       Catch::Contains("unprotected"));
+}
+
+TEST_CASE("EFTA on three consumer warpgroups at head dim 64: clean, faults seen",
+          "[gpu][wgmma16][ws][protect]") {
+  Runtime& rt = wgmma_runtime();
+  if (!on_sm90a(rt)) return;
+  // 192 x 128 w12s2 with EFTA: each turn finishes GEMM II before GEMM I (f16's split turn, not
+  // the two consumers' overlap), and efta_correct keeps its K buffer until the softmax is done.
+  // Clean on short, odd and long runs and five distributions; planted faults seen, corrected
+  // and recomputed as on the other tiles.
+  for (Protection prot : {Protection::efta_detect, Protection::efta_correct})
+    for (Mask mask : {Mask::none, Mask::causal}) {
+      for (Precision prec : {Precision::f16, Precision::bf16}) {
+        KernelConfig c;
+        c.head_dim = 64, c.precision = prec, c.mask = mask, c.protection = prot;
+        c.block_m = 192, c.block_n = 128, c.num_warps = 12, c.num_stages = 2;
+        c.arch = rt.device_arch();
+        REQUIRE(warp_specialized(c));
+        gpu_test::check_clean_protected(rt, c, Problem::bhsd(2, 4, 2, 333, 517, 64), 71);
+        gpu_test::check_clean_protected(rt, c, Problem::bhsd(1, 2, 1, 1000, 1100, 64), 72);
+        check_clean_on_distributions(rt, c, Problem::bhsd(1, 4, 4, 1024, 1024, 64), 19);
+      }
+      KernelConfig c;
+      c.head_dim = 64, c.precision = Precision::f16, c.mask = mask, c.protection = prot;
+      c.block_m = 192, c.block_n = 128, c.num_warps = 12, c.num_stages = 2;
+      c.fault_injection = true;
+      c.arch = rt.device_arch();
+      REQUIRE(warp_specialized(c));
+      check_efta_planted(rt, c, Problem::bhsd(1, 2, 2, 256, 512, 64));
+    }
 }

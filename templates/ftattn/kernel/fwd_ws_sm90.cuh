@@ -11,10 +11,10 @@
 //              num_stages buffers; the copies complete on the buffer's "full" mbarrier, and a
 //              buffer is refilled once every consumer has arrived on its "empty" one.
 //   consumers  warpgroups 0 and 1 (64 query rows each, 224 registers; f16 and bf16 unprotected or
-//              with Flash-ABFT also 0 to 2 with 160) take turns on the tensor cores: named
-//              barriers pass a token round them, and each turn issues the previous block's GEMM II
-//              (O += P V) and this block's GEMM I (S = Q K^T) back to back (three FP32-score
-//              consumers: GEMM II done first).
+//              with Flash-ABFT, or EFTA at head dim 64, also 0 to 2 with 160) take turns
+//              on the tensor cores: named barriers pass a token round them, and each turn issues
+//              the previous block's GEMM II (O += P V) and this block's GEMM I (S = Q K^T) back
+//              to back (three FP32-score consumers: GEMM II done first).
 //              While one warpgroup's MMAs run, the others run their softmax, so the tensor cores no
 //              longer idle through it (in fwd_sm90.cuh both warpgroups met at a CTA barrier every
 //              key block and ran their softmax at the same time).
@@ -79,7 +79,9 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   // ptxas puts it.
   constexpr bool kOverlap = T::num_warps == 8 && kEfta && !P::pasa;
   constexpr bool kAlarmsFirst = kOverlap && !T::Protect::correct;
-  static_assert(!kEfta || kOverlap, "EFTA runs on two consumers here");
+  // Three EFTA consumers (head dim 64) take the split turn below instead.
+  static_assert(!kEfta || kOverlap || (kSplitTurn && T::head_dim == 64),
+                "EFTA runs on two consumers, or three at head dim 64");
   // Without EFTA a row keeps its max until a block passes it by 2^8 (softmax_block, pasa::bias).
   // EFTA rescales every block: efta_detect with the lazy rescale ran 0.95-0.97x
   // (efta_lazy_rescale_ab.csv).
