@@ -159,8 +159,10 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   // warpgroups, two stages (three do not fit) at head dim 128: the wider key block halves GEMM
   // I's checksum share, and on the H100 it ran 6-17% faster than 128 x 64 w8s3 and 9-32% faster
   // than 64 x 64 w4s2 (4k and 16k keys, both masks, both schemes; efta_wgmma_tiles.csv). At head
-  // dim 64 it keeps the unprotected tile, 64 x 128 w4s2: 2-5% faster there than 128 x 128 w8s2,
-  // 3-12% than 64 x 64 w4s2, 18-29% than 128 x 64 w8s2 (4k keys; efta_wgmma_tiles_d64.csv).
+  // dim 64 it kept the unprotected tile, 64 x 128 w4s2: 2-5% faster there than 128 x 128 w8s2,
+  // 3-12% than 64 x 64 w4s2, 18-29% than 128 x 64 w8s2 (4k keys; efta_wgmma_tiles_d64.csv);
+  // since the two consumers' overlap 128 x 128 w8s2 runs 1.13-1.30x it, and three consumers
+  // lead both from 2k keys (below).
   // Unprotected at head dim 128: the warp-specialised kernel (kernel/fwd_ws_sm90.cuh), 128 x 128,
   // two stages: on the H100 at 4k-16k keys it ran 1.19-1.26x the fastest tile of the build before
   // it without a mask and 1.08-1.15x causal (ws_tiles.csv), and `ftattn tune` chose it (or w8s3,
