@@ -201,8 +201,8 @@ TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
   CHECK(with_defaults(protected_128, kSm90).num_stages == 1);
   // On sm_90a every checksum scheme runs the warp-specialised wgmma skeleton at head dim 128,
   // with injection sites too: EFTA two consumers, 128 x 128 w8s2; Flash-ABFT three from 2k keys
-  // (192 x 128 w12s2; 4k without a problem), two below. At head dim 64 EFTA takes the
-  // unprotected tile, 64 x 128 w4s2. On sm_90 EFTA keeps the mma.sync defaults.
+  // (192 x 128 w12s2; 4k without a problem), two below. At head dim 64 EFTA takes three
+  // consumers too (from 2k keys). On sm_90 EFTA keeps the mma.sync defaults.
   const Problem keys_2047_abft = Problem::bhsd(1, 1, 1, 2047, 2047, 128);
   for (Protection prot :
        {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct}) {
@@ -224,9 +224,10 @@ TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
     }
     KernelConfig protected_64 = partial(64);
     protected_64.protection = prot;
+    // EFTA at head dim 64: three consumers from 2k keys (4096 when no problem is given).
     if (efta)
       CHECK(with_defaults(protected_64, kSm90a) == [&] {
-        auto e = make(64, 64, 128, 4, 2, kSm90a);
+        auto e = make(64, 192, 128, 12, 2, kSm90a);
         e.protection = prot;
         return e;
       }());
