@@ -220,11 +220,6 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   const bool abft_narrow = c.protection == Protection::flash_abft &&
                            ((c.head_dim == 64 && keys >= (is_causal(c.mask) ? 2048 : 1024)) ||
                             (c.head_dim == 32 && keys >= (is_causal(c.mask) ? 8192 : 2048)));
-  KernelConfig three = wgmma16;
-  three.block_m = 192;
-  three.num_warps = 12;
-  if (((c.head_dim == 128 && keys >= 2048) || abft_narrow) && warp_specialized(three))
-    wgmma16 = three;
   // EFTA at head dim 64 (its O and checksum tiles leave room for three consumers there: no
   // spills but efta_detect's 16 bytes without a mask). On the H100, f16, 2k and 8k keys, both
   // masks, K and V prepared and per call, in turn with 64 x 128 w4s2 and 128 x 128 w8s2
@@ -237,12 +232,13 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   const bool efta_correct = c.protection == Protection::efta_correct;
   const bool efta_three = efta && c.head_dim == 64 &&
                           (keys >= 8192 || (keys >= 2048 && !(efta_correct && is_causal(c.mask))));
-  if (efta_three) {
-    wgmma16.block_m = 192;
-    wgmma16.num_warps = 12;
-    if (open_n) wgmma16.block_n = 128;
-  } else if (efta_correct && is_causal(c.mask) &&
-             (c.head_dim == 32 || (c.head_dim == 64 && keys >= 2048))) {
+  KernelConfig three = wgmma16;
+  three.block_m = 192;
+  three.num_warps = 12;
+  if (((c.head_dim == 128 && keys >= 2048) || abft_narrow || efta_three) && warp_specialized(three))
+    wgmma16 = three;
+  if (!efta_three && efta_correct && is_causal(c.mask) &&
+      (c.head_dim == 32 || (c.head_dim == 64 && keys >= 2048))) {
     wgmma16.block_m = 128;
     wgmma16.num_warps = 8;
     if (open_n) wgmma16.block_n = 128;

@@ -650,24 +650,24 @@ TEST_CASE("EFTA on three consumer warpgroups at head dim 64: clean, faults seen"
   // the two consumers' overlap), and efta_correct keeps its K buffer until the softmax is done.
   // Clean on short, odd and long runs and five distributions; planted faults seen, corrected
   // and recomputed as on the other tiles.
+  auto tile = [&](Protection prot, Precision prec, Mask mask, bool inject) {
+    KernelConfig c;
+    c.head_dim = 64, c.precision = prec, c.mask = mask, c.protection = prot;
+    c.block_m = 192, c.block_n = 128, c.num_warps = 12, c.num_stages = 2;
+    c.fault_injection = inject;
+    c.arch = rt.device_arch();
+    REQUIRE(warp_specialized(c));
+    return c;
+  };
   for (Protection prot : {Protection::efta_detect, Protection::efta_correct})
     for (Mask mask : {Mask::none, Mask::causal}) {
       for (Precision prec : {Precision::f16, Precision::bf16}) {
-        KernelConfig c;
-        c.head_dim = 64, c.precision = prec, c.mask = mask, c.protection = prot;
-        c.block_m = 192, c.block_n = 128, c.num_warps = 12, c.num_stages = 2;
-        c.arch = rt.device_arch();
-        REQUIRE(warp_specialized(c));
+        const KernelConfig c = tile(prot, prec, mask, false);
         gpu_test::check_clean_protected(rt, c, Problem::bhsd(2, 4, 2, 333, 517, 64), 71);
         gpu_test::check_clean_protected(rt, c, Problem::bhsd(1, 2, 1, 1000, 1100, 64), 72);
         check_clean_on_distributions(rt, c, Problem::bhsd(1, 4, 4, 1024, 1024, 64), 19);
       }
-      KernelConfig c;
-      c.head_dim = 64, c.precision = Precision::f16, c.mask = mask, c.protection = prot;
-      c.block_m = 192, c.block_n = 128, c.num_warps = 12, c.num_stages = 2;
-      c.fault_injection = true;
-      c.arch = rt.device_arch();
-      REQUIRE(warp_specialized(c));
-      check_efta_planted(rt, c, Problem::bhsd(1, 2, 2, 256, 512, 64));
+      check_efta_planted(rt, tile(prot, Precision::f16, mask, true),
+                         Problem::bhsd(1, 2, 2, 256, 512, 64));
     }
 }
