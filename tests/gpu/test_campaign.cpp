@@ -105,3 +105,60 @@ TEST_CASE("the output check leaves no small flip of O silent", "[gpu][campaign]"
             0);
     }
 }
+
+TEST_CASE("efta_detect sees a score flipped far up, where its product check gives up",
+          "[gpu][campaign][protect]") {
+  // Scores in [0, 0.81]: q and k drawn from U(0, 0.9 / sqrt(head_dim)). Bit 30 then takes any
+  // score up by 2^128, finite: it becomes its row's max, every other exponential goes to 0, and
+  // the product check gives up on the row (mean exponent below -60). The fallback holds those
+  // rows' raw scores to GEMM I's checksum. The build before it let such flips through silently
+  // (README, Protection). Both skeletons, one and three consumers, both masks.
+  Runtime rt;
+  REQUIRE(rt.has_device());
+  struct Tile {
+    int head_dim, block_m, num_warps;
+    bool wgmma;
+  };
+  for (const Tile t : {Tile{128, 128, 8, true}, Tile{64, 192, 12, true}, Tile{32, 192, 12, true},
+                       Tile{64, 128, 4, false}})
+    for (Mask mask : {Mask::none, Mask::causal}) {
+      if (t.wgmma && rt.device_arch() != Arch{90, true}) continue;
+      const int d = t.head_dim;
+      const Problem pr = Problem::bhsd(1, 2, 2, 512, 512, d);
+      KernelConfig c;
+      c.head_dim = d, c.mask = mask, c.protection = Protection::efta_detect;
+      c.block_m = t.block_m, c.block_n = t.wgmma ? 128 : 64, c.num_warps = t.num_warps;
+      c.num_stages = 2;
+      c.fault_injection = true;
+      c.arch = t.wgmma ? rt.device_arch() : Arch{rt.device_arch().sm, false};
+      const KernelConfig resolved = rt.resolve(c, &pr);
+      std::mt19937_64 rng(23);
+      const float a = 0.9f / std::sqrt(float(d));
+      const Precision p = resolved.precision;
+      auto q = campaign::pasa_tensor(true, a / 2, a / 2, rng, p, pr.q, 1, 2, 512, d);
+      auto k = campaign::pasa_tensor(true, a / 2, a / 2, rng, p, pr.k, 1, 2, 512, d);
+      auto v = reference::random_tensor(rng, p, pr.v, 1, 2, 512, d);
+      auto backend = campaign::source_backend(rt, resolved, pr, q, k, v, OnFault::report);
+      std::vector<float> clean;
+      const FaultReport first = backend->run(std::nullopt, clean);
+      INFO(resolved.name() << " clean: " << first.summary());
+      REQUIRE(first.clean());
+      const std::vector<float> tolerance =
+          campaign::element_tolerance(clean, campaign::reference_output(pr, p, mask, q, k, v), p);
+      campaign::CampaignOptions o;
+      o.site = FaultSite::scores;
+      o.trials = 200;
+      o.bits = {30, 30};
+      o.seed = 3;
+      const campaign::CampaignResult r = campaign::run_campaign(
+          *backend, campaign::injection_space(resolved, pr, FaultSite::scores), clean, tolerance,
+          o);
+      INFO(campaign::summary_table(r.tally));
+      CHECK(r.tally.count(campaign::Outcome::sdc) == 0);
+      // The checks must have fired on most (a flip of a masked score too: it is in the
+      // checksum).
+      CHECK(r.tally.count(campaign::Outcome::detected) +
+                r.tally.count(campaign::Outcome::false_positive) >
+            r.tally.trials / 2);
+    }
+}

@@ -73,6 +73,36 @@ __device__ __forceinline__ void efta_probs_row(const AttentionParams& p, float (
   // Every factor tiny (mean below 2^-60, so that norm^2 stays finite): nothing checkable, see
   // the README.
   const bool check = n > 0 && mx != neg_inf() && mean > -60.f;
+  // efta_detect's fallback where the product check gives up on a live row: a score flipped far
+  // up becomes the row's max and takes every other exponent below 2^-60 (a far-down flip or a
+  // NaN lands here too). The raw scores are then held to GEMM I's checksum, within tol_scores of
+  // |q| sum |k| (Cauchy-Schwarz: at least the sum of |s| over every key of the block, masked ones
+  // included, which the checksum rounds with) plus efta_correct's random-walk term: looser than
+  // efta_correct's check, which follows sum |s|, and ample for a flip far up. Clean rows need it
+  // only with outliers: a branch on the warp's vote, uniform, so that the softmax around it keeps
+  // its schedule.
+  if constexpr (!T::Protect::correct) {
+    const bool fallback = !check && n > 0 && mx != neg_inf();
+    if (__any_sync(0xffffffffu, fallback)) {
+      float raw = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < kST; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float x = s[nt][2 * r + c];
+          raw += kMasked && x == neg_inf() ? 0.f : x;
+        }
+      const float contributions = q_norm * k_norm;
+      const float tol =
+          fmaf(p.tol_scores, contributions,
+               protect::score_walk_tol<T::head_dim>(p.tol_scores, p.tol_floor, contributions));
+      if (fallback && !protect::scores_ok(ref - raw, tol)) {
+        alarms |= alarm_bit;
+        alarm_dev = fabsf(ref - raw);
+        alarm_tol = tol;
+      }
+    }
+  }
   const float norm = check ? fast_exp2(-mean) : 1.f;
   const float norm2 = norm * norm;
   float sum = 0.f, prod = 1.f;
