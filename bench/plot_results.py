@@ -375,6 +375,7 @@ def main():
     tile_sweep(folder, "d32_efta_tiles")
     tile_sweep(folder, "d32_pasa_tiles")
     tile_sweep(folder, "efta_three_consumers_d32_d64")
+    tile_sweep(folder, "d32_efta_fallback_tiles")
     reuse_overhead(folder, "abft_reuse_runs",
                    ["abft_reuse_f16_1.csv", "abft_reuse_f16_2.csv", "abft_reuse_f16_3.csv",
                     "abft_reuse_f16_reversed_1.csv", "abft_reuse_f16_reversed_2.csv",

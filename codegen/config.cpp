@@ -358,13 +358,12 @@ bool warp_specialized(const KernelConfig& c) {
   // for a third, and f16 and bf16 unprotected or with Flash-ABFT, whose turn finishes GEMM II
   // before GEMM I (kernel/fwd_ws_sm90.cuh; Flash-ABFT's checksum tile costs a 4-byte spill).
   // EFTA's consumers spill 1.9-3 KB there at head dim 128 (136 bytes at 96) and ptxas serialises
-  // their wgmmas; at head dim 64 they fit, and take the same split turn (at 32 too, but there a
-  // planted score flip met efta_detect's blind spot in the GPU test: README, Protection).
+  // their wgmmas; at head dims 32 and 64 they fit, and take the same split turn.
   const bool efta =
       c.protection == Protection::efta_detect || c.protection == Protection::efta_correct;
   const bool b16_three = (c.precision == Precision::f16 || c.precision == Precision::bf16) &&
                          (c.protection == Protection::none ||
-                          c.protection == Protection::flash_abft || (efta && c.head_dim == 64));
+                          c.protection == Protection::flash_abft || (efta && c.head_dim <= 64));
   const bool three = c.num_warps == 12 && (c.precision == Precision::f16_pasa || b16_three);
   return uses_wgmma(c) && (element_bytes(c.precision) == 2 || q8) && (c.num_warps == 8 || three);
 }

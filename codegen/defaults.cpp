@@ -225,13 +225,22 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   // masks, K and V prepared and per call, in turn with 64 x 128 w4s2 and 128 x 128 w8s2
   // (efta_three_consumers_d32_d64.csv): 192 x 128 w12s2 1.14-1.50x 64 x 128 w4s2, and ahead of
   // 128 x 128 w8s2 but for efta_correct causal at 2k keys (w8 1.26-1.30x, w12 1.20-1.26x), which
-  // takes w8 below 8k keys. Below 2k keys (not measured) one warpgroup stays. At head dim 32
-  // three consumers ran 1.03-1.22x without a mask and at 8k causal, but stay off (config.cpp,
-  // warp_specialized); there EFTA keeps 64 x 128 w4s2 (1.17-1.31x the mma.sync 64 x 128 w4s1,
-  // d32_efta_tiles.csv) and efta_correct causal 128 x 128 w8s2 (1.30-1.40x).
+  // takes w8 below 8k keys. Below 2k keys (not measured) one warpgroup stays. At head dim 32 in
+  // the same run three consumers ran 1.03-1.22x 64 x 128 w4s2 without a mask from 2k keys and
+  // 1.05-1.09x the best at 8k causal, but 0.91-0.99x at 2k causal (efta_correct causal keeps
+  // 128 x 128 w8s2 below 8k). efta_detect's fallback S check (protect/efta_rows.cuh) spills
+  // 60-68 bytes on the one warpgroup at head dim 32 (three CTAs per SM) and cost it 7-11%
+  // (d32_efta_fallback_ab.csv); its three consumers then lead from 4k keys causal as well, 1.05x
+  // per call and 1.12x with K and V prepared, and at 2k trade places with it
+  // (d32_efta_fallback_tiles.csv). So from 2k keys without a mask, causal from 4k (efta_detect)
+  // or 8k (efta_correct).
   const bool efta_correct = c.protection == Protection::efta_correct;
-  const bool efta_three = efta && c.head_dim == 64 &&
-                          (keys >= 8192 || (keys >= 2048 && !(efta_correct && is_causal(c.mask))));
+  const bool causal = is_causal(c.mask);
+  const int efta_d32_keys = !causal ? 2048 : efta_correct ? 8192 : 4096;
+  const bool efta_three =
+      efta &&
+      ((c.head_dim == 64 && (keys >= 8192 || (keys >= 2048 && !(efta_correct && causal)))) ||
+       (c.head_dim == 32 && keys >= efta_d32_keys));
   KernelConfig three = wgmma16;
   three.block_m = 192;
   three.num_warps = 12;

@@ -642,17 +642,16 @@ TEST_CASE("K and V prepared once serve later calls, a V changed since is seen, m
                       Catch::Contains("unprotected"));
 }
 
-TEST_CASE("EFTA on three consumer warpgroups at head dim 64: clean, faults seen",
-          "[gpu][wgmma16][ws][protect]") {
-  Runtime& rt = wgmma_runtime();
-  if (!on_sm90a(rt)) return;
-  // 192 x 128 w12s2 with EFTA: each turn finishes GEMM II before GEMM I (f16's split turn, not
-  // the two consumers' overlap), and efta_correct keeps its K buffer until the softmax is done.
-  // Clean on short, odd and long runs and five distributions; planted faults seen, corrected
-  // and recomputed as on the other tiles.
+namespace {
+
+// EFTA on 192 x 128 w12s2 at head dim `d`: each turn finishes GEMM II before GEMM I (f16's split
+// turn, not the two consumers' overlap), and efta_correct keeps its K buffer until the softmax is
+// done. Clean on short, odd and long runs and five distributions; planted faults seen, corrected
+// and recomputed as on the other tiles.
+void check_efta_three_consumers(Runtime& rt, int d) {
   auto tile = [&](Protection prot, Precision prec, Mask mask, bool inject) {
     KernelConfig c;
-    c.head_dim = 64, c.precision = prec, c.mask = mask, c.protection = prot;
+    c.head_dim = d, c.precision = prec, c.mask = mask, c.protection = prot;
     c.block_m = 192, c.block_n = 128, c.num_warps = 12, c.num_stages = 2;
     c.fault_injection = inject;
     c.arch = rt.device_arch();
@@ -663,11 +662,29 @@ TEST_CASE("EFTA on three consumer warpgroups at head dim 64: clean, faults seen"
     for (Mask mask : {Mask::none, Mask::causal}) {
       for (Precision prec : {Precision::f16, Precision::bf16}) {
         const KernelConfig c = tile(prot, prec, mask, false);
-        gpu_test::check_clean_protected(rt, c, Problem::bhsd(2, 4, 2, 333, 517, 64), 71);
-        gpu_test::check_clean_protected(rt, c, Problem::bhsd(1, 2, 1, 1000, 1100, 64), 72);
-        check_clean_on_distributions(rt, c, Problem::bhsd(1, 4, 4, 1024, 1024, 64), 19);
+        gpu_test::check_clean_protected(rt, c, Problem::bhsd(2, 4, 2, 333, 517, d), 71);
+        gpu_test::check_clean_protected(rt, c, Problem::bhsd(1, 2, 1, 1000, 1100, d), 72);
+        check_clean_on_distributions(rt, c, Problem::bhsd(1, 4, 4, 1024, 1024, d), 19);
       }
       check_efta_planted(rt, tile(prot, Precision::f16, mask, true),
-                         Problem::bhsd(1, 2, 2, 256, 512, 64));
+                         Problem::bhsd(1, 2, 2, 256, 512, d));
     }
+}
+
+}  // namespace
+
+TEST_CASE("EFTA on three consumer warpgroups at head dim 64: clean, faults seen",
+          "[gpu][wgmma16][ws][protect]") {
+  Runtime& rt = wgmma_runtime();
+  if (!on_sm90a(rt)) return;
+  check_efta_three_consumers(rt, 64);
+}
+
+TEST_CASE("EFTA on three consumer warpgroups at head dim 32: clean, faults seen",
+          "[gpu][wgmma16][ws][protect]") {
+  // The planted score flip here is one that efta_detect's product check gives up on (a score
+  // below 2 taken up by 2^128): its fallback check sees it.
+  Runtime& rt = wgmma_runtime();
+  if (!on_sm90a(rt)) return;
+  check_efta_three_consumers(rt, 32);
 }

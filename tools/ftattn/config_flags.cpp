@@ -35,7 +35,7 @@ void add_config_flags(CLI::App& cmd, ConfigFlags& f, Positional positional) {
       cmd.add_option("--block-n", f.block_n, "key rows per main-loop step (0: default)");
   f.warps_opt = cmd.add_option("--warps", f.warps,
                                "warps per CTA: 1, 2, 4, 8, or 12 for 16-bit on sm_90a, unprotected "
-                               "or flash_abft (EFTA too at head dim 64) (0: default)");
+                               "or flash_abft (EFTA too at head dims 32 and 64) (0: default)");
   f.stages_opt = cmd.add_option("--stages", f.stages, "K/V shared-memory stages: 1, 2, 3");
   cmd.add_option("--precision", f.precision, "f16, bf16, int8, f16_pasa, fp8_e4m3 (default f16)");
   cmd.add_option("--protection", f.protection,

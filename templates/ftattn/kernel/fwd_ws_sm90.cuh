@@ -79,9 +79,9 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   // ptxas puts it.
   constexpr bool kOverlap = T::num_warps == 8 && kEfta && !P::pasa;
   constexpr bool kAlarmsFirst = kOverlap && !T::Protect::correct;
-  // Three EFTA consumers (head dim 64) take the split turn below instead.
-  static_assert(!kEfta || kOverlap || (kSplitTurn && T::head_dim == 64),
-                "EFTA runs on two consumers, or three at head dim 64");
+  // Three EFTA consumers (head dims 32 and 64) take the split turn below instead.
+  static_assert(!kEfta || kOverlap || (kSplitTurn && T::head_dim <= 64),
+                "EFTA runs on two consumers, or three at head dims up to 64");
   // Without EFTA a row keeps its max until a block passes it by 2^8 (softmax_block, pasa::bias).
   // EFTA rescales every block: efta_detect with the lazy rescale ran 0.95-0.97x
   // (efta_lazy_rescale_ab.csv).
