@@ -228,15 +228,16 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   // takes w8 below 8k keys. Below 2k keys (not measured) one warpgroup stays. At head dim 32 in
   // the same run three consumers ran 1.03-1.22x 64 x 128 w4s2 without a mask from 2k keys and
   // 1.05-1.09x the best at 8k causal, but 0.91-0.99x at 2k causal (efta_correct causal keeps
-  // 128 x 128 w8s2 below 8k). efta_detect's fallback S check (protect/efta_rows.cuh) spills
-  // 60-68 bytes on the one warpgroup at head dim 32 (three CTAs per SM) and cost it 7-11%
-  // (d32_efta_fallback_ab.csv); its three consumers then lead from 4k keys causal as well, 1.05x
-  // per call and 1.12x with K and V prepared, and at 2k trade places with it
-  // (d32_efta_fallback_tiles.csv). So from 2k keys without a mask, causal from 4k (efta_detect)
-  // or 8k (efta_correct).
+  // 128 x 128 w8s2 below 8k). efta_detect's fallback checks (protect/efta_rows.cuh) cost its
+  // one-warpgroup kernel causal more than its three consumers (it spills 180 bytes at three CTAs
+  // per SM): three rounds in turn with the fallbacks (d32_efta_fallback_tiles_2.csv, 128-key
+  // blocks) put the three consumers ahead at 1k and 2k keys causal (1.02-1.17x, K and V prepared
+  // or not), while at 1k without a mask one warpgroup leads (1.09-1.18x) and at 2k they trade
+  // places. So from 2k keys (efta_correct causal from 8k); causal up to 1k keeps its 64-key
+  // blocks on one warpgroup.
   const bool efta_correct = c.protection == Protection::efta_correct;
   const bool causal = is_causal(c.mask);
-  const int efta_d32_keys = !causal ? 2048 : efta_correct ? 8192 : 4096;
+  const int efta_d32_keys = efta_correct && causal ? 8192 : 2048;
   const bool efta_three =
       efta &&
       ((c.head_dim == 64 && (keys >= 8192 || (keys >= 2048 && !(efta_correct && causal)))) ||

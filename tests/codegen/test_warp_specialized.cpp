@@ -208,7 +208,7 @@ TEST_CASE("head dim 32 defaults: one warpgroup, checksum schemes three consumers
   // Rows of one 64-byte swizzle atom, GEMM II m64n32 (d32_tiles.csv, d32_abft_tiles.csv,
   // d32_efta_tiles.csv, efta_three_consumers_d32_d64.csv): unprotected and EFTA 64 x 128 w4s2
   // (64 x 64 causal up to 1k keys), the checksum schemes 192 x 128 w12s2 from 2k keys without a
-  // mask and 8k causal (efta_detect 4k: d32_efta_fallback_tiles.csv), efta_correct causal below
+  // mask and 8k causal (efta_detect 2k: d32_efta_fallback_tiles_2.csv), efta_correct causal below
   // that 128 x 128 w8s2. Injection builds take their scheme's tile.
   for (Precision p : {Precision::f16, Precision::bf16})
     for (Protection prot : {Protection::none, Protection::flash_abft, Protection::efta_detect,
@@ -222,7 +222,7 @@ TEST_CASE("head dim 32 defaults: one warpgroup, checksum schemes three consumers
             REQUIRE(uses_wgmma(c));
             CHECK(c.num_stages == 2);
             const bool causal = m == Mask::causal;
-            const int causal_keys = prot == Protection::efta_detect ? 4096 : 8192;
+            const int causal_keys = prot == Protection::efta_detect ? 2048 : 8192;
             if (prot != Protection::none && keys >= (causal ? causal_keys : 2048)) {
               CHECK((c.block_m == 192 && c.block_n == 128 && c.num_warps == 12));
               CHECK(warp_specialized(c));

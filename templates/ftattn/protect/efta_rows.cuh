@@ -235,6 +235,33 @@ __device__ __forceinline__ void efta_probs_row(const AttentionParams& p, float (
     alarm_tol = alarm ? tol : alarm_tol;
     return;
   }
+  // The product left FP32's range (0, inf or NaN): unverifiable as a product. A score flipped
+  // far down (or a large one's sign flipped) gives a P of 0, and so a product of 0, as clean rows
+  // with an exponent below -126 (exp2 flushes there) do. There the exponents are taken back from
+  // P instead (log2, on the rare rows only: a branch on the warp's vote): the checksum's sum
+  // less those of the P that are not 0 is the zeros' sum, at most -126 each when clean, while a
+  // zero made by a fault leaves that score's own exponent, above -126. Within the checksum's
+  // budget (z in exponent units) and the logs' rounding.
+  const bool lost = check && !(prod != 0.f && fabsf(prod) < -neg_inf());
+  if (__any_sync(0xffffffffu, lost)) {
+    float logs = 0.f;
+    int zeros = 0;
+#pragma unroll
+    for (int nt = 0; nt < kST; ++nt)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const float x = s[nt][2 * r + c];
+        logs += x > 0.f ? fast_log2(x) : 0.f;
+        zeros += x > 0.f ? 0 : 1;
+      }
+    zeros -= 2 * kST - n;  // the masked keys' P are 0 too
+    const float rest = num - logs;
+    const float budget = z * 1.4426950f + n * 1e-4f + 1e-3f;
+    const bool bad = lost && !(zeros == 0 ? fabsf(rest) <= budget : rest <= budget - 126.f * zeros);
+    alarms |= bad ? alarm_bit : 0u;
+    alarm_dev = bad ? rest : alarm_dev;
+    alarm_tol = bad ? budget - 126.f * zeros : alarm_tol;
+  }
   // Selects, not a branch: the caller reports after GEMM II, so that nothing splits the softmax
   // from GEMM II's MMAs.
   const bool alarm = check && prod != 0.f && fabsf(prod) < -neg_inf() && !(dev <= tol);
