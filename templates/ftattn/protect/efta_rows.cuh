@@ -15,6 +15,15 @@ namespace ftattn::detail {
 // for its partial products to stay in FP32's normal range (see efta_probs_row).
 inline constexpr float kGroupExponentFloor = 100.f;
 
+// f(x) for each of this thread's values of row half r of s.
+template <int kST, class F>
+__device__ __forceinline__ void for_row_half(const float (&s)[kST][4], int r, F&& f) {
+#pragma unroll
+  for (int nt = 0; nt < kST; ++nt)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) f(s[nt][2 * r + c]);
+}
+
 // The product check's groups of score tiles: kGroup tiles, 2 kGroup factors of a row half.
 template <int kST>
 inline constexpr int kScoreGroup = kST >= 4 ? 4 : kST;
@@ -85,13 +94,7 @@ __device__ __forceinline__ void efta_probs_row(const AttentionParams& p, float (
     const bool fallback = !check && n > 0 && mx != neg_inf();
     if (__any_sync(0xffffffffu, fallback)) {
       float raw = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < kST; ++nt)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const float x = s[nt][2 * r + c];
-          raw += kMasked && x == neg_inf() ? 0.f : x;
-        }
+      for_row_half(s, r, [&](float x) { raw += kMasked && x == neg_inf() ? 0.f : x; });
       const float contributions = q_norm * k_norm;
       const float tol =
           fmaf(p.tol_scores, contributions,
@@ -246,14 +249,10 @@ __device__ __forceinline__ void efta_probs_row(const AttentionParams& p, float (
   if (__any_sync(0xffffffffu, lost)) {
     float logs = 0.f;
     int zeros = 0;
-#pragma unroll
-    for (int nt = 0; nt < kST; ++nt)
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const float x = s[nt][2 * r + c];
-        logs += x > 0.f ? fast_log2(x) : 0.f;
-        zeros += x > 0.f ? 0 : 1;
-      }
+    for_row_half(s, r, [&](float x) {
+      logs += x > 0.f ? fast_log2(x) : 0.f;
+      zeros += x > 0.f ? 0 : 1;
+    });
     zeros -= 2 * kST - n;  // the masked keys' P are 0 too
     const float rest = num - logs;
     const float budget = z * 1.4426950f + n * 1e-4f + 1e-3f;
