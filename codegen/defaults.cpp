@@ -242,10 +242,15 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
       efta &&
       ((c.head_dim == 64 && (keys >= 8192 || (keys >= 2048 && !(efta_correct && causal)))) ||
        (c.head_dim == 32 && keys >= efta_d32_keys));
+  // Unprotected without a mask they lead from 512 keys too: on the H200 at 512 and 1k keys, in
+  // turn with seven wgmma tiles (nvidia-h200/h200_short_d128_r*.csv), 1.06x 128 x 128 w8s2, the
+  // default there before; causal at 1k keys the two tie, and up to 512 64 x 64 w4s3 leads.
+  const bool short_three = c.protection == Protection::none && !is_causal(c.mask) && keys >= 512;
   KernelConfig three = wgmma16;
   three.block_m = 192;
   three.num_warps = 12;
-  if (((c.head_dim == 128 && keys >= 2048) || abft_narrow || efta_three) && warp_specialized(three))
+  if (((c.head_dim == 128 && (keys >= 2048 || short_three)) || abft_narrow || efta_three) &&
+      warp_specialized(three))
     wgmma16 = three;
   if (!efta_three && efta_correct && is_causal(c.mask) &&
       (c.head_dim == 32 || (c.head_dim == 64 && keys >= 2048))) {

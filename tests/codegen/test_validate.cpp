@@ -238,8 +238,8 @@ TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
 
   // sm_90a, unprotected f16/bf16 at head dims 64 and 128: the wgmma skeleton's tiles (the H100's
   // tune): 64 x 128 at 64 (64-key blocks causal up to 1024 keys); at 128 the warp-specialised
-  // kernel, three consumers (192 x 128 w12s2) from 2k keys (4k without a problem), 128 x 128
-  // w8s2 below, but causal up to 512 keys: 64 x 64 w4s3.
+  // kernel, three consumers (192 x 128 w12s2) from 2k keys (4k without a problem) and from 512
+  // without a mask, 128 x 128 w8s2 below, but causal up to 512 keys: 64 x 64 w4s3.
   c = with_defaults(partial(128), kSm90a);
   CHECK(c == make(128, 192, 128, 12, 2, kSm90a));
   CHECK(warp_specialized(c));
@@ -247,7 +247,12 @@ TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
   const Problem keys_2k_128 = Problem::bhsd(1, 1, 1, 2048, 2048, 128);
   CHECK(with_defaults(partial(128), kSm90a, &keys_2k_128) == make(128, 192, 128, 12, 2, kSm90a));
   const Problem keys_2047 = Problem::bhsd(1, 1, 1, 2047, 2047, 128);
-  CHECK(with_defaults(partial(128), kSm90a, &keys_2047) == make(128, 128, 128, 8, 2, kSm90a));
+  CHECK(with_defaults(partial(128), kSm90a, &keys_2047) == make(128, 192, 128, 12, 2, kSm90a));
+  const Problem keys_511 = Problem::bhsd(1, 1, 1, 511, 511, 128);
+  CHECK(with_defaults(partial(128), kSm90a, &keys_511) == make(128, 128, 128, 8, 2, kSm90a));
+  KernelConfig masked_128 = partial(128);
+  masked_128.mask = Mask::causal;
+  CHECK(with_defaults(masked_128, kSm90a, &keys_2047).num_warps == 8);
   KernelConfig abft_128 = partial(128);
   abft_128.protection = Protection::flash_abft;
   CHECK(with_defaults(abft_128, kSm90a, &keys_2k_128) == [&] {
@@ -259,7 +264,7 @@ TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
   CHECK(with_defaults(abft_128, kSm90a, &keys_2k_128).num_warps == 8);  // EFTA keeps two
   CHECK(with_defaults(partial(64), kSm90a) == make(64, 64, 128, 4, 2, kSm90a));
   CHECK_FALSE(warp_specialized(with_defaults(partial(64), kSm90a)));
-  CHECK(with_defaults(partial(128), kSm90a, &keys_512) == make(128, 128, 128, 8, 2, kSm90a));
+  CHECK(with_defaults(partial(128), kSm90a, &keys_512) == make(128, 192, 128, 12, 2, kSm90a));
   const Problem keys_1k_128 = Problem::bhsd(1, 1, 1, 1024, 1024, 128);
   CHECK(with_defaults(partial(128), kSm90a, &keys_1k_128).num_stages == 2);
   masked.head_dim = 128;
