@@ -242,16 +242,17 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
       efta &&
       ((c.head_dim == 64 && (keys >= 8192 || (keys >= 2048 && !(efta_correct && causal)))) ||
        (c.head_dim == 32 && keys >= efta_d32_keys));
-  // Unprotected without a mask they lead from 512 keys too: on the H200 at 512 and 1k keys, in
-  // turn with seven wgmma tiles (nvidia-h200/h200_short_d128_r*.csv), 1.06x 128 x 128 w8s2, the
-  // default there before; causal at 1k keys the two tie, and up to 512 64 x 64 w4s3 leads.
-  const bool short_three = c.protection == Protection::none && !is_causal(c.mask) && keys >= 512;
+  // Below 2k keys they lead too, from 512 keys without a mask and past 1k causal: on the H200
+  // (nvidia-h200/short_tiles_d128_r*.csv, short_abft_tiles_r*.csv, short_pasa_tiles_r*.csv), in
+  // turn with 128 x 128 w8s2, the default there before, f16, bf16, Flash-ABFT and f16_pasa ran
+  // 1.05-1.25x at 512-1.5k keys without a mask and 1.10-1.13x at 1.5k causal; at 1k causal
+  // 0.99-1.03x, and at 512 causal 0.94-0.97x (64 x 64 w4s3 leads there unprotected).
+  const bool three_d128 =
+      c.head_dim == 128 && (keys >= 2048 || (is_causal(c.mask) ? keys > 1024 : keys >= 512));
   KernelConfig three = wgmma16;
   three.block_m = 192;
   three.num_warps = 12;
-  if (((c.head_dim == 128 && (keys >= 2048 || short_three)) || abft_narrow || efta_three) &&
-      warp_specialized(three))
-    wgmma16 = three;
+  if ((three_d128 || abft_narrow || efta_three) && warp_specialized(three)) wgmma16 = three;
   if (!efta_three && efta_correct && is_causal(c.mask) &&
       (c.head_dim == 32 || (c.head_dim == 64 && keys >= 2048))) {
     wgmma16.block_m = 128;
@@ -332,7 +333,9 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
     // f16 at 128 where 128 x 128 w8s2 ran 0.94-1.01x, and 1.01-1.20x at 64 but for causal runs
     // up to 4k keys (0.89x, where 64 x 128 w4s2 keeps 0.95x). Shorter runs keep the earlier
     // tiles (pasa_three_consumers_short.csv, 512-2k keys): at 128 below 2k keys the 192-row
-    // tile is level without a mask and 8-11% slower causal; at 64 it is slower up to 2k keys.
+    // tile was level without a mask and 8-11% slower causal; at 64 it is slower up to 2k keys.
+    // Since, at 128 the three consumers lead from 512 keys without a mask and past 1k causal on
+    // the H200 (three_d128 above).
     // Causal at 64 keeps 64 x 128 w4s2 up to 8k keys: there, K' prepared, it ran 1.003-1.007x
     // f16 against the three consumers' 0.976-0.992x (three runs on the H100,
     // pasa_d64_causal_tiles.csv, pasa_d64_causal_long_*.csv); at 12k the two were level, at 16k
@@ -345,7 +348,7 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
     // Head dim 96: 192 x 128 w12s2, 1.56-2.57x the mma.sync 128 x 32 w4s1 at 1k-16k keys, both
     // masks, and ahead of every other wgmma tile (d96_pasa_tiles.csv); up to 256 keys, and 512
     // causal (short_d96), 64 x 128 w4s2: 1.04-1.31x it there (d96_pasa_short_tiles.csv).
-    const bool three = (c.head_dim == 128 && keys >= 2048) || (c.head_dim == 96 && !short_d96) ||
+    const bool three = three_d128 || (c.head_dim == 96 && !short_d96) ||
                        (c.head_dim == 64 && keys > (is_causal(c.mask) ? 8192 : 2048));
     const bool two = (c.head_dim == 128 && !three) || c.head_dim >= 192;
     wgmma_pasa.block_m = three ? 192 : two ? 128 : 64;

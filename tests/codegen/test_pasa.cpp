@@ -433,13 +433,18 @@ TEST_CASE("f16_pasa defaults: the wgmma skeleton on sm_90a when unprotected, mma
     CHECK(warp_specialized(d128));
     CHECK((d128.block_m == 192 && d128.block_n == 128 && d128.num_warps == 12 &&
            d128.num_stages == 2));
-    // Short runs keep the earlier tiles: 128 x 128 w8s2 at 128 below 2k keys, 64 x 128 w4s2 at 64
-    // up to 2k.
+    // Short runs: at 128 the three consumers from 512 keys without a mask and past 1k causal,
+    // 128 x 128 w8s2 below; 64 x 128 w4s2 at 64 up to 2k.
     KernelConfig open_config;
     open_config.head_dim = 128, open_config.precision = Precision::f16_pasa, open_config.mask = m;
     const Problem short_run = Problem::bhsd(1, 8, 8, 1024, 1024, 128);
     const KernelConfig d128_short = with_defaults(open_config, Arch{90, true}, &short_run);
-    CHECK((d128_short.block_m == 128 && d128_short.num_warps == 8));
+    CHECK(d128_short.num_warps == (m == Mask::causal ? 8 : 12));
+    const Problem shorter_run = Problem::bhsd(1, 8, 8, 511, 511, 128);
+    const KernelConfig d128_shorter = with_defaults(open_config, Arch{90, true}, &shorter_run);
+    CHECK((d128_shorter.block_m == 128 && d128_shorter.num_warps == 8));
+    const Problem causal_cut = Problem::bhsd(1, 8, 8, 1025, 1025, 128);
+    CHECK(with_defaults(open_config, Arch{90, true}, &causal_cut).num_warps == 12);
     open_config.head_dim = 64;
     const Problem short64 = Problem::bhsd(1, 8, 8, 2048, 2048, 64);
     const KernelConfig d64_short = with_defaults(open_config, Arch{90, true}, &short64);

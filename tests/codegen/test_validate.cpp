@@ -201,9 +201,10 @@ TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
   CHECK(with_defaults(protected_128, kSm90).num_stages == 1);
   // On sm_90a every checksum scheme runs the warp-specialised wgmma skeleton at head dim 128,
   // with injection sites too: EFTA two consumers, 128 x 128 w8s2; Flash-ABFT three from 2k keys
-  // (192 x 128 w12s2; 4k without a problem), two below. At head dim 64 EFTA takes three
-  // consumers too (from 2k keys). On sm_90 EFTA keeps the mma.sync defaults.
+  // (192 x 128 w12s2; 4k without a problem) and from 512 without a mask, two below. At head dim 64
+  // EFTA takes three consumers too (from 2k keys). On sm_90 EFTA keeps the mma.sync defaults.
   const Problem keys_2047_abft = Problem::bhsd(1, 1, 1, 2047, 2047, 128);
+  const Problem keys_511_abft = Problem::bhsd(1, 1, 1, 511, 511, 128);
   for (Protection prot :
        {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct}) {
     protected_128.protection = prot;
@@ -220,7 +221,9 @@ TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
       };
       CHECK(with_defaults(asked, kSm90a) == expect(rows, warps));
       CHECK(warp_specialized(with_defaults(asked, kSm90a)));
-      CHECK(with_defaults(asked, kSm90a, &keys_2047_abft) == expect(128, 8));
+      // Below 2k keys Flash-ABFT takes three consumers too from 512 keys without a mask.
+      CHECK(with_defaults(asked, kSm90a, &keys_2047_abft) == expect(rows, warps));
+      CHECK(with_defaults(asked, kSm90a, &keys_511_abft) == expect(128, 8));
     }
     KernelConfig protected_64 = partial(64);
     protected_64.protection = prot;
@@ -238,8 +241,9 @@ TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
 
   // sm_90a, unprotected f16/bf16 at head dims 64 and 128: the wgmma skeleton's tiles (the H100's
   // tune): 64 x 128 at 64 (64-key blocks causal up to 1024 keys); at 128 the warp-specialised
-  // kernel, three consumers (192 x 128 w12s2) from 2k keys (4k without a problem) and from 512
-  // without a mask, 128 x 128 w8s2 below, but causal up to 512 keys: 64 x 64 w4s3.
+  // kernel, three consumers (192 x 128 w12s2) from 2k keys (4k without a problem), from 512
+  // without a mask and past 1k causal, 128 x 128 w8s2 below, but causal up to 512 keys: 64 x 64
+  // w4s3.
   c = with_defaults(partial(128), kSm90a);
   CHECK(c == make(128, 192, 128, 12, 2, kSm90a));
   CHECK(warp_specialized(c));
@@ -252,7 +256,9 @@ TEST_CASE("with_defaults: fills open knobs by the heuristic", "[validate]") {
   CHECK(with_defaults(partial(128), kSm90a, &keys_511) == make(128, 128, 128, 8, 2, kSm90a));
   KernelConfig masked_128 = partial(128);
   masked_128.mask = Mask::causal;
-  CHECK(with_defaults(masked_128, kSm90a, &keys_2047).num_warps == 8);
+  CHECK(with_defaults(masked_128, kSm90a, &keys_2047).num_warps == 12);  // causal past 1k
+  const Problem keys_1025 = Problem::bhsd(1, 1, 1, 1025, 1025, 128);
+  CHECK(with_defaults(masked_128, kSm90a, &keys_1025).num_warps == 12);
   KernelConfig abft_128 = partial(128);
   abft_128.protection = Protection::flash_abft;
   CHECK(with_defaults(abft_128, kSm90a, &keys_2k_128) == [&] {
