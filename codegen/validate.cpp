@@ -180,8 +180,7 @@ void validate(const KernelConfig& c) {
         "num_warps 12 (three consumer warpgroups) is the 16-bit warp-specialised kernel on "
         "sm_90a (f16_pasa unprotected, or f16 and bf16 unprotected or with flash_abft, or with "
         "EFTA at head dims 32 and 64; head dims 32, 64, 96 and 128, block_m 192, block_n 64 or "
-        "128, two "
-        "or more stages, backend nvrtc): use 1, 2, 4 or 8");
+        "128, two or more stages, backend nvrtc): use 1, 2, 4 or 8");
   }
   if (!contains(std::array{1, 2, 3}, c.num_stages)) {
     throw ConfigError(fmt::format("num_stages {} is not supported: use 1, 2 or 3", c.num_stages));
