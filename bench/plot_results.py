@@ -337,6 +337,8 @@ def main():
     tile_sweep(folder, "q8_d192_tiles")
     tiles_vs_f16(folder, "fp8_three_consumers")
     tiles_vs_f16(folder, "fp8_ws_d256")
+    tiles_vs_f16(folder, "q8_ws_overlap_tiles")
+    tile_sweep(folder, "q8_ws_overlap_d256")
     speed_vs_f16(folder, "precision_speed_d256_fp8_ws", goals=(1.5,))
     protect_overhead(folder, "protect_overhead_d256")
     protect_overhead(folder, "protect_overhead_ws")
