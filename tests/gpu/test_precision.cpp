@@ -619,3 +619,85 @@ TEST_CASE("V's quantisation, in one pass per KV head (Hopper) or two, gives the 
         CHECK(wrong_bytes == 0);
       }
 }
+
+TEST_CASE("Q's and K's quantisation by rows gives the host's bytes and scales",
+          "[gpu][q8][quantize_rows]") {
+  Runtime& rt = q8_runtime();
+  // Per token (Q; K of int8) or per 64 keys (K of fp8_e4m3): the scale max |x| / range, each byte
+  // x * (range / max |x|) rounded as the precision rounds; int8's K scales past the last key
+  // (up to keys_padded) 0. Row counts that leave a CTA's rows part empty, GQA, both 16-bit inputs.
+  struct Shape {
+    int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
+  };
+  for (Precision p : q8_precisions(rt))
+    for (Precision io : {Precision::f16, Precision::bf16})
+      for (Shape s : {Shape{1, 2, 1, 70, 60, 64}, Shape{2, 4, 2, 333, 1000, 128},
+                      Shape{1, 3, 1, 129, 200, 192}, Shape{1, 2, 2, 65, 3000, 256}}) {
+        const Problem pr =
+            Problem::bhsd(s.batch, s.heads_q, s.heads_kv, s.seqlen_q, s.seqlen_k, s.head_dim);
+        const auto kernel = rt.kernel(rt.resolve(q8_config(s.head_dim, p, Mask::none), &pr));
+        const QuantizedLayout layout = QuantizedLayout::of(pr);
+        INFO(to_string(p) << " " << to_string(io) << " q " << s.seqlen_q << " k " << s.seqlen_k
+                          << " d" << s.head_dim);
+        std::mt19937_64 rng(s.seqlen_q + s.seqlen_k + s.head_dim);
+        const int d = s.head_dim;
+        auto q = reference::random_tensor(rng, io, pr.q, s.batch, s.heads_q, s.seqlen_q, d);
+        auto k = reference::random_tensor(rng, io, pr.k, s.batch, s.heads_kv, s.seqlen_k, d);
+        auto v = reference::random_tensor(rng, io, pr.v, s.batch, s.heads_kv, s.seqlen_k, d);
+        const gpu_test::DeviceIo io_buffers(q, k, v);
+        runtime::DeviceBuffer ws(layout.bytes);
+        ws.fill_bytes(0xAB);  // int8's padding K scales must be written as 0
+        const QuantizedInputs in = quantize(*kernel, pr, io_buffers.q.data(), io_buffers.k.data(),
+                                            io_buffers.v.data(), io, ws.data(), nullptr);
+        runtime::check(runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
+        const float range = quant_model::range(p);
+        auto value = [&](uint8_t byte) {  // a stored byte as the number it encodes
+          if (p == Precision::int8) return float(static_cast<int8_t>(byte));
+          const int e = (byte >> 3) & 15, m = byte & 7;
+          const float mag = e == 0 ? std::ldexp(float(m), -9) : std::ldexp(1.f + m / 8.f, e - 7);
+          return byte & 0x80 ? -mag : mag;
+        };
+        // Tensor t's rows (heads x seqlen per batch, dense bytes) against the host, with `rows`
+        // tokens sharing a scale; scale_seq scale entries per head.
+        auto check_rows = [&](const reference::Tensor16& t, const void* bytes, const float* scales,
+                              int heads, int seqlen, int scale_seq, int rows) {
+          const size_t n_heads = static_cast<size_t>(s.batch) * heads;
+          std::vector<uint8_t> got(n_heads * seqlen * d);
+          std::vector<float> got_scale(n_heads * scale_seq);
+          runtime::check(runtime::driver().cuMemcpyDtoH(
+                             got.data(), reinterpret_cast<CUdeviceptr>(bytes), got.size()),
+                         "cuMemcpyDtoH");
+          runtime::check(
+              runtime::driver().cuMemcpyDtoH(
+                  got_scale.data(), reinterpret_cast<CUdeviceptr>(scales), got_scale.size() * 4),
+              "cuMemcpyDtoH");
+          long long wrong_scales = 0, wrong_bytes = 0;
+          for (int b = 0; b < s.batch; ++b)
+            for (int h = 0; h < heads; ++h) {
+              const size_t head = static_cast<size_t>(b) * heads + h;
+              for (int j = 0; j < scale_seq; ++j) {
+                float amax = 0.f;
+                const int first = j / rows * rows;
+                for (int jj = first; jj < std::min(seqlen, first + rows); ++jj)
+                  for (int c = 0; c < d; ++c)
+                    amax = std::max(amax, std::abs(t.at(io, b, h, jj, c)));
+                const float want_scale = j < seqlen || rows == 1 ? amax / range : 0.f;
+                // fp8's padding keys: whatever their block wrote (nothing reads them).
+                if (j < seqlen || p == Precision::int8)
+                  wrong_scales += got_scale[head * scale_seq + j] != want_scale;
+                if (j >= seqlen) continue;
+                const float inv = amax > 0.f ? range / amax : 0.f;
+                for (int c = 0; c < d; ++c) {
+                  const float want = quant_model::quantize_value(t.at(io, b, h, j, c) * inv, p);
+                  wrong_bytes += value(got[(head * seqlen + j) * d + c]) != want;
+                }
+              }
+            }
+          CHECK(wrong_scales == 0);
+          CHECK(wrong_bytes == 0);
+        };
+        check_rows(q, in.q, in.q_scale, s.heads_q, s.seqlen_q, s.seqlen_q, 1);
+        check_rows(k, in.k, in.k_scale, s.heads_kv, s.seqlen_k, layout.keys_padded,
+                   in.k_scale_block);
+      }
+}
