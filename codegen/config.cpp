@@ -84,6 +84,49 @@ Enum parse_enum(std::string_view what, std::string_view text, const std::array<E
   throw ConfigError(fmt::format("unknown {} '{}': expected one of {}", what, text, expected));
 }
 
+// The canonical name a kernel symbol (symbol(): every '-' written as '_') stands for: runs of
+// tokens that spell a precision, mask or protection with '-' are joined again, and so is the
+// LLVM route after "llvm". Only a hint for parse()'s error: names are read in their '-' form.
+std::string name_of_symbol(std::string_view symbol) {
+  std::vector<std::string> words;  // the '-' spellings that symbol() splits
+  auto add = [&](std::string_view text) {
+    if (dashed(text).find('-') != std::string::npos) words.push_back(dashed(text));
+  };
+  for (Precision p : kPrecisions) add(to_string(p));
+  for (Mask m : kMasks) add(to_string(m));
+  for (Protection p : kProtections) add(to_string(p));
+  // Longest first: block-sparse-causal before block-sparse.
+  std::sort(words.begin(), words.end(),
+            [](const auto& a, const auto& b) { return a.size() > b.size(); });
+  std::vector<std::string> tokens;
+  for (size_t start = 0; start <= symbol.size();) {
+    const size_t end = std::min(symbol.find('_', start), symbol.size());
+    tokens.emplace_back(symbol.substr(start, end - start));
+    start = end + 1;
+  }
+  std::string out;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    std::string token = tokens[i];
+    if (token == "llvm") {  // the route: one token of '-' parts to the end
+      for (size_t j = i + 1; j < tokens.size(); ++j) token += "-" + tokens[j];
+      i = tokens.size();
+    } else {
+      for (const std::string& w : words) {
+        std::string joined = token;
+        size_t j = i;
+        while (joined.size() < w.size() && j + 1 < tokens.size()) joined += "-" + tokens[++j];
+        if (joined == w) {
+          token = joined;
+          i = j;
+          break;
+        }
+      }
+    }
+    out += (out.empty() ? "" : "_") + token;
+  }
+  return out;
+}
+
 // A positive decimal written the way name() writes it: digits only, no sign, no leading zero.
 // Anything else (including values that overflow int) is nullopt.
 std::optional<int> parse_positive(std::string_view text) {
@@ -463,7 +506,33 @@ std::string KernelConfig::symbol() const {
   return s;
 }
 
+namespace {
+KernelConfig parse_canonical(std::string_view name);
+}  // namespace
+
 KernelConfig KernelConfig::parse(std::string_view name) {
+  try {
+    return parse_canonical(name);
+  } catch (const ConfigError& e) {
+    // A kernel's symbol (as SASS and the cubin show it) pasted for its name: say which name.
+    const std::string candidate = name_of_symbol(name);
+    if (candidate != name) {
+      try {
+        parse_canonical(candidate);
+      } catch (const ConfigError&) {
+        throw e;
+      }
+      throw ConfigError(fmt::format(
+          "{} (that looks like a kernel symbol, which writes '_' for the '-' inside fields: the "
+          "name to give is '{}')",
+          e.what(), candidate));
+    }
+    throw;
+  }
+}
+
+namespace {
+KernelConfig parse_canonical(std::string_view name) {
   auto fail = [&](std::string_view detail) {
     return ConfigError(fmt::format("bad kernel name '{}': {}", name, detail));
   };
@@ -609,6 +678,7 @@ KernelConfig KernelConfig::parse(std::string_view name) {
   }
   return c;
 }
+}  // namespace
 
 int KernelConfig::shared_memory_bytes() const {
   if (head_dim <= 0 || block_m <= 0 || block_n <= 0 || num_stages <= 0) {

@@ -200,6 +200,34 @@ TEST_CASE("config: parse inverts name for every valid combination", "[config]") 
   }
 }
 
+TEST_CASE("config: a kernel symbol given for a name is refused with the name to give", "[config]") {
+  // SASS and cubins show symbols, which write '_' for the '-' inside fields; parse reads names
+  // only, and its error says which name the symbol stands for.
+  int symbols = 0;
+  for (const KernelConfig& c : all_configs(true)) {
+    const std::string name = c.name(), symbol = c.symbol();
+    if (symbol == name) continue;
+    ++symbols;
+    INFO(symbol);
+    REQUIRE_CONFIG_ERROR(KernelConfig::parse(symbol), "the name to give is '" + name + "'");
+  }
+  REQUIRE(symbols >= 50);
+  KernelConfig routed = KernelConfig::parse("ftattn_fwd_sm90a_f16_d128_m128n64_w4s2_none_none");
+  routed.backend = Backend::llvm;
+  routed.ir_inject = IrClass::fp_arith;
+  routed.ir_harden = IrClass::exp_max;
+  REQUIRE_CONFIG_ERROR(KernelConfig::parse(routed.symbol()),
+                       "the name to give is '" + routed.name() + "'");
+  // Names that are wrong anyway get no such hint.
+  const std::string bad = "ftattn_fwd_sm90a_fp32_d128_m128n64_w4s2_none_flash_abft";
+  try {
+    KernelConfig::parse(bad);
+    FAIL("parsed " << bad);
+  } catch (const ConfigError& e) {
+    CHECK(std::string(e.what()).find("name to give") == std::string::npos);
+  }
+}
+
 TEST_CASE("config: parse inverts name for complete configs that are not built yet", "[config]") {
   // parse does not validate: names of planned precisions and protections read back too.
   for (Precision p : {Precision::f16, Precision::bf16, Precision::int8, Precision::f16_pasa,
