@@ -32,6 +32,14 @@ std::vector<Precision> q8_precisions(Runtime& rt) {
 
 using gpu_test::tensor_of;
 
+// A stored 8-bit operand byte as the number it encodes: int8, or E4M3 (subnormals from 2^-9).
+float stored_value(uint8_t byte, Precision p) {
+  if (p == Precision::int8) return float(static_cast<int8_t>(byte));
+  const int e = (byte >> 3) & 15, m = byte & 7;
+  const float mag = e == 0 ? std::ldexp(float(m), -9) : std::ldexp(1.f + m / 8.f, e - 7);
+  return byte & 0x80 ? -mag : mag;
+}
+
 KernelConfig q8_config(int head_dim, Precision p, Mask m) {
   KernelConfig c;
   c.head_dim = head_dim;
@@ -244,11 +252,6 @@ TEST_CASE("fp8 K: one scale per 64 keys, and the Hopper kernel refuses finer K s
   runtime::check(
       runtime::driver().cuMemcpyDtoH(k8.data(), reinterpret_cast<CUdeviceptr>(in.k), k8.size()),
       "cuMemcpyDtoH");
-  auto e4m3 = [](uint8_t b) {  // an E4M3 byte as a float
-    const int e = (b >> 3) & 15, m = b & 7;
-    const float mag = e == 0 ? std::ldexp(float(m), -9) : std::ldexp(1.f + m / 8.f, e - 7);
-    return b & 0x80 ? -mag : mag;
-  };
   for (int block = 0; block < 4; ++block) {
     float amax = 0.f;
     for (int j = block * 64; j < std::min(200, block * 64 + 64); ++j)
@@ -261,8 +264,8 @@ TEST_CASE("fp8 K: one scale per 64 keys, and the Hopper kernel refuses finer K s
       if (j >= 200) continue;
       int wrong = 0;
       for (int i = 0; i < 64; ++i)
-        wrong +=
-            e4m3(k8[j * 64 + i]) != quant_model::round_e4m3(k.at(Precision::f16, 0, 0, j, i) * inv);
+        wrong += stored_value(k8[j * 64 + i], Precision::fp8_e4m3) !=
+                 quant_model::round_e4m3(k.at(Precision::f16, 0, 0, j, i) * inv);
       CHECK(wrong == 0);
     }
   }
@@ -589,12 +592,6 @@ TEST_CASE("V's quantisation, in one pass per KV head (Hopper) or two, gives the 
                            vt.data(), reinterpret_cast<CUdeviceptr>(in.v), vt.size()),
                        "cuMemcpyDtoH");
         const float range = quant_model::range(p);
-        auto value = [&](uint8_t byte) {  // a stored byte as the number it encodes
-          if (p == Precision::int8) return float(static_cast<int8_t>(byte));
-          const int e = (byte >> 3) & 15, m = byte & 7;
-          const float mag = e == 0 ? std::ldexp(float(m), -9) : std::ldexp(1.f + m / 8.f, e - 7);
-          return byte & 0x80 ? -mag : mag;
-        };
         long long wrong_scales = 0, wrong_bytes = 0;
         for (int b = 0; b < s.batch; ++b)
           for (int h = 0; h < s.heads_kv; ++h)
@@ -612,7 +609,7 @@ TEST_CASE("V's quantisation, in one pass per KV head (Hopper) or two, gives the 
                 const float want = j < s.seqlen_k
                                        ? quant_model::quantize_value(v.at(io, b, h, j, c) * inv, p)
                                        : 0.f;
-                wrong_bytes += value(byte) != want;
+                wrong_bytes += stored_value(byte, p) != want;
               }
             }
         CHECK(wrong_scales == 0);
@@ -651,12 +648,6 @@ TEST_CASE("Q's and K's quantisation by rows gives the host's bytes and scales",
                                             io_buffers.v.data(), io, ws.data(), nullptr);
         runtime::check(runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
         const float range = quant_model::range(p);
-        auto value = [&](uint8_t byte) {  // a stored byte as the number it encodes
-          if (p == Precision::int8) return float(static_cast<int8_t>(byte));
-          const int e = (byte >> 3) & 15, m = byte & 7;
-          const float mag = e == 0 ? std::ldexp(float(m), -9) : std::ldexp(1.f + m / 8.f, e - 7);
-          return byte & 0x80 ? -mag : mag;
-        };
         // Tensor t's rows (heads x seqlen per batch, dense bytes) against the host, with `rows`
         // tokens sharing a scale; scale_seq scale entries per head.
         auto check_rows = [&](const reference::Tensor16& t, const void* bytes, const float* scales,
@@ -689,7 +680,7 @@ TEST_CASE("Q's and K's quantisation by rows gives the host's bytes and scales",
                 const float inv = amax > 0.f ? range / amax : 0.f;
                 for (int c = 0; c < d; ++c) {
                   const float want = quant_model::quantize_value(t.at(io, b, h, j, c) * inv, p);
-                  wrong_bytes += value(got[(head * seqlen + j) * d + c]) != want;
+                  wrong_bytes += stored_value(got[(head * seqlen + j) * d + c], p) != want;
                 }
               }
             }
