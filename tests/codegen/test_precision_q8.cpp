@@ -92,7 +92,7 @@ TEST_CASE("int8 with flash_abft: digit rows in V^T, their kernel, one more IMMA 
 TEST_CASE("int8 EFTA: K and V^T checksum rows, their kernels, a second softmax evaluation",
           "[codegen][nvrtc][q8][protect]") {
   const std::string imma = "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32";
-  const std::string ex2 = "ex2.approx.f16x2";
+  const std::string ex2 = "ex2.approx.ftz.f32";  // P's exponentials (precision/int8.cuh)
   for (Protection prot : {Protection::efta_detect, Protection::efta_correct}) {
     const int d = 128;
     KernelConfig open;  // the tile int8 EFTA's defaults pick
@@ -127,6 +127,7 @@ TEST_CASE("int8 EFTA: K and V^T checksum rows, their kernels, a second softmax e
         correct ? 2 * (d / 32) + 3 + 6 * (efta.block_n / 32) : 2 * (d / 32) + efta.block_n / 32;
     CHECK(count(out.ptx, imma) - count(base.ptx, imma) == copies * tiles * extra);
     // The softmax runs twice: the second evaluation is not merged into the first.
+    REQUIRE(count(base.ptx, ex2) > 0);
     CHECK(count(out.ptx, ex2) == 2 * count(base.ptx, ex2));
     const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
     CHECK(r.spill_stores == 0);  // the defaults' tile fits

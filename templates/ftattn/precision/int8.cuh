@@ -51,12 +51,13 @@ struct Int8 {
   __device__ __forceinline__ static float p_offset(float shift) { return -shift; }
 
   // Four P values as the bytes of one A-operand register, `t0` in the lowest byte, and their sum
-  // added to `sum` (the paper's l = rowsum(P_int): exact, and what P V sees). 7 bits of P need
-  // no FP32 exp: two f16x2 ops per pair take 2^t (ex2.approx.f16x2) and round 127 * 2^t to an
-  // integer inside the f16 1536 + P (fma.rn.f16x2; f16 steps are 1 in [1024, 2048)), whose low
-  // byte is P. One prmt gathers four low bytes, one dp4a sums them. Range 255 (unsigned P, the
-  // lazy softmax): 2^t <= 1 + 2^-10 for t <= 0 (ex2.approx.f16 errs by about an f16 ulp), so
-  // 255 * 2^t rounds to 255 at most, and 1536 + 255 stays below 2048.
+  // added to `sum` (the paper's l = rowsum(P_int): exact, and what P V sees). 2^t on the FP32
+  // special-function unit, then packed in pairs: ex2.approx.f16x2 is no packed instruction on
+  // sm_80 to sm_90 (ptxas issues two MUFU.EX2.F16 and a prmt to rejoin them), so this saves two
+  // prmts per word and rounds t no more. fma.rn.f16x2 rounds Range * 2^t to an integer inside
+  // the f16 1536 + P (f16 steps are 1 in [1024, 2048)), whose low byte is P; one prmt gathers
+  // four low bytes, one dp4a sums them. For t <= 0, 2^t rounds to at most 1 in f16, so
+  // Range * 2^t rounds to Range at most and 1536 + 255 stays below 2048.
   using PSum = unsigned;
   template <int Range = 127>
   __device__ __forceinline__ static u32 p_word(float t0, float t1, float t2, float t3,
@@ -66,10 +67,13 @@ struct Int8 {
     u32 w;
     asm("{\n\t"
         ".reg .b32 a, b;\n\t"
-        "cvt.rn.f16x2.f32 a, %2, %1;\n\t"
-        "cvt.rn.f16x2.f32 b, %4, %3;\n\t"
-        "ex2.approx.f16x2 a, a;\n\t"
-        "ex2.approx.f16x2 b, b;\n\t"
+        ".reg .f32 e0, e1, e2, e3;\n\t"
+        "ex2.approx.ftz.f32 e0, %1;\n\t"
+        "ex2.approx.ftz.f32 e1, %2;\n\t"
+        "ex2.approx.ftz.f32 e2, %3;\n\t"
+        "ex2.approx.ftz.f32 e3, %4;\n\t"
+        "cvt.rn.f16x2.f32 a, e1, e0;\n\t"
+        "cvt.rn.f16x2.f32 b, e3, e2;\n\t"
         "fma.rn.f16x2 a, a, %5, %6;\n\t"
         "fma.rn.f16x2 b, b, %5, %6;\n\t"
         "prmt.b32 %0, a, b, 0x6420;\n\t"
