@@ -69,19 +69,24 @@ struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, P
   // fp8 keeps each key block's P V in an FP32 tile of its own, which q8::fold_output adds to O
   // (Hopper's E4M3 wgmma drops low bits when it adds into a large accumulator). At head_dims 192
   // and 256 that tile would not fit beside O, so GEMM II runs in three or four pieces of 64
-  // channels, each added to O before the next is computed.
-  static constexpr int pv_pieces =
-      PrecisionT::float_accumulators && HeadDim > 128 ? HeadDim / 64 : 1;
+  // channels, each added to O before the next is computed. One warpgroup at head_dim 128 takes
+  // two pieces too: O and a whole tile took 249 registers (two CTAs per SM), with half a tile
+  // three CTAs fit 168 registers without spills (H200: 1.04-1.23x as attention alone,
+  // bench/results/nvidia-h200/fp8_pv_halves_ab.csv). Leaving the second piece in flight into
+  // the next GEMM I, as one piece does, spilled 648 bytes there.
+  static constexpr int pv_pieces = !PrecisionT::float_accumulators   ? 1
+                                   : HeadDim > 128                   ? HeadDim / 64
+                                   : HeadDim == 128 && NumWarps == 4 ? 2
+                                                                     : 1;
   // One warpgroup per CTA: ask ptxas for three CTAs per SM (168 registers) where their shared
   // memory fits an SM's 228 KB, 1 KB of it reserved per CTA (H100: 1-2% faster than two CTAs with
   // 198 registers; with three stages, which fit two CTAs only, the cap cost 4-8%,
-  // bench/results/nvidia-h100/fp8_min_ctas_ab.csv). fp8 at head_dim 128 asks for two: O and the
-  // block's tile take 249 registers, and under the three-CTA cap spilled 604 bytes. 64-key
+  // bench/results/nvidia-h100/fp8_min_ctas_ab.csv); fp8 at head_dim 128 too, with its P V in two
+  // pieces (above; a whole tile under the three-CTA cap spilled 604 bytes). 64-key
   // blocks ask for four where their shared memory allows: int8 at head_dim 128 then fits 128
   // registers without spills (160 under the three-CTA cap) and ran 1.10-1.13x (H200,
   // bench/results/nvidia-h200/int8_n64_four_ctas_ab.csv); at head_dim 64 both already fit.
   static constexpr int min_ctas = NumWarps != 4                                           ? 1
-                                  : PrecisionT::float_accumulators && HeadDim == 128      ? 2
                                   : BlockN == 64 && 4 * (smem_bytes + 1024) <= 228 * 1024 ? 4
                                   : 3 * (smem_bytes + 1024) <= 228 * 1024                 ? 3
                                                                                           : 1;
