@@ -82,14 +82,18 @@ struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, P
   // memory fits an SM's 228 KB, 1 KB of it reserved per CTA (H100: 1-2% faster than two CTAs with
   // 198 registers; with three stages, which fit two CTAs only, the cap cost 4-8%,
   // bench/results/nvidia-h100/fp8_min_ctas_ab.csv); fp8 at head_dim 128 too, with its P V in two
-  // pieces (above; a whole tile under the three-CTA cap spilled 604 bytes). 64-key
-  // blocks ask for four where their shared memory allows: int8 at head_dim 128 then fits 128
-  // registers without spills (160 under the three-CTA cap) and ran 1.10-1.13x (H200,
-  // bench/results/nvidia-h200/int8_n64_four_ctas_ab.csv); at head_dim 64 both already fit.
-  static constexpr int min_ctas = NumWarps != 4                                           ? 1
-                                  : BlockN == 64 && 4 * (smem_bytes + 1024) <= 228 * 1024 ? 4
-                                  : 3 * (smem_bytes + 1024) <= 228 * 1024                 ? 3
-                                                                                          : 1;
+  // pieces (above; a whole tile under the three-CTA cap spilled 604 bytes). int8, and fp8 with
+  // 64-key blocks, ask for four where their shared memory allows: int8's 64 x 128 at head_dim 64
+  // and 64 x 64 at 128 then fit 128 registers without spills (160 under the three-CTA cap) and
+  // ran 1.05-1.10x and 1.10-1.13x as attention (H200, bench/results/nvidia-h200/
+  // int8_d64_four_ctas_ab.csv, int8_n64_four_ctas_ab.csv); fp8's 64 x 128 at head_dim 64
+  // spilled 176 bytes there.
+  static constexpr int min_ctas =
+      NumWarps != 4 ? 1
+      : (!PrecisionT::float_accumulators || BlockN == 64) && 4 * (smem_bytes + 1024) <= 228 * 1024
+          ? 4
+      : 3 * (smem_bytes + 1024) <= 228 * 1024 ? 3
+                                              : 1;
 
   static_assert(HeadDim == 64 || HeadDim == 128 || HeadDim == 192 || HeadDim == 256,
                 "wgmma tiles: 64-, 128-, 3 x 64- or 2 x 128-byte Q and K rows");
