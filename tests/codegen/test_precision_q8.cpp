@@ -469,7 +469,7 @@ TEST_CASE("8-bit on sm_90a: the wgmma skeleton, when it applies, and what it com
     CHECK(r.spill_stores == 0);
     // No wgmma serialised: neither for plain instructions writing a wgmma's operand registers
     // while it is in flight (C7513, a schedule bug) nor for lack of registers (C7512, which the
-    // three-CTA cap caused at head dim 128 before O's per-block tile took it to two CTAs).
+    // three-CTA cap caused at head dim 128 with a whole P V tile beside O).
     CHECK(r.performance_notes.empty());
     // One warpgroup: capped for three CTAs (65536 registers / 384 threads) at head dims 64 and
     // 128 (there with half of the block's P V tile at a time), one at 256, whose tiles' shared

@@ -88,12 +88,12 @@ struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, P
   // ran 1.05-1.10x and 1.10-1.13x as attention (H200, bench/results/nvidia-h200/
   // int8_d64_four_ctas_ab.csv, int8_n64_four_ctas_ab.csv); fp8's 64 x 128 at head_dim 64
   // spilled 176 bytes there.
+  static constexpr int ctas_by_smem = 228 * 1024 / (smem_bytes + 1024);
   static constexpr int min_ctas =
-      NumWarps != 4 ? 1
-      : (!PrecisionT::float_accumulators || BlockN == 64) && 4 * (smem_bytes + 1024) <= 228 * 1024
-          ? 4
-      : 3 * (smem_bytes + 1024) <= 228 * 1024 ? 3
-                                              : 1;
+      NumWarps != 4                                                            ? 1
+      : (!PrecisionT::float_accumulators || BlockN == 64) && ctas_by_smem >= 4 ? 4
+      : ctas_by_smem >= 3                                                      ? 3
+                                                                               : 1;
 
   static_assert(HeadDim == 64 || HeadDim == 128 || HeadDim == 192 || HeadDim == 256,
                 "wgmma tiles: 64-, 128-, 3 x 64- or 2 x 128-byte Q and K rows");
