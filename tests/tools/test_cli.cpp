@@ -320,7 +320,8 @@ TEST_CASE("cli: demo without a GPU compiles, inspects and says nothing ran", "[c
   CHECK(contains(r.out, "512 mma.sync and 0 wgmma instructions"));         // f16 on sm_80
   // f16 on sm_90a, warp-specialised: GEMM I in 4 copies x 8, GEMM II in 3 x 8.
   CHECK(contains(r.out, "0 mma.sync and 56 wgmma instructions"));
-  CHECK(contains(r.out, "0 mma.sync and 16 wgmma instructions"));  // fp8, 2 x (4 + 4)
+  // fp8: 2 copies x (GEMM I's 4 + GEMM II's 4 in each of its two 64-channel pieces).
+  CHECK(contains(r.out, "0 mma.sync and 24 wgmma instructions"));
   CHECK(contains(r.out,
                  "No GPU found: kernels were generated, compiled and inspected, but nothing was "
                  "launched."));
