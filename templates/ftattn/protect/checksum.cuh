@@ -66,14 +66,18 @@ __device__ __forceinline__ void checksum_prologue(const AttentionParams& p) {
       static_cast<const u16*>(p.v) + batch * p.v_batch_stride + head_kv * p.v_head_stride;
   const int key0 = n_block * N;
 
-  // V: a group of lanes per key, each lane one 16-byte chunk (8 columns) of the key's row, so a
-  // warp's loads are whole rows. Columns of thread group t: 8 * nt + 2t + c, its element j =
-  // 2 nt + c; every chunk holds two columns of each group. The group's partial sums meet by
-  // shuffles (groups are padded to a power of two lanes: head dims 96 and 192 have 12 and 24
-  // chunks), and max sum|v| per column group meets in shared memory first: one global atomic per
-  // group and CTA.
+  // V: four lanes per key, lane i the 16-byte chunks (8 columns each) i, i + 4, ... of the key's
+  // row, so a warp's loads are 64-byte runs of eight rows. Columns of thread group t:
+  // 8 * nt + 2t + c, its element j = 2 nt + c; every chunk holds two columns of each group. Each
+  // lane sums its chunks first and the four lanes' sums meet by two shuffles: with a lane per
+  // chunk (16 at head dim 128) efta_correct's twelve sums took four levels of shuffles per key,
+  // and its prologue issued in 68% of cycles at 48% of DRAM bandwidth (ncu, H200). max sum|v|
+  // per column group meets in registers across a thread's keys, then in shared memory: one
+  // shared and one global atomic per group and CTA.
   constexpr int chunks = D / 8;
-  constexpr int lanes = chunks <= 4 ? 4 : chunks <= 8 ? 8 : chunks <= 16 ? 16 : 32;
+  constexpr int lanes = 4;
+  static_assert(chunks % lanes == 0, "whole chunks per lane at every head dim");
+  constexpr int per_lane = chunks / lanes;
   constexpr int keys_per_pass = T::threads / lanes;
   u32* vc = reinterpret_cast<u32*>(base + head_index * w.v_per_head) +
             static_cast<long long>(key0) * 4 * Pr::v_atoms;
@@ -81,26 +85,33 @@ __device__ __forceinline__ void checksum_prologue(const AttentionParams& p) {
   __shared__ int cta_max[4];  // sums of |v| are >= 0: their bits order as ints
   if (threadIdx.x < 4) cta_max[threadIdx.x] = 0;
   __syncthreads();
-  const int chunk = threadIdx.x % lanes;
-  // Every pass's chunk is loaded before the first is reduced: the shuffles of one pass no longer
-  // wait on the next pass's load (Flash-ABFT's prologue, V alone, ran at 72% of DRAM bandwidth).
+  const int lane_in_key = threadIdx.x % lanes;
+  // Every pass's chunks are loaded before the first is reduced: the shuffles of one pass do not
+  // wait on the next pass's loads (Flash-ABFT's prologue, V alone, ran at 72% of DRAM bandwidth).
   constexpr int passes = (N + keys_per_pass - 1) / keys_per_pass;
-  uint4_ loaded[passes];
+  uint4_ loaded[passes][per_lane];
 #pragma unroll
   for (int pass = 0; pass < passes; ++pass) {
     const int kk = pass * keys_per_pass + static_cast<int>(threadIdx.x) / lanes;
     const int key = key0 + kk;
-    loaded[pass] = kk < N && chunk < chunks && key < p.seqlen_k
-                       ? *reinterpret_cast<const uint4_*>(v + key * p.v_seq_stride + chunk * 8)
-                       : uint4_{0u, 0u, 0u, 0u};
+    const bool live = kk < N && key < p.seqlen_k;
+#pragma unroll
+    for (int j = 0; j < per_lane; ++j)
+      loaded[pass][j] = live ? *reinterpret_cast<const uint4_*>(v + key * p.v_seq_stride +
+                                                                (j * lanes + lane_in_key) * 8)
+                             : uint4_{0u, 0u, 0u, 0u};
   }
+  float abs_max[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
   for (int pass = 0; pass < passes; ++pass) {  // the same trip count in every lane
     const int kk = pass * keys_per_pass + static_cast<int>(threadIdx.x) / lanes;
     const int key = key0 + kk;
     float g1[4] = {0.f, 0.f, 0.f, 0.f}, g2[4] = {0.f, 0.f, 0.f, 0.f}, ga[4] = {0.f, 0.f, 0.f, 0.f};
-    if (kk < N && chunk < chunks && key < p.seqlen_k) {
-      const uint4_ c = loaded[pass];
+    // Chunks past the keys were loaded as zeros: they add nothing.
+#pragma unroll
+    for (int j = 0; j < per_lane; ++j) {
+      const int chunk = j * lanes + lane_in_key;
+      const uint4_ c = loaded[pass][j];
       const u32 words[4] = {c.x, c.y, c.z, c.w};
       const float w0 = (2 * chunk + 1) / float(2 * chunks),
                   w1 = (2 * chunk + 2) / float(2 * chunks);
@@ -108,9 +119,9 @@ __device__ __forceinline__ void checksum_prologue(const AttentionParams& p) {
       for (int t = 0; t < 4; ++t) {
         float x0, x1;
         unpack2<bf16>(words[t], x0, x1);
-        g1[t] = x0 + x1;
-        g2[t] = w0 * x0 + w1 * x1;
-        ga[t] = fabsf(x0) + fabsf(x1);
+        g1[t] += x0 + x1;
+        if constexpr (!Pr::row_check) g2[t] += w0 * x0 + w1 * x1;
+        ga[t] += fabsf(x0) + fabsf(x1);
       }
     }
     // Row checks need only the key's totals: a lane adds its four groups before the shuffles
@@ -133,39 +144,43 @@ __device__ __forceinline__ void checksum_prologue(const AttentionParams& p) {
           ga[t] += __shfl_xor_sync(0xffffffffu, ga[t], off);
         }
     }
-    if (kk < N && chunk == 0) {
+    if (kk < N && lane_in_key == 0) {
       u32* out = vc + kk * 4 * Pr::v_atoms;
       const float one = key < p.seqlen_k ? 1.f : 0.f;
       if constexpr (Pr::row_check) {
         const u32 total = split_hi_lo<P>(g1[0]);
-        const float a = ga[0];
 #pragma unroll
         for (int t = 0; t < 4; ++t) {
           out[t] = Pr::ones_in_odd_groups && t % 2 == 1 ? P::pack(one, 0.f) : total;
-          atomicMax(&cta_max[t], __float_as_int(a));
+          abs_max[t] = fmaxf(abs_max[t], ga[0]);
         }
       } else {
 #pragma unroll
         for (int t = 0; t < 4; ++t) {
           out[t] = split_hi_lo<P>(g1[t]);
           out[4 + t] = P::pack(Pr::correct ? g2[t] : 0.f, one);
-          atomicMax(&cta_max[t], __float_as_int(ga[t]));
+          abs_max[t] = fmaxf(abs_max[t], ga[t]);
         }
       }
     }
   }
+  if (lane_in_key == 0)
+#pragma unroll
+    for (int t = 0; t < 4; ++t) atomicMax(&cta_max[t], __float_as_int(abs_max[t]));
   __syncthreads();
   if (threadIdx.x < 4) atomicMax(reinterpret_cast<int*>(vmax) + threadIdx.x, cta_max[threadIdx.x]);
 
   if constexpr (Pr::k_atoms > 0) {
-    // K: one item per (thread group t, 16-byte chunk of a key row), the group's `lanes` items side
-    // by side, so a warp's loads are whole rows as for V. Keys of group t: 8 l + 2t + c, element
-    // j = 2 l + c. The same pass sums each key's |k|^2 (its chunks meet by shuffles) for the
-    // norms: the sum over group t's keys of |k|_2 bounds |q . k| for the S threshold.
+    // K: one item per (thread group t, 16-byte chunk of a key row), the group's `k_lanes` items
+    // side by side (padded to a power of two: head dims 96 and 192 have 12 and 24 chunks), so a
+    // warp's loads are whole rows. Keys of group t: 8 l + 2t + c, element j = 2 l + c. The same
+    // pass sums each key's |k|^2 (its chunks meet by shuffles) for the norms: the sum over group
+    // t's keys of |k|_2 bounds |q . k| for the S threshold.
     u16* kc = reinterpret_cast<u16*>(base + w.k_offset + head_index * w.k_per_head) +
               static_cast<long long>(n_block) * 8 * Pr::k_atoms * D;
     float* knorm = reinterpret_cast<float*>(base + w.knorm_offset + head_index * w.knorm_per_head);
-    constexpr int items = 4 * lanes;
+    constexpr int k_lanes = chunks <= 4 ? 4 : chunks <= 8 ? 8 : chunks <= 16 ? 16 : 32;
+    constexpr int items = 4 * k_lanes;
     // Where the CTA has more threads than items, the block's N / 8 key rows l are split into
     // `parts` slices, one per set of `items` threads, and the partial sums meet in shared memory:
     // one item per thread walked all 2 N / 8 of its keys in turn, a quarter of the threads busy
@@ -179,37 +194,48 @@ __device__ __forceinline__ void checksum_prologue(const AttentionParams& p) {
     for (int first = 0; first < items * parts; first += T::threads) {  // the same trip count
       const int slot = first + static_cast<int>(threadIdx.x);
       const int item = slot % items, part = slot / items;
-      const int t = item / lanes, chunk = item % lanes;
+      const int t = item / k_lanes, chunk = item % k_lanes;
       const bool live = part < parts && chunk < chunks;
       float c1[8], c2[8], norm = 0.f;
 #pragma unroll
       for (int i = 0; i < 8; ++i) c1[i] = c2[i] = 0.f;
-#pragma unroll 4
-      for (int ll = 0; ll < slice; ++ll)
+      // A batch of the thread's keys is loaded before any is summed, keys past the end as zeros
+      // (they add nothing): under a branch per key each load waited for the one before, eight
+      // round trips to memory in turn at head dim 128.
+      constexpr int keys = 2 * slice, batch = keys < 8 ? keys : 8;
+      static_assert(keys % batch == 0, "whole batches of keys");
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int l = part * slice + ll;
-          const int key = key0 + 8 * l + 2 * t + c;
+      for (int b0 = 0; b0 < keys; b0 += batch) {
+        uint4_ rows[batch];
+#pragma unroll
+        for (int b = 0; b < batch; ++b) {
+          const int l = part * slice + (b0 + b) / 2;
+          const int key = key0 + 8 * l + 2 * t + (b0 + b) % 2;
+          rows[b] = live && key < p.seqlen_k
+                        ? *reinterpret_cast<const uint4_*>(k + key * p.k_seq_stride + chunk * 8)
+                        : uint4_{0u, 0u, 0u, 0u};
+        }
+#pragma unroll
+        for (int b = 0; b < batch; ++b) {
+          const int l = part * slice + (b0 + b) / 2, c = (b0 + b) % 2;
+          const u32 words[4] = {rows[b].x, rows[b].y, rows[b].z, rows[b].w};
+          const float weight = (2 * l + c + 1) / float(2 * (N / 8));
           float sq = 0.f;
-          if (live && key < p.seqlen_k) {
-            const uint4_ r = *reinterpret_cast<const uint4_*>(k + key * p.k_seq_stride + chunk * 8);
-            const u32 words[4] = {r.x, r.y, r.z, r.w};
-            const float weight = (2 * l + c + 1) / float(2 * (N / 8));
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              float x0, x1;
-              unpack2<bf16>(words[i], x0, x1);
-              c1[2 * i] += x0;
-              c1[2 * i + 1] += x1;
-              c2[2 * i] += weight * x0;
-              c2[2 * i + 1] += weight * x1;
-              sq += x0 * x0 + x1 * x1;
-            }
+          for (int i = 0; i < 4; ++i) {
+            float x0, x1;
+            unpack2<bf16>(words[i], x0, x1);
+            c1[2 * i] += x0;
+            c1[2 * i + 1] += x1;
+            c2[2 * i] += weight * x0;
+            c2[2 * i + 1] += weight * x1;
+            sq += x0 * x0 + x1 * x1;
           }
 #pragma unroll
-          for (int off = 1; off < lanes; off *= 2) sq += __shfl_xor_sync(0xffffffffu, sq, off);
+          for (int off = 1; off < k_lanes; off *= 2) sq += __shfl_xor_sync(0xffffffffu, sq, off);
           norm += sqrtf(sq);
         }
+      }
       if constexpr (parts > 1) {
         float* mine = partials + ((part - 1) * items + item) * 17;
         if (part > 0 && part < parts) {
