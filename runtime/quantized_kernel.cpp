@@ -151,8 +151,9 @@ class QuantizedKernel final : public Kernel {
     // quantize_rows: one row per head_dim / 8 lanes, a scale per row of scale_seq per head.
     auto quantize_rows = [&](QuantizeParams& p) {
       void* args[] = {&p};
-      const long long rows = 1LL * p.batch * p.heads * p.scale_seq;
-      runtime::launch(fn("quantize_rows"), Dim3{blocks(rows, rows_per_cta(d)), 1, 1},
+      runtime::launch(fn("quantize_rows"),
+                      Dim3{blocks(p.scale_seq, rows_per_cta(d)), static_cast<unsigned>(p.heads),
+                           static_cast<unsigned>(p.batch)},
                       Dim3{128, 1, 1}, 0, stream, args);
     };
 
