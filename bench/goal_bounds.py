@@ -24,11 +24,22 @@ the baselines (our unprotected and f16 kernels, timed in turn with the others by
                share above the goal is met only by a checked kernel that keeps the tensor cores
                busier than the unprotected one.
 
+  issue        from ncu logs of the attention kernels (`--ncu`, one shape, unprotected f16 among
+               them): the share of its cycles each scheduler must issue an instruction in for the
+               kernel, executing the instructions it executes now, to run in the goal's time
+               (f16's time over the speed goal, or the unprotected time plus the overhead goal),
+               at the clock ncu saw it run and at the GPU's highest. A share near or above what
+               the kernel issues now says the goal needs fewer instructions, not only less
+               waiting.
+
     python3 bench/goal_bounds.py --out bench/results/host/goal_bounds.csv
+    python3 bench/goal_bounds.py --ncu bench/results/nvidia-h200/logs/ncu_issue_*_1.txt \\
+        --out bench/results/nvidia-h200/goal_issue_bounds.csv
 """
 import argparse
 import csv
 import os
+import re
 import statistics
 import sys
 
@@ -147,15 +158,96 @@ def precision_rows(rows):
     return out
 
 
+# ncu's metrics of the issue bound, as `ncu --metrics` names them.
+NCU_METRICS = ("smsp__inst_executed.sum", "sm__cycles_elapsed.avg", "gpu__time_duration.sum",
+               "smsp__issue_active.avg.pct_of_peak_sustained_active",
+               "device__attribute_multiprocessor_count",
+               "device__attribute_max_gpu_frequency_khz")
+_KERNEL = re.compile(r"^\s*(ftattn_fwd_\w+?) \(\d+, \d+, \d+\)x\(\d+, \d+, \d+\)")
+_NAME = re.compile(r"^ftattn_fwd_sm\d+a?_(\w+?)_d(\d+)_m\d+n\d+_w\d+s\d+_(none|causal)_(\w+)$")
+_TIME_UNITS = {"ns": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0, "s": 1e3}
+
+
+def parse_ncu(text):
+    """{kernel, precision, head_dim, mask, protection, and NCU_METRICS as floats (the duration in
+    ms)} of the first attention kernel in an `ncu --metrics` text log; None without one."""
+    out, in_kernel = {}, False
+    for line in text.splitlines():
+        m = _KERNEL.match(line)
+        if m:
+            if in_kernel:
+                break
+            in_kernel = True
+            out["kernel"] = m.group(1)
+            continue
+        fields = line.split()
+        if in_kernel and fields and fields[0] in NCU_METRICS:
+            value = float(fields[-1].replace(",", ""))
+            if fields[0] == "gpu__time_duration.sum":
+                value *= _TIME_UNITS[fields[1]]
+            out[fields[0]] = value
+    if not in_kernel or any(k not in out for k in NCU_METRICS):
+        return None
+    name = _NAME.match(out["kernel"])
+    if not name:
+        return None
+    out.update(precision=name.group(1), head_dim=name.group(2), mask=name.group(3),
+               protection=name.group(4))
+    return out
+
+
+def issue_rows(records):
+    """The issue bound of each kernel against the unprotected f16 one of the same head dim and
+    mask among the records (parse_ncu's)."""
+    base = {(r["head_dim"], r["mask"]): r for r in records
+            if r["precision"] == "f16" and r["protection"] == "none"}
+    out = []
+    for r in records:
+        f16 = base.get((r["head_dim"], r["mask"]))
+        target = r["protection"] if r["protection"] != "none" else r["precision"]
+        if f16 is None or r is f16 or target not in GOALS:
+            continue
+        goal = GOALS[target]
+        f16_ms = f16["gpu__time_duration.sum"]
+        goal_ms = f16_ms * (1 + goal / 100) if r["protection"] != "none" else f16_ms / goal
+        ms = r["gpu__time_duration.sum"]
+        schedulers = 4 * r["device__attribute_multiprocessor_count"]
+        per_scheduler = r["smsp__inst_executed.sum"] / schedulers
+        clock = r["sm__cycles_elapsed.avg"] / (ms * 1e-3)  # Hz, as the kernel ran
+        top = r["device__attribute_max_gpu_frequency_khz"] * 1e3
+        needed = 100 * per_scheduler / (goal_ms * 1e-3 * clock)
+        needed_top = 100 * per_scheduler / (goal_ms * 1e-3 * top)
+        measured = r["smsp__issue_active.avg.pct_of_peak_sustained_active"]
+        goal_text = f"+{goal:.0f}%" if r["protection"] != "none" else f"{goal:.1f}x"
+        out.append(dict(target=f"{target} issue", head_dim=r["head_dim"], seqlen="", batch="",
+                        heads="", causal="1" if r["mask"] == "causal" else "0",
+                        baseline_ms=f"{f16_ms:.4f}", floor_ms=f"{goal_ms:.4f}",
+                        needed=f"{needed:.1f}% at {clock / 1e9:.2f} GHz, {needed_top:.1f}% at "
+                               f"{top / 1e9:.2f}",
+                        goal=goal_text, measured=f"{measured:.1f}% issuing, {ms:.4f} ms",
+                        verdict="more than it issues now" if needed > measured
+                        else "no more than now"))
+    return out
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--overheads", default=os.path.join(H100, "protect_overhead_interleaved.csv"))
     ap.add_argument("--precisions", default=os.path.join(H100, "precision_interleaved.csv"))
+    ap.add_argument("--ncu", nargs="+", help="ncu text logs: the issue bound alone")
     ap.add_argument("--out", help="CSV to write")
     args = ap.parse_args(argv)
-    table = protection_rows(list(csv.DictReader(open(args.overheads))))
-    table += precision_rows(list(csv.DictReader(open(args.precisions))))
-    table += tile_rows()
+    if args.ncu:
+        records = [parse_ncu(open(f).read()) for f in args.ncu]
+        if None in records:
+            print("no attention kernel with every metric in",
+                  [f for f, r in zip(args.ncu, records) if r is None], file=sys.stderr)
+            return 2
+        table = issue_rows(records)
+    else:
+        table = protection_rows(list(csv.DictReader(open(args.overheads))))
+        table += precision_rows(list(csv.DictReader(open(args.precisions))))
+        table += tile_rows()
     fields = ["target", "head_dim", "seqlen", "batch", "heads", "causal", "baseline_ms",
               "floor_ms", "needed", "goal", "measured", "verdict"]
     print(" ".join(f"{f:>13}" for f in fields))

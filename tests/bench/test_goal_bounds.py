@@ -68,6 +68,47 @@ def main():
     check(tiles[("flash_abft tiles", "128")]["verdict"] == "share above goal", tiles)
     check(tiles[("flash_abft tiles", "128")]["needed"] == "3.12%", tiles)
     check(tiles[("efta_detect tiles", "128")]["verdict"] == "share below goal", tiles)
+
+    # The issue bound from ncu logs: f16 2.0 ms; int8 executes 2.112e9 instructions on 4 x 132
+    # schedulers (4e6 each) in 1.6 ms at 2.5e6 cycles per SM (1.5625 GHz). At 1.6x f16 it has
+    # 1.25 ms: 4e6 / (1.25e-3 s x 1.5625e9) = 204.8% of its cycles, 160% at the 2 GHz top clock.
+    # efta_detect at +8%: 2.16 ms, 1.05e9 instructions (about 1.99e6 each) at 1.5 GHz.
+    def log(kernel, inst, cycles, time, unit, issue):
+        return "\n".join([
+            "==PROF== Connected to process 1",
+            f"  quantize_rows_f16_{kernel} (8, 1, 1)x(128, 1, 1), Context 1, Stream 7",
+            "    smsp__inst_executed.sum    inst 5",
+            f"  {kernel} (128, 32, 2)x(128, 1, 1), Context 1, Stream 7, Device 0, CC 9.0",
+            "    device__attribute_max_gpu_frequency_khz            2,000,000",
+            "    device__attribute_multiprocessor_count                   132",
+            f"    gpu__time_duration.sum                  {unit}   {time}",
+            f"    sm__cycles_elapsed.avg               cycle   {cycles}",
+            f"    smsp__inst_executed.sum               inst   {inst}",
+            f"    smsp__issue_active.avg.pct_of_peak_sustained_active   %   {issue}",
+            "  ftattn_fwd_sm90a_f16_d128_m192n128_w12s2_none_none (1, 1, 1)x(1, 1, 1), Context 1",
+            "    smsp__inst_executed.sum    inst 7"])
+    f16 = gb.parse_ncu(log("ftattn_fwd_sm90a_f16_d128_m192n128_w12s2_none_none", "1,000",
+                           "3,000,000.5", "2.00", "ms", "40.0"))
+    int8 = gb.parse_ncu(log("ftattn_fwd_sm90a_int8_d128_m64n128_w4s2_none_none",
+                            "2,112,000,000", "2,500,000.00", "1,600.00", "us", "50.0"))
+    efta = gb.parse_ncu(log("ftattn_fwd_sm90a_f16_d128_m128n128_w8s2_none_efta_detect",
+                            "1,050,000,000", "3,000,000", "2.00", "ms", "45.0"))
+    check(int8["smsp__inst_executed.sum"] == 2.112e9 and int8["precision"] == "int8", int8)
+    check(abs(int8["gpu__time_duration.sum"] - 1.6) < 1e-12, "us read as ms")
+    check(efta["protection"] == "efta_detect" and efta["mask"] == "none", efta)
+    check(gb.parse_ncu("no kernel here") is None, "a log without the kernel")
+    fp8 = gb.parse_ncu(log("ftattn_fwd_sm90a_fp8_e4m3_d128_m64n128_w4s2_causal_none", "1", "1",
+                           "1", "ms", "1"))
+    check(fp8["precision"] == "fp8_e4m3" and fp8["mask"] == "causal", fp8)
+    table = {t["target"]: t for t in gb.issue_rows([f16, int8, efta, fp8])}
+    check(set(table) == {"int8 issue", "efta_detect issue"}, table)  # fp8: no causal f16
+    check(table["int8 issue"]["needed"] == "204.8% at 1.56 GHz, 160.0% at 2.00", table)
+    check(table["int8 issue"]["verdict"] == "more than it issues now", table)
+    e = table["efta_detect issue"]
+    check(e["floor_ms"] == "2.1600" and e["goal"] == "+8%", e)
+    needed = 100 * 1.05e9 / 528 / (2.16e-3 * 1.5e9)
+    check(e["needed"].startswith(f"{needed:.1f}% at 1.50 GHz"), (e, needed))
+    check(needed > 45 and e["verdict"] == "more than it issues now", (e, needed))
     print("goal_bounds.py: all checks passed")
 
 
