@@ -218,12 +218,20 @@ __device__ __forceinline__ void v_channel_max(const QuantizeParams& p) {
 // channels for the four keys whose bytes are adjacent in V^T (keys 2t, 2t + 1, 2t + 8, 2t + 9 of
 // a group of 16 sit at bytes 4t..4t + 3): it reads four 16-byte chunks and writes a 32-bit word
 // per channel. Items run quads fastest, so a warp writes 64 contiguous bytes of a V^T row and
-// reads whole 32-byte sectors; no shared memory.
+// reads whole 32-byte sectors. The channels' reciprocals are taken once per CTA, into shared
+// memory: per item, eight IEEE divisions (each a reciprocal and a slow-path branch) were most of
+// its instructions.
 template <class In, class Q8, int HeadDim>
 __device__ __forceinline__ void pack_v(const QuantizeParams& p) {
   constexpr int chunks = HeadDim / 8;
   const int b = blockIdx.z, h = blockIdx.y, key0 = blockIdx.x * 64;
   const float* scale = p.scale + (static_cast<i64>(b) * p.heads + h) * HeadDim;
+  __shared__ float inverse[HeadDim];  // 1 / scale per channel, 0 for a zero channel
+  for (int i = threadIdx.x; i < HeadDim; i += 128) {
+    const float s = scale[i];
+    inverse[i] = s > 0.f ? 1.f / s : 0.f;
+  }
+  __syncthreads();
   char* out =
       static_cast<char*>(p.out) + (static_cast<i64>(b) * p.heads + h) * HeadDim * p.keys_padded;
   for (int item = threadIdx.x; item < 16 * chunks; item += 128) {
@@ -238,8 +246,7 @@ __device__ __forceinline__ void pack_v(const QuantizeParams& p) {
       if (keys[k] < p.seqlen) quant::unpack8<In>(quant::row_of(p, b, h, keys[k])[c], x[k]);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const float s = scale[c * 8 + i];
-      const float inv = s > 0.f ? 1.f / s : 0.f;
+      const float inv = inverse[c * 8 + i];
       *reinterpret_cast<u32*>(out + static_cast<i64>(c * 8 + i) * p.keys_padded + group0 + 4 * t) =
           Q8::pack4(x[0][i] * inv, x[1][i] * inv, x[2][i] * inv, x[3][i] * inv);
     }
