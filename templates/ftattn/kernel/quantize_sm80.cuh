@@ -219,8 +219,8 @@ __device__ __forceinline__ void v_channel_max(const QuantizeParams& p) {
 // a group of 16 sit at bytes 4t..4t + 3): it reads four 16-byte chunks and writes a 32-bit word
 // per channel. Items run quads fastest, so a warp writes 64 contiguous bytes of a V^T row and
 // reads whole 32-byte sectors. The channels' reciprocals are taken once per CTA, into shared
-// memory: per item, eight IEEE divisions (each a reciprocal and a slow-path branch) were most of
-// its instructions.
+// memory, instead of eight IEEE divisions per item (a reciprocal, its refinement and a
+// slow-path check each): 4-6% off the pass on an H200.
 template <class In, class Q8, int HeadDim>
 __device__ __forceinline__ void pack_v(const QuantizeParams& p) {
   constexpr int chunks = HeadDim / 8;
