@@ -445,7 +445,10 @@ __device__ __forceinline__ void check_output(const AttentionParams& p, float (&o
 // written. `kRows`: the lanes store whole rows (store_rows), which protected one-warpgroup and
 // mma.sync kernels leave out (below); the warp-specialised ones, with registers to spare after
 // their loop, take it.
-template <class T, bool kRows = !T::Protect::enabled, int kMT, int kOT>
+// `kSwizzled` (persistent tiles, fwd_ws_sm90.cuh): rows staged unpadded, head_dim * 2 bytes
+// apart, row r's 16-byte chunk c at c ^ (r % 8), so that O fits the Q tile it replaces and the
+// quads' stores and the row reads stay free of bank conflicts.
+template <class T, bool kRows = !T::Protect::enabled, bool kSwizzled = false, int kMT, int kOT>
 __device__ __forceinline__ void store_output(const AttentionParams& p,
                                              const float (&o)[kMT][kOT][4],
                                              const float (&l)[kMT][2],
@@ -461,10 +464,11 @@ __device__ __forceinline__ void store_output(const AttentionParams& p,
     for (int r = 0; r < 2; ++r) {
       const float inv = l[mt][r] > 0.f ? 1.f / l[mt][r] : 0.f;
       const int tile_row = warp_row + mt * 16 + lane / 4 + r * 8;
-      const u32 dst = sQ + (tile_row * T::row_stride + (lane % 4) * 2) * 2;
+      constexpr int kStride = kSwizzled ? T::head_dim : T::row_stride;
+      const u32 dst = sQ + (tile_row * kStride + (lane % 4) * 2) * 2;
 #pragma unroll
       for (int nt = 0; nt < kOT; ++nt)
-        sm80::st_shared_u32(dst + nt * 16,
+        sm80::st_shared_u32(dst + (kSwizzled ? nt ^ (tile_row % 8) : nt) * 16,
                             P::pack(o[mt][nt][2 * r] * inv, o[mt][nt][2 * r + 1] * inv));
       const int row = row0 + tile_row;
       if (p.lse != nullptr && lane % 4 == 0 && row < row_end())
@@ -480,7 +484,13 @@ __device__ __forceinline__ void store_output(const AttentionParams& p,
   // mma.sync kernels keep the loop: on store_rows Flash-ABFT once spilled 96 bytes instead of 16
   // and ran 5% slower causal; with 16-byte stores it no longer spills more, and ran 0.975-1.009x
   // (every scheme, H100). The warp-specialised ones take store_rows (kRows).
-  if constexpr (kRows && 32 % T::chunks_per_row == 0) {
+  if constexpr (kSwizzled) {
+    static_assert(kRows && 32 % T::chunks_per_row == 0 && T::chunks_per_row % 8 == 0,
+                  "swizzled staging: lanes cover whole rows of 8-chunk groups");
+    sm80::store_rows<T::chunks_per_row, kMT * 16, T::head_dim * 2, true>(
+        out, p.o_seq_stride, row0 + warp_row, sQ + warp_row * T::head_dim * 2,
+        row_end() - row0 - warp_row, lane);
+  } else if constexpr (kRows && 32 % T::chunks_per_row == 0) {
     sm80::store_rows<T::chunks_per_row, kMT * 16, T::row_stride * 2>(
         out, p.o_seq_stride, row0 + warp_row, sQ + warp_row * T::row_stride * 2,
         row_end() - row0 - warp_row, lane);
