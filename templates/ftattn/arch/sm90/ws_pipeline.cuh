@@ -24,14 +24,23 @@ inline constexpr int ws_consumer_registers =
     (ws_launch_registers<Consumers> - ws_producer_registers<Consumers>) / Consumers / 8 * 8;
 
 // FullArrivals: the arrivals a K or V "full" phase expects, every producer thread's cp.async
-// arrival, or 1 where one thread's TMA copies complete it (mbarrier_expect_tx). Q's is always
-// Producers.
-template <int Stages, int Producers, int ConsumerWarps, int FullArrivals = Producers>
+// arrival, or 1 where one thread's TMA copies complete it (mbarrier_expect_tx). QLoaders: the
+// producer threads whose cp.async arrivals fill Q. QBuffers 2 (persistent tiles): Q buffer b
+// takes tiles b, b + 2, ... of the CTA, each with a "full" and an "empty" mbarrier (every
+// consumer warp arrives once its staged O is stored).
+template <int Stages, int Producers, int ConsumerWarps, int FullArrivals = Producers,
+          int QBuffers = 1, int QLoaders = Producers>
 struct WsPipeline {
-  static constexpr int barrier_bytes = 8 * (1 + 4 * Stages);
-  u32 bars;  // Q full, then per stage K full, K empty, V full, V empty (8 bytes each)
+  static_assert(QBuffers == 1 || QBuffers == 2, "one Q buffer, or two for persistent tiles");
+  static constexpr int barrier_bytes = 8 * (1 + 4 * Stages + 3 * (QBuffers - 1));
+  // Q full, then per stage K full, K empty, V full, V empty (8 bytes each); with two Q buffers
+  // then the second's full and both empties.
+  u32 bars;
 
-  __device__ __forceinline__ u32 q_full() const { return bars; }
+  __device__ __forceinline__ u32 q_full(int b = 0) const {
+    return b == 0 ? bars : bars + 8 * (1 + 4 * Stages);
+  }
+  __device__ __forceinline__ u32 q_empty(int b) const { return bars + 8 * (2 + 4 * Stages + b); }
   __device__ __forceinline__ u32 k_full(int s) const { return bars + 8 * (1 + 4 * s); }
   __device__ __forceinline__ u32 k_empty(int s) const { return bars + 8 * (2 + 4 * s); }
   __device__ __forceinline__ u32 v_full(int s) const { return bars + 8 * (3 + 4 * s); }
@@ -39,9 +48,15 @@ struct WsPipeline {
   // Block j lives in buffer j % Stages; its n-th use of the buffer is phase n, parity n % 2.
   __device__ __forceinline__ static u32 parity(int j) { return static_cast<u32>((j / Stages) & 1); }
 
-  // By one thread, before a CTA barrier.
-  __device__ __forceinline__ void init() const {
-    mbarrier_init(q_full(), Producers);
+  // By one thread, before a CTA barrier. `q_loaders`: this launch's (persistent tiles walked
+  // by one CTA, or one tile per CTA copied by every producer thread).
+  __device__ __forceinline__ void init(int q_loaders = QLoaders) const {
+    mbarrier_init(q_full(), q_loaders);
+    if constexpr (QBuffers == 2) {
+      mbarrier_init(q_full(1), q_loaders);
+      mbarrier_init(q_empty(0), ConsumerWarps);
+      mbarrier_init(q_empty(1), ConsumerWarps);
+    }
     for (int s = 0; s < Stages; ++s) {
       mbarrier_init(k_full(s), FullArrivals);
       mbarrier_init(v_full(s), FullArrivals);
