@@ -416,9 +416,8 @@ bool q8_tensor_maps(const KernelConfig& c) {
 }
 
 namespace {
-// FwdWgmmaTraits::tiles_bytes (kernel/fwd_sm90.cuh): swizzled Q, K and V tiles of 16-bit rows
-// at 1024-byte boundaries, or the epilogue's padded O rows if more.
-int64_t wgmma16_tiles_bytes(const KernelConfig& c) {
+// Q's tile and every stage's K and V tiles (FwdWgmmaTraits::loop_bytes with one Q buffer).
+int64_t wgmma16_loop_bytes(const KernelConfig& c) {
   auto align = [](int64_t b) { return (b + 1023) / 1024 * 1024; };
   const int64_t row = 2 * int64_t{c.head_dim};
   // Checksums: EFTA's 8 rows per K atom below the keys, V's chunks in one more 128-byte atom
@@ -427,14 +426,35 @@ int64_t wgmma16_tiles_bytes(const KernelConfig& c) {
   const int64_t atom = codegen::swizzle_atom_bytes(static_cast<int>(row));
   const int64_t checksum_atom = v_atoms > 0 ? atom * c.block_n : 0;
   const int64_t shift_rows = c.precision == Precision::f16_pasa ? 8 : 0;
-  const int64_t loop =
-      align(c.block_m * row) + c.num_stages * (align((c.block_n + 8 * k_atoms + shift_rows) * row) +
-                                               align(c.block_n * row) + checksum_atom);
+  return align(c.block_m * row) +
+         c.num_stages * (align((c.block_n + 8 * k_atoms + shift_rows) * row) +
+                         align(c.block_n * row) + checksum_atom);
+}
+// Q's second buffer for persistent tiles (FwdWgmmaTraits::persistent), which then also holds
+// the staged O; the warp-specialised skeleton's 256 bytes of mbarriers and the 1024 of
+// alignment slack beside it must fit the sm_90 opt-in limit.
+int64_t persistent_q_bytes(const KernelConfig& c) {
+  return (int64_t{c.block_m} * 2 * c.head_dim + 1023) / 1024 * 1024;
+}
+bool persistent_fits(const KernelConfig& c) {
+  return wgmma16_loop_bytes(c) + persistent_q_bytes(c) + 256 + 1024 <= 227 * 1024;
+}
+// FwdWgmmaTraits::tiles_bytes (kernel/fwd_sm90.cuh): swizzled Q, K and V tiles of 16-bit rows
+// at 1024-byte boundaries, or the epilogue's padded O rows if more; persistent: two Q tiles,
+// the epilogue staging O unpadded over its own.
+int64_t wgmma16_tiles_bytes(const KernelConfig& c) {
+  if (persistent_tiles(c)) return wgmma16_loop_bytes(c) + persistent_q_bytes(c);
   const int64_t out = int64_t{c.block_m} * (2 * c.head_dim + 16);
-  return std::max(loop, out);
+  return std::max(wgmma16_loop_bytes(c), out);
 }
 int64_t ctas_for(int64_t smem) { return 228 * 1024 / (smem + 1024); }
 }  // namespace
+
+bool persistent_tiles(const KernelConfig& c) {
+  return warp_specialized(c) && element_bytes(c.precision) == 2 && c.mask == Mask::none &&
+         c.protection == Protection::none && !c.fault_injection &&
+         (c.head_dim == 64 || c.head_dim == 128) && persistent_fits(c);
+}
 
 bool kv_tensor_maps(const KernelConfig& c) {
   if (element_bytes(c.precision) != 2 || !uses_wgmma(c)) return false;

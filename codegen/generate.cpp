@@ -111,12 +111,14 @@ std::string maps_arg(const KernelConfig& config) {
   return q8_tensor_maps(config) || kv_tensor_maps(config) ? ", maps" : "";
 }
 // The 16-bit wgmma skeletons decide for themselves whether they copy by TMA
-// (FwdWgmmaTraits::kv_tma): the unit checks they take the maps it is given.
+// (FwdWgmmaTraits::kv_tma) and walk tiles persistently (::persistent): the unit checks they take
+// the maps it is given and the grid the launch gives them.
 std::string kv_tma_assert(const KernelConfig& config) {
   if (!uses_wgmma(config) || is_8bit(config.precision)) return "";
   return fmt::format(
-      "\nstatic_assert(Traits::kv_tma == {}, \"codegen's kv_tensor_maps disagrees\");",
-      kv_tensor_maps(config));
+      "\nstatic_assert(Traits::kv_tma == {}, \"codegen's kv_tensor_maps disagrees\");"
+      "\nstatic_assert(Traits::persistent == {}, \"codegen's persistent_tiles disagrees\");",
+      kv_tensor_maps(config), persistent_tiles(config));
 }
 
 std::string generate_8bit(const KernelConfig& config, const PrecisionPolicy& precision,

@@ -35,6 +35,13 @@ void require_aligned(const char* tensor, const void* ptr, const Strides& s, int 
                     tensor, s.batch, s.head, s.seq, elements));
 }
 
+// Persistent tiles (codegen's persistent_tiles) are walked by one CTA per SM up to this many keys
+// per row. On the H200 (bench/results/nvidia-h200/persistent_tiles_ab.csv, two rounds, no mask,
+// 32 heads) that ran 1.03-1.05x main at 512 keys and 1.01-1.02x at 1k on the three-consumer
+// 192 x 128 tile at head dim 128 (1.06-1.15x on 128 x 128, 1.08-1.17x at head dim 64), and
+// 0.98-1.00x from 2k keys.
+constexpr int kPersistentKeys = 1024;
+
 class LoadedKernel final : public Kernel {
  public:
   explicit LoadedKernel(std::shared_ptr<const CompiledKernel> compiled)
@@ -44,6 +51,7 @@ class LoadedKernel final : public Kernel {
       prologue_ = module_.function(codegen::checksum_symbol(compiled_->symbol));
     if (compiled_->config.precision == Precision::f16_pasa)
       shift_ = module_.function(codegen::pasa_shift_symbol(compiled_->symbol));
+    if (persistent_tiles(compiled_->config)) persistent_ctas_ = device_info(0).sm_count;
   }
 
   const CompiledKernel& compiled() const override { return *compiled_; }
@@ -116,12 +124,18 @@ class LoadedKernel final : public Kernel {
       decoupled_.launch(module_, compiled_->symbol, c, problem, run, stream);
       return;
     }
-    // A recompute launch walks its tile list in x; a full one covers every tile.
+    // A recompute launch walks its tile list in x; a full one covers every tile. A persistent
+    // kernel takes them in turn on one CTA per SM (the warp-specialised kernels take an SM's
+    // registers) where tiles are short, up to kPersistentKeys keys: there a CTA's fill and drain
+    // weigh most. Given a CTA per tile, it runs one each.
+    const unsigned m_blocks = static_cast<unsigned>((problem.seqlen_q + c.block_m - 1) / c.block_m);
+    const long long tiles = static_cast<long long>(m_blocks) * problem.heads_q * problem.batch;
+    const bool walk = persistent_ctas_ > 0 && problem.seqlen_k <= kPersistentKeys;
     const Dim3 grid =
-        run.tile_count > 0
-            ? Dim3{static_cast<unsigned>(run.tile_count), 1, 1}
-            : Dim3{static_cast<unsigned>((problem.seqlen_q + c.block_m - 1) / c.block_m),
-                   static_cast<unsigned>(problem.heads_q), static_cast<unsigned>(problem.batch)};
+        run.tile_count > 0 ? Dim3{static_cast<unsigned>(run.tile_count), 1, 1}
+        : walk ? Dim3{static_cast<unsigned>(std::min<long long>(tiles, persistent_ctas_)), 1, 1}
+               : Dim3{m_blocks, static_cast<unsigned>(problem.heads_q),
+                      static_cast<unsigned>(problem.batch)};
     // The 16-bit wgmma kernels copy K and V by TMA (kv_tensor_maps): their tensor maps ride as a
     // second parameter, encoded over the operands this launch reads (PASA's shifted keys).
     KvTensorMaps maps{};
@@ -136,6 +150,7 @@ class LoadedKernel final : public Kernel {
   CUfunction function_ = nullptr;
   CUfunction prologue_ = nullptr;  // checksum schemes: the workspace kernel
   CUfunction shift_ = nullptr;     // f16_pasa: the key-shift kernel
+  int persistent_ctas_ = 0;        // persistent_tiles: CTAs a launch starts at most (SMs)
   DecoupledLauncher decoupled_;    // used by Protection::decoupled only
   mutable std::mutex protect_mu_;  // one set of workspaces and log per kernel object
   mutable ProtectedLauncher protector_;

@@ -139,6 +139,16 @@ bool q8_tensor_maps(const KernelConfig& config);
 // (FwdWgmmaTraits::kv_tma).
 bool kv_tensor_maps(const KernelConfig& config);
 
+// True when `config`'s attention kernel walks its tiles persistently (kernel/fwd_ws_sm90.cuh): the
+// launch starts one CTA per SM (at most one per tile), and each CTA takes tiles blockIdx.x,
+// blockIdx.x + gridDim.x, ... so that a tile's epilogue and the next one's loads overlap instead
+// of paying a CTA's fill and drain per tile. f16, bf16 and f16_pasa on the warp-specialised
+// skeleton, unprotected, without injection sites and without a mask (causal tiles differ in cost,
+// and the hardware's own CTA order balances them), at head dims 64 and 128, where a second Q
+// buffer fits shared memory (the next tile's Q lands while this one runs; O is staged over the
+// finished one).
+bool persistent_tiles(const KernelConfig& config);
+
 // True when `config` runs int8's lazy softmax (kernel/fwd_q8_sm90.cuh, q8::lazy_softmax): int8 on
 // a wgmma skeleton, where O stays in INT32 and P is unsigned, round(255 * 2^(x - ref)) against a
 // whole-number reference that moves only when a key block's max exceeds it

@@ -119,7 +119,9 @@ TEST_CASE("Flash-ABFT on the wgmma skeleton: GEMM II carries the checksum tile",
           CHECK(count(out.ptx, "mma.sync") == 0);
           CHECK(out.ptx.find("atom.global") != std::string::npos);  // the fault log
           const int spills = runtime::parse_ptxas_log(out.log, src.symbol).spill_stores;
-          CHECK(spills <= (c.num_warps == 12 ? (inject ? (d == 96 ? 64 : 20) : 4) : 0));
+          // Injection builds at 128: 24 bytes since the tile loop of persistent kernels (set-up
+          // code, not the key-block loop).
+          CHECK(spills <= (c.num_warps == 12 ? (inject ? (d == 96 ? 64 : 24) : 4) : 0));
         }
 }
 

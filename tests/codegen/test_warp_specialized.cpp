@@ -59,8 +59,10 @@ WsUnit check_ws_unit(const KernelConfig& c, const std::string& skeleton) {
     CHECK(test::count(out.ptx, "mbarrier.arrive.expect_tx") >= 2);
     CHECK((test::count(out.ptx, "cp.async.bulk.tensor.2d") > 0) ==
           (c.precision == Precision::f16_pasa));
+    // Persistent tiles: Q's second copy site, the two warps that walk the tiles.
     if (c.protection == Protection::none)
-      CHECK(test::count(out.ptx, "cp.async.mbarrier.arrive.noinc.shared::cta.b64") == 1);
+      CHECK(test::count(out.ptx, "cp.async.mbarrier.arrive.noinc.shared::cta.b64") ==
+            (persistent_tiles(c) ? 2 : 1));
     else
       CHECK(test::count(out.ptx, "cp.async.mbarrier.arrive.noinc.shared::cta.b64") >= 3);
   }
@@ -374,10 +376,16 @@ TEST_CASE("warp_specialized: two consumer warpgroups of int8 and fp8 tiles at he
 
 TEST_CASE("warp_specialized: the mbarriers take 256 bytes after the tiles", "[ws][codegen]") {
   // Q, two K and two V tiles of 128 rows x 256 bytes, the 1024 bytes that align the dynamic base,
-  // and the barriers; the generated unit asserts that its traits agree.
-  const KernelConfig ws = test::tile_config(128, 128, 128, 8, 2, kSm90a);
+  // and the barriers; the generated unit asserts that its traits agree. Without a mask the
+  // unprotected kernel walks persistent tiles: a second Q tile.
+  const KernelConfig ws =
+      test::tile_config(128, 128, 128, 8, 2, kSm90a, Precision::f16, Mask::causal);
+  CHECK_FALSE(persistent_tiles(ws));
   CHECK(ws.shared_memory_bytes() == 5 * 128 * 256 + 256 + 1024);
-  KernelConfig checked = ws;
+  const KernelConfig walked = test::tile_config(128, 128, 128, 8, 2, kSm90a);
+  CHECK(persistent_tiles(walked));
+  CHECK(walked.shared_memory_bytes() == 6 * 128 * 256 + 256 + 1024);
+  KernelConfig checked = walked;
   checked.protection = Protection::efta_detect;  // 8 checksum rows per K tile, a V atom per key
   CHECK(checked.shared_memory_bytes() ==
         128 * 256 + 2 * ((128 + 8) * 256 + 128 * 256 + 128 * 128) + 256 + 1024);
@@ -512,4 +520,33 @@ TEST_CASE("warp_specialized 8-bit units at head dim 192: a word of the producer'
       CHECK(r.spill_stores <= 4);
       CHECK(r.performance_notes.empty());
     }
+}
+
+TEST_CASE("persistent_tiles: unprotected unmasked 16-bit warp-specialised kernels that fit two Qs",
+          "[ws][codegen][persistent]") {
+  // The head-dim-128 default without a mask (192 x 128 w12s2: 225.25 KB with its second Q tile,
+  // under sm_90's 227) and 128-row tiles at head dims 64 and 128 walk tiles.
+  const KernelConfig d128 = test::default_config(128, Precision::f16, Mask::none, kSm90a);
+  REQUIRE(warp_specialized(d128));
+  CHECK(persistent_tiles(d128));
+  CHECK(d128.shared_memory_bytes() == 2 * 192 * 256 + 2 * 2 * 128 * 256 + 256 + 1024);
+  CHECK(codegen::generate(d128).text.find("Traits::persistent == true") != std::string::npos);
+  CHECK(persistent_tiles(test::tile_config(64, 192, 128, 12, 2, kSm90a, Precision::bf16)));
+  CHECK(persistent_tiles(test::tile_config(128, 128, 64, 8, 3, kSm90a)));
+  // Not: causal (tiles of unequal cost), a checksum scheme, injection sites, f16_pasa at 128
+  // (its shift rows leave no room for a second Q), head dims 96 and 256, 8-bit, one warpgroup.
+  CHECK_FALSE(persistent_tiles(test::default_config(128, Precision::f16, Mask::causal, kSm90a)));
+  CHECK_FALSE(persistent_tiles(
+      test::default_config(128, Precision::f16, Mask::none, kSm90a, Protection::flash_abft)));
+  KernelConfig injected = d128;
+  injected.fault_injection = true;
+  CHECK_FALSE(persistent_tiles(injected));
+  CHECK_FALSE(persistent_tiles(test::default_config(128, Precision::f16_pasa, Mask::none, kSm90a)));
+  CHECK_FALSE(persistent_tiles(test::tile_config(96, 192, 128, 12, 2, kSm90a)));
+  CHECK_FALSE(persistent_tiles(test::tile_config(256, 128, 64, 8, 2, kSm90a)));
+  CHECK_FALSE(
+      persistent_tiles(test::tile_config(128, 128, 128, 8, 2, kSm90a, Precision::fp8_e4m3)));
+  CHECK_FALSE(persistent_tiles(test::tile_config(128, 64, 128, 4, 2, kSm90a)));
+  const KernelConfig causal = test::default_config(128, Precision::f16, Mask::causal, kSm90a);
+  CHECK(codegen::generate(causal).text.find("Traits::persistent == false") != std::string::npos);
 }

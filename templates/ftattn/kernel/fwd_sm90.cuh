@@ -76,13 +76,22 @@ struct FwdWgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, 
   static constexpr int checksum_tiles = ProtectT::v_atoms;
   static constexpr int v_tile_bytes =
       kv_tile_bytes + (checksum_tiles > 0 ? BlockN * atom_bytes : 0);
-  static constexpr int loop_bytes = q_bytes + NumStages * (k_tile_bytes + v_tile_bytes);
-  static constexpr int out_bytes = BlockM * row_stride * 2;
   // Two or three consumer warpgroups of 16-bit tiles run warp-specialised
   // (kernel/fwd_ws_sm90.cuh): a producer warpgroup loads, the consumers take turns on the tensor
   // cores. Its mbarriers sit after the tiles.
   static constexpr bool warp_specialized =
       NumWarps == 8 || NumWarps == 12;  // two or three consumers
+  // Persistent tiles (fwd_ws_sm90.cuh; codegen's persistent_tiles decides alike): unprotected
+  // warp-specialised kernels without a mask at head dims 64 and 128 whose second Q buffer fits
+  // beside the stages, the mbarriers and the alignment slack (227 KB, sm_90's opt-in limit). The
+  // epilogue stages O unpadded, its 16-byte chunks swizzled, over the tile's own Q buffer.
+  static constexpr int one_q_loop_bytes = q_bytes + NumStages * (k_tile_bytes + v_tile_bytes);
+  static constexpr bool persistent = warp_specialized && !ProtectT::enabled && !Inject && !Causal &&
+                                     (HeadDim == 64 || HeadDim == 128) &&
+                                     one_q_loop_bytes + q_bytes + 256 + 1024 <= 227 * 1024;
+  static constexpr int q_buffers = persistent ? 2 : 1;
+  static constexpr int loop_bytes = one_q_loop_bytes + (q_buffers - 1) * q_bytes;
+  static constexpr int out_bytes = persistent ? 0 : BlockM * row_stride * 2;
   static constexpr int launch_threads = NumWarps * 32 + (warp_specialized ? 128 : 0);
   static constexpr int tiles_bytes = loop_bytes > out_bytes ? loop_bytes : out_bytes;
   // CTAs per SM that `bytes` of shared memory each allow (1 KB of an SM's 228 KB reserved per
@@ -487,6 +496,32 @@ __device__ __forceinline__ float efta_checked_row_sum(const AttentionParams& p,
                          row_max, lane, batch, head);
 }
 
+// The epilogue's l of row halves 0 and 1 from a warp's accumulators `acc` (O's kOT tiles, then
+// the checksum tiles): under EFTA the ones column checked against the FP32 sum `row_sum` and
+// SNVR's `lower_bound`; where l is the ones column (kOnesRowSum: Flash-ABFT) that column, its
+// range checked with the lazy rescale's slack kSlack; otherwise the quad's sum of `row_sum`.
+template <class T, bool kOnesRowSum, int kSlack, int kOT, int kNT, class GlobalRow>
+__device__ __forceinline__ void epilogue_row_sums(
+    const AttentionParams& p, const float (&acc)[kNT][4], const float (&row_sum)[2],
+    const float (&lower_bound)[2], const float (&row_max)[2], float (&l)[2], GlobalRow&& global_row,
+    int lane, int batch, int head) {
+  constexpr int kCT = kNT - kOT;
+  [[maybe_unused]] auto& checksums =
+      reinterpret_cast<const float(&)[kCT > 0 ? kCT : 1][4]>(acc[kOT]);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if constexpr (T::Protect::k_atoms > 0) {
+      l[r] = efta_checked_row_sum<T>(p, checksums, r, row_sum[r], lower_bound[r], global_row(r),
+                                     row_max[r], lane, batch, head);
+    } else if constexpr (kOnesRowSum) {
+      l[r] = ones_column<T>(checksums, r, lane);
+      check_ones_row_sum<T, kSlack>(p, l[r], global_row(r), row_max[r], lane, batch, head);
+    } else {
+      l[r] = quad_sum(row_sum[r]);
+    }
+  }
+}
+
 }  // namespace detail
 
 template <class T>
@@ -719,20 +754,8 @@ __device__ __forceinline__ void attention_fwd_sm90(const AttentionParams& p,
   // Row sums, checked under EFTA (detail::efta_row_sum against the ones column: efta_detect's
   // odd column groups, efta_correct's second atom).
   float l[1][2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if constexpr (kEfta)
-      l[0][r] = detail::efta_checked_row_sum<T>(
-          p, reinterpret_cast<const float(&)[kCT][4]>(acc[0][kOT]), r, row_sum[0][r],
-          lower_bound[r], global_row(r), row_max[0][r], lane, batch, head);
-    else if constexpr (kOnesRowSum) {
-      l[0][r] =
-          detail::ones_column<T>(reinterpret_cast<const float(&)[kCT][4]>(acc[0][kOT]), r, lane);
-      detail::check_ones_row_sum<T, 0>(p, l[0][r], global_row(r), row_max[0][r], lane, batch, head);
-    } else {
-      l[0][r] = quad_sum(row_sum[0][r]);
-    }
-  }
+  detail::epilogue_row_sums<T, kOnesRowSum, 0, kOT>(p, acc[0], row_sum[0], lower_bound, row_max[0],
+                                                    l[0], global_row, lane, batch, head);
   if constexpr (kCT > 0)
     detail::check_output<T>(p, o, reinterpret_cast<const float(&)[1][kCT][4]>(acc[0][kOT]), l,
                             reinterpret_cast<const float*>(cs_base + cs.vmax_offset +

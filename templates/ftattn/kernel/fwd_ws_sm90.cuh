@@ -20,6 +20,10 @@
 //              key block and ran their softmax at the same time).
 //
 // No CTA-wide barrier runs in the main loop: a consumer waits only for the buffers it reads.
+//
+// Persistent tiles (unprotected, no mask, head dims 64 and 128: FwdWgmmaTraits::persistent):
+// given fewer CTAs than tiles (Kernel::launch up to 1k keys: one per SM), each CTA walks tiles in
+// turn, its rings, turns and two Q buffers running on from one tile to the next.
 #pragma once
 
 #include "ftattn/arch/sm80/cp_async.cuh"
@@ -98,9 +102,17 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   constexpr int kProducers = 128;
   constexpr int kConsumersDone = kGroups + 1;  // named barriers 1 ... kGroups pass the turn
 
+  // Persistent tiles (T::persistent): each CTA walks tiles first_tile, + tile_stride, ... of the
+  // launch's, its K and V ring running on across them, the next tile's Q landing in the other
+  // of two buffers while this one runs, and O staged over the tile's own. Otherwise the CTA's one
+  // tile comes from its block index (tile_coords), and this loop runs once.
+  constexpr bool kPersistent = T::persistent;
+  constexpr int kQLoaders =
+      kPersistent ? 64 : kProducers;  // walking: the producer's last two warps
+
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const u32 sQ = (sm80::smem_addr(smem_raw) + 1023u) & ~1023u;
-  const u32 sK = sQ + T::q_bytes;
+  const u32 sK = sQ + T::q_buffers * T::q_bytes;
   const u32 sV = sK + kStages * T::k_tile_bytes;
   // K and V tiles come by TMA from one producer thread. The checksum schemes' rows below the
   // keys and chunks beside the channels still come by every producer thread's cp.async, which
@@ -108,90 +120,158 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   // the TMA unit ran 0.48-0.53x as 16-byte bulk copies (abft_bulk_chunks_ab.csv) and 0.98-1.02x
   // as one box of overlapping 128-byte rows per block (abft_tma_chunks_ab.csv).
   constexpr bool kThreadCopies = kEfta || kCT > 0;
-  using Pipeline =
-      sm90::WsPipeline<kStages, kProducers, T::num_warps, kThreadCopies ? kProducers + 1 : 1>;
+  using Pipeline = sm90::WsPipeline<kStages, kProducers, T::num_warps,
+                                    kThreadCopies ? kProducers + 1 : 1, T::q_buffers, kQLoaders>;
   static_assert(Pipeline::barrier_bytes <= T::barrier_bytes, "the mbarriers follow the tiles");
   const Pipeline pipe{sQ + T::tiles_bytes};
+  const int m_blocks = (p.seqlen_q + T::block_m - 1) / T::block_m;
+  const int tiles = kPersistent ? m_blocks * p.heads_q * p.batch : 1;
+  const int first_tile =
+      kPersistent ? blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z) : 0;
+  const int tile_stride = kPersistent ? gridDim.x * gridDim.y * gridDim.z : 1;
+  // Walking several tiles (a grid smaller than the tiles): Q by two warps into two buffers.
+  // Given a CTA per tile, a persistent kernel runs as the others do.
+  const bool walking = kPersistent && tile_stride < tiles;
   if (threadIdx.x == 0) {
-    pipe.init();
+    pipe.init(walking ? kQLoaders : kProducers);
     sm90::fence_barrier_init();  // seen by the TMA unit
   }
   __syncthreads();
 
-  int m_block, head, batch;
-  detail::tile_coords<T>(p, m_block, head, batch);
-  const int head_kv = head / p.group_size;
-  // Causal 192-row tiles (f16_pasa's three consumers) on a sequence that is not a whole number
-  // of them: the ragged part is the first tile, not the last. Causal, the last tile sees every
-  // key, and as a remainder of 64 rows (4096 = 21 x 192 + 64) it did a whole tile's work for a
-  // third of its rows; first, it sees one or two key blocks. Tile 0 then computes rows 0 to 191
-  // and writes the ragged ones; the others start there.
-  constexpr bool kRaggedFirst = T::causal && T::block_m % 128 != 0;
-  [[maybe_unused]] const int ragged = kRaggedFirst ? p.seqlen_q % T::block_m : 0;
-  const int row0 = kRaggedFirst && ragged > 0 && m_block > 0 ? ragged + (m_block - 1) * T::block_m
-                                                             : m_block * T::block_m;
-  // Where this tile's rows end: the ragged first tile's at `ragged`, the others' at the
-  // sequence end (-1).
-  const int row_end = kRaggedFirst && ragged > 0 && m_block == 0 ? ragged : -1;
   const int diag = p.seqlen_k - p.seqlen_q;  // bottom-right causal alignment
-  const int n_blocks = detail::key_blocks<T>(p, row0, diag);
-  const detail::HeadOperands in = detail::head_operands(p, batch, head, head_kv, row0);
-  // Checksum schemes: this KV head's checksums and maxima (protect/workspace.cuh).
+  // Where tile `tile` lies: its query rows, head, batch and key blocks.
+  struct Tile {
+    int head, batch, head_kv, row0, row_end, n_blocks;
+    detail::HeadOperands in;
+  };
+  auto tile_at = [&](int tile) {
+    int m_block, head, batch;
+    if constexpr (kPersistent) {
+      // A head's tiles side by side (its K and V shared in L2), as the hardware hands out a
+      // grid's CTAs. Every tile costs the same (no mask), so taking them in turn balances.
+      m_block = tile % m_blocks;
+      head = tile / m_blocks % p.heads_q;
+      batch = tile / m_blocks / p.heads_q;
+    } else {
+      detail::tile_coords<T>(p, m_block, head, batch);
+    }
+    Tile g;
+    g.head = head;
+    g.batch = batch;
+    g.head_kv = head / p.group_size;
+    // Causal 192-row tiles (f16_pasa's three consumers) on a sequence that is not a whole number
+    // of them: the ragged part is the first tile, not the last. Causal, the last tile sees every
+    // key, and as a remainder of 64 rows (4096 = 21 x 192 + 64) it did a whole tile's work for a
+    // third of its rows; first, it sees one or two key blocks. Tile 0 then computes rows 0 to
+    // 191 and writes the ragged ones; the others start there.
+    constexpr bool kRaggedFirst = T::causal && T::block_m % 128 != 0;
+    [[maybe_unused]] const int ragged = kRaggedFirst ? p.seqlen_q % T::block_m : 0;
+    g.row0 = kRaggedFirst && ragged > 0 && m_block > 0 ? ragged + (m_block - 1) * T::block_m
+                                                       : m_block * T::block_m;
+    // Where this tile's rows end: the ragged first tile's at `ragged`, the others' at the
+    // sequence end (-1).
+    g.row_end = kRaggedFirst && ragged > 0 && m_block == 0 ? ragged : -1;
+    g.n_blocks = detail::key_blocks<T>(p, g.row0, diag);
+    g.in = detail::head_operands(p, batch, head, g.head_kv, g.row0);
+    return g;
+  };
+  // Checksum schemes: the KV head's checksums and maxima (protect/workspace.cuh).
   using Protect = typename T::Protect;
   const ChecksumWorkspace cs = checksum_workspace(p.batch, p.heads_kv, p.seqlen_k, T::head_dim,
                                                   T::block_n, Protect::k_atoms, Protect::v_atoms);
-  const long long cs_head = static_cast<long long>(batch) * p.heads_kv + head_kv;
   const unsigned char* cs_base = static_cast<const unsigned char*>(p.checksums);
   if (threadIdx.x >= kConsumers) {
     // Producer: only copies, so it hands its registers to the consumers.
     sm90::shrink_registers<sm90::ws_producer_registers<kGroups>>();
     const int t = threadIdx.x - kConsumers;
-    sm90::load_rows_swizzled<kProducers, T::block_m, kRowBytes>(sQ, in.q, p.q_seq_stride * 2,
-                                                                p.seqlen_q - row0, kRowBytes, t);
-    sm90::cp_async_arrive(pipe.q_full());
-    if (!kThreadCopies && t != 0) {
-      sm80::cp_async_wait<0>();
-      return;
+    if (!walking) {
+      // One tile: every producer thread copies its Q, then thread 0 (and, for the checksum
+      // schemes, all) copy K and V.
+      const Tile g = tile_at(first_tile);
+      sm90::load_rows_swizzled<kProducers, T::block_m, kRowBytes>(
+          sQ, g.in.q, p.q_seq_stride * 2, p.seqlen_q - g.row0, kRowBytes, t);
+      sm90::cp_async_arrive(pipe.q_full());
+      if (!kThreadCopies && t != 0) {
+        sm80::cp_async_wait<0>();
+        return;
+      }
+    } else if constexpr (kPersistent) {
+      // Walking: the last two warps copy each tile's Q into its buffer once the consumers have
+      // stored the O of the tile two before from it; thread 0 copies K and V.
+      constexpr int kFirstLoader = kProducers - kQLoaders;
+      if (t >= kFirstLoader) {
+        int it = 0;
+        for (int tile = first_tile; tile < tiles; tile += tile_stride, ++it) {
+          const Tile g = tile_at(tile);
+          const int b = it % 2;
+          if (it >= 2) sm90::mbarrier_wait(pipe.q_empty(b), ((it - 2) / 2) & 1);
+          // In four parts of whole 8-row swizzle groups, one at a time: unrolled whole, the
+          // copies' addresses spilled 180 bytes at the producer's 32 registers.
+          constexpr int kPart = T::block_m / 4;
+          static_assert(kPart % 8 == 0 && T::atom_bytes == 128, "parts of whole 128-byte atoms");
+#pragma unroll 1
+          for (int part = 0; part < 4; ++part)
+            sm90::load_rows_swizzled<kQLoaders, kPart, kRowBytes, T::block_m>(
+                sQ + b * T::q_bytes + part * kPart * T::atom_bytes,
+                g.in.q + static_cast<i64>(part) * kPart * p.q_seq_stride, p.q_seq_stride * 2,
+                p.seqlen_q - g.row0 - part * kPart, kRowBytes, t - kFirstLoader);
+          sm90::cp_async_arrive(pipe.q_full(b));
+        }
+        sm80::cp_async_wait<0>();
+        return;
+      }
+      if (t != 0) return;
     }
-    // f16_pasa: maps.k holds the shifted keys K' (the shift kernel's output), maps.shift their
-    // r_j, this KV head's from row shift_row0 (runtime::PasaLayout).
-    [[maybe_unused]] const int shift_row0 =
-        (batch * p.heads_kv + head_kv) * ((p.seqlen_k + T::block_n - 1) / T::block_n);
     if (t == 0) {
       sm90::prefetch_tensor_map(maps.k);
       sm90::prefetch_tensor_map(maps.v);
       if constexpr (kPasa) sm90::prefetch_tensor_map(maps.shift);
     }
-    for (int j = 0; j < n_blocks; ++j) {
-      const int s = j % kStages;
-      const int key0 = j * T::block_n;
-      pipe.acquire_k(j);
-      const u32 dk = sK + s * T::k_tile_bytes;
-      if (t == 0) {
-        // PASA: every eighth block, the next eight shift rows below the keys.
-        const bool shift_rows = kPasa && j % T::recovery_blocks == 0;
-        sm90::mbarrier_expect_tx(pipe.k_full(s), detail::kv_tma_bytes<T> +
-                                                     (shift_rows ? detail::shift_tma_bytes<T> : 0));
-        detail::tma_load_rows<T, T::k_rows>(dk, maps.k, key0, head_kv, batch, pipe.k_full(s));
-        if (shift_rows) detail::tma_load_shift_rows<T>(dk, maps, shift_row0 + j, pipe.k_full(s));
+    // The K and V rings run on across a CTA's tiles: key block j of a tile is the ring's block
+    // base + j.
+    int base = 0;
+    for (int tile = first_tile; tile < tiles; tile += tile_stride) {
+      const Tile g = tile_at(tile);
+      const int head_kv = g.head_kv, batch = g.batch;
+      const long long cs_head = static_cast<long long>(batch) * p.heads_kv + head_kv;
+      // f16_pasa: maps.k holds the shifted keys K' (the shift kernel's output), maps.shift their
+      // r_j, this KV head's from row shift_row0 (runtime::PasaLayout).
+      [[maybe_unused]] const int shift_row0 =
+          (batch * p.heads_kv + head_kv) * ((p.seqlen_k + T::block_n - 1) / T::block_n);
+      for (int j = 0; j < g.n_blocks; ++j) {
+        const int ring = base + j;
+        const int s = ring % kStages;
+        const int key0 = j * T::block_n;
+        pipe.acquire_k(ring);
+        const u32 dk = sK + s * T::k_tile_bytes;
+        if (t == 0) {
+          // PASA: every eighth block, the next eight shift rows below the keys.
+          const bool shift_rows = kPasa && j % T::recovery_blocks == 0;
+          sm90::mbarrier_expect_tx(
+              pipe.k_full(s),
+              detail::kv_tma_bytes<T> + (shift_rows ? detail::shift_tma_bytes<T> : 0));
+          detail::tma_load_rows<T, T::k_rows>(dk, maps.k, key0, head_kv, batch, pipe.k_full(s));
+          if (shift_rows) detail::tma_load_shift_rows<T>(dk, maps, shift_row0 + j, pipe.k_full(s));
+        }
+        if constexpr (kEfta)  // the block's checksum rows below the keys
+          detail::load_k_checksum_rows<T, kProducers>(
+              dk,
+              cs_base + cs.k_offset + cs_head * cs.k_per_head +
+                  static_cast<long long>(j) * 8 * T::Protect::k_atoms * T::chunks_per_row * 16,
+              t);
+        if constexpr (kThreadCopies) pipe.commit_k(ring);
+        pipe.acquire_v(ring);
+        const u32 dv = sV + s * T::v_tile_bytes;
+        if (t == 0) {
+          sm90::mbarrier_expect_tx(pipe.v_full(s), detail::kv_tma_bytes<T>);
+          detail::tma_load_rows<T, T::block_n>(dv, maps.v, key0, head_kv, batch, pipe.v_full(s));
+        }
+        if constexpr (kCT > 0)  // each key's checksum chunk, in an atom after its head_dim ones
+          detail::load_v_checksum_chunks<T, kProducers>(
+              dv, cs_base + cs_head * cs.v_per_head + key0 * 16ll * kCT, t);
+        if constexpr (kThreadCopies) pipe.commit_v(ring);
       }
-      if constexpr (kEfta)  // the block's checksum rows below the keys
-        detail::load_k_checksum_rows<T, kProducers>(
-            dk,
-            cs_base + cs.k_offset + cs_head * cs.k_per_head +
-                static_cast<long long>(j) * 8 * T::Protect::k_atoms * T::chunks_per_row * 16,
-            t);
-      if constexpr (kThreadCopies) pipe.commit_k(j);
-      pipe.acquire_v(j);
-      const u32 dv = sV + s * T::v_tile_bytes;
-      if (t == 0) {
-        sm90::mbarrier_expect_tx(pipe.v_full(s), detail::kv_tma_bytes<T>);
-        detail::tma_load_rows<T, T::block_n>(dv, maps.v, key0, head_kv, batch, pipe.v_full(s));
-      }
-      if constexpr (kCT > 0)  // each key's checksum chunk, in an atom after its head_dim ones
-        detail::load_v_checksum_chunks<T, kProducers>(
-            dv, cs_base + cs_head * cs.v_per_head + key0 * 16ll * kCT, t);
-      if constexpr (kThreadCopies) pipe.commit_v(j);
+      base += g.n_blocks;
     }
     sm80::cp_async_wait<0>();
     return;
@@ -204,265 +284,287 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   const int group = sm90::warpgroup_index();
   const int group_row = group * 64;
 
-  // O, then (checksum schemes) its checksum tiles: one accumulator array for GEMM II's wgmma.
-  float acc[1][kOT + kCT][4];
-  float row_max[1][2];
-  float row_sum[1][2];
-  detail::clear_accumulators(acc, row_max, row_sum);
-  auto& o = reinterpret_cast<float(&)[1][kOT][4]>(acc);
-  auto global_row = [&](int r) { return row0 + warp_row + lane / 4 + r * 8; };
-  // Fault injection (builds that ask for it): the one-warpgroup kernel's points (fwd_sm90.cuh).
-  // O and its checksums are hit once block it's GEMM II is done, after the next turn.
-  auto inject = [&](int site, int it, float* values, int n) {
-    if constexpr (T::inject) inject_values(p.fault, site, it, values, n);
-  };
-  auto inject_output = [&](int it) {
-    if constexpr (T::inject) {
-      inject(fault_site_output, it, &o[0][0][0], kOT * 4);
-      if constexpr (kCT > 0)
-        detail::inject_output_checksums<kSC * 4, kCT * 4>(p.fault, it, acc[0][kOT]);
-    }
-  };
-  // EFTA: SNVR's lower bound of l per row, |q| of this thread's rows, and the sum of |k| over
-  // this thread's keys of each block.
-  [[maybe_unused]] float lower_bound[2] = {0.f, 0.f};
-  [[maybe_unused]] float q_norm = 0.f;
-  [[maybe_unused]] const float* k_norms =
-      reinterpret_cast<const float*>(cs_base + cs.knorm_offset + cs_head * cs.knorm_per_head);
-  if constexpr (kEfta) q_norm = detail::efta_q_norm<T>(p, in.q, row0, warp_row, lane);
+  // The turn passes round the warpgroups in order. Persistent, it runs on across tiles: the last
+  // warpgroup's last turn of a tile hands it to warpgroup 0 for the next tile, so that its GEMM I
+  // runs while the others finish and store theirs, and a tile without keys passes it round once.
+  const sm90::TurnToken<1, kGroups> token{group};
+  if (kPersistent && first_tile < tiles) token.start();  // warpgroup 0 goes first
+  int base = 0;  // the K and V rings' block of this tile's key block 0 (the producer's)
+  int it = 0;    // this CTA's tiles so far
+  for (int tile = first_tile; tile < tiles; tile += tile_stride, ++it) {
+    const Tile g = tile_at(tile);
+    const bool more_tiles = kPersistent && tile + tile_stride < tiles;
+    const int head = g.head, batch = g.batch, head_kv = g.head_kv, row0 = g.row0;
+    const int row_end = g.row_end, n_blocks = g.n_blocks;
+    const detail::HeadOperands in = g.in;
+    const long long cs_head = static_cast<long long>(batch) * p.heads_kv + head_kv;
+    const u32 sQt = sQ + (it % T::q_buffers) * T::q_bytes;  // this tile's Q, then its staged O
 
-  // Q has landed: before GEMM I reads it, and before the epilogue stages O over it (a CTA whose
-  // rows see no key still had its Q copied, and the late copy overwrote the staged zeros).
-  sm90::mbarrier_wait(pipe.q_full(), 0);
-  sm90::fence_async_shared();  // Q came by cp.async: seen by the tensor cores
-  // The end-of-row check's bound on V's row sums, loaded before the last turn so that the last
-  // GEMM II hides its latency. With one CTA per SM nothing overlaps a CTA's epilogue; this load,
-  // the lazy sum |o| (check_output<T, true>) and store_rows together took Flash-ABFT's causal
-  // overhead down by about a point (medians of eleven rounds), more than any of them alone
-  // (abft_epilogue_parts_ab.csv).
-  [[maybe_unused]] float v_bound = 0.f;  // rows that see no key: O, l and the checksum are 0
-  [[maybe_unused]] const float* v_bounds =
-      reinterpret_cast<const float*>(cs_base + cs.vmax_offset + cs_head * cs.vmax_per_head);
-  if (n_blocks > 0) {
-    const sm90::TurnToken<1, kGroups> token{group};
-    token.start();  // warpgroup 0 goes first
+    // O, then (checksum schemes) its checksum tiles: one accumulator array for GEMM II's wgmma.
+    float acc[1][kOT + kCT][4];
+    float row_max[1][2];
+    float row_sum[1][2];
+    detail::clear_accumulators(acc, row_max, row_sum);
+    auto& o = reinterpret_cast<float(&)[1][kOT][4]>(acc);
+    auto global_row = [&](int r) { return row0 + warp_row + lane / 4 + r * 8; };
+    // Fault injection (builds that ask for it): the one-warpgroup kernel's points (fwd_sm90.cuh).
+    // O and its checksums are hit once block it's GEMM II is done, after the next turn.
+    auto inject = [&](int site, int it, float* values, int n) {
+      if constexpr (T::inject) inject_values(p.fault, site, it, values, n);
+    };
+    auto inject_output = [&](int it) {
+      if constexpr (T::inject) {
+        inject(fault_site_output, it, &o[0][0][0], kOT * 4);
+        if constexpr (kCT > 0)
+          detail::inject_output_checksums<kSC * 4, kCT * 4>(p.fault, it, acc[0][kOT]);
+      }
+    };
+    // EFTA: SNVR's lower bound of l per row, |q| of this thread's rows, and the sum of |k| over
+    // this thread's keys of each block.
+    [[maybe_unused]] float lower_bound[2] = {0.f, 0.f};
+    [[maybe_unused]] float q_norm = 0.f;
+    [[maybe_unused]] const float* k_norms =
+        reinterpret_cast<const float*>(cs_base + cs.knorm_offset + cs_head * cs.knorm_per_head);
+    if constexpr (kEfta) q_norm = detail::efta_q_norm<T>(p, in.q, row0, warp_row, lane);
 
-    u32 pa[kST / 2][4];  // the previous block's P, GEMM II's A operand
-    // This block's S, then P (EFTA: and the checksum tile after it). PASA: the recovery tile
-    // q . r_j in FP32 of the eight blocks from 8 (j / 8), computed on the first of them.
-    typename detail::ScoreTile<kPasa, kST + kSC>::type s_all;
-    auto& s = reinterpret_cast<typename detail::ScoreTile<kPasa, kST>::type&>(s_all);
-    [[maybe_unused]] float rc_table[4];
-    // One turn on the tensor cores: GEMM II of block j - 1 (PV), GEMM I of block j into s (QK),
-    // PASA's recovery tile (REC); returns once all are done and their buffers released. Which
-    // MMAs run is fixed at compile time: a wgmma under a branch made ptxas serialise them all
-    // (C7520).
-    auto turn = [&](int j, auto pv, auto qk, auto rec) {
-      using PV = decltype(pv);
-      using QK = decltype(qk);
-      // Two consumers: GEMM I first and GEMM II left in flight (kOverlap, finish_turn).
-      constexpr bool kSplitGroups = kOverlap && PV::value && QK::value;
-      [[maybe_unused]] float rc_tile[4];
-      if (QK::value) pipe.wait_k(j);
-      if (PV::value) pipe.wait_v(j - 1);
-      // The producer's thread copies (checksum rows and chunks), seen by the tensor cores. K and
-      // V come by TMA, which needs no fence: a fence per turn cost unprotected kernels a
-      // MEMBAR.
-      if constexpr (kThreadCopies) sm90::fence_async_shared();
+    // Q has landed: before GEMM I reads it, and before the epilogue stages O over it (a CTA whose
+    // rows see no key still had its Q copied, and the late copy overwrote the staged zeros).
+    sm90::mbarrier_wait(pipe.q_full(it % T::q_buffers), (it / T::q_buffers) & 1);
+    sm90::fence_async_shared();  // Q came by cp.async: seen by the tensor cores
+    // The end-of-row check's bound on V's row sums, loaded before the last turn so that the last
+    // GEMM II hides its latency. With one CTA per SM nothing overlaps a CTA's epilogue; this load,
+    // the lazy sum |o| (check_output<T, true>) and store_rows together took Flash-ABFT's causal
+    // overhead down by about a point (medians of eleven rounds), more than any of them alone
+    // (abft_epilogue_parts_ab.csv).
+    [[maybe_unused]] float v_bound = 0.f;  // rows that see no key: O, l and the checksum are 0
+    [[maybe_unused]] const float* v_bounds =
+        reinterpret_cast<const float*>(cs_base + cs.vmax_offset + cs_head * cs.vmax_per_head);
+    if (kPersistent && n_blocks == 0) {
       token.wait();
-      sm90::wgmma_fence();
-      auto issue_pv = [&] {
-        const u32 sVs = sV + ((j - 1) % kStages) * T::v_tile_bytes;
-        // O with its checksum tiles in one wgmma (m64n136 for Flash-ABFT at head dim 128): the
-        // tile is nearly all of Flash-ABFT's prepared cost, yet a wgmma of its own and the sum on
-        // the CUDA cores were slower (README, Flash-ABFT "Tried on 2026-11-27").
+      token.pass(/*last=*/!more_tiles);
+    }
+    if (n_blocks > 0) {
+      if (!kPersistent) token.start();  // warpgroup 0 goes first
+
+      u32 pa[kST / 2][4];  // the previous block's P, GEMM II's A operand
+      // This block's S, then P (EFTA: and the checksum tile after it). PASA: the recovery tile
+      // q . r_j in FP32 of the eight blocks from 8 (j / 8), computed on the first of them.
+      typename detail::ScoreTile<kPasa, kST + kSC>::type s_all;
+      auto& s = reinterpret_cast<typename detail::ScoreTile<kPasa, kST>::type&>(s_all);
+      [[maybe_unused]] float rc_table[4];
+      // One turn on the tensor cores: GEMM II of block j - 1 (PV), GEMM I of block j into s (QK),
+      // PASA's recovery tile (REC); returns once all are done and their buffers released. Which
+      // MMAs run is fixed at compile time: a wgmma under a branch made ptxas serialise them all
+      // (C7520).
+      auto turn = [&](int j, auto pv, auto qk, auto rec) {
+        using PV = decltype(pv);
+        using QK = decltype(qk);
+        // Two consumers: GEMM I first and GEMM II left in flight (kOverlap, finish_turn).
+        constexpr bool kSplitGroups = kOverlap && PV::value && QK::value;
+        [[maybe_unused]] float rc_tile[4];
+        if (QK::value) pipe.wait_k(base + j);
+        if (PV::value) pipe.wait_v(base + j - 1);
+        // The producer's thread copies (checksum rows and chunks), seen by the tensor cores. K and
+        // V come by TMA, which needs no fence: a fence per turn cost unprotected kernels a
+        // MEMBAR.
+        if constexpr (kThreadCopies) sm90::fence_async_shared();
+        token.wait();
+        sm90::wgmma_fence();
+        auto issue_pv = [&] {
+          const u32 sVs = sV + ((base + j - 1) % kStages) * T::v_tile_bytes;
+          // O with its checksum tiles in one wgmma (m64n136 for Flash-ABFT at head dim 128): the
+          // tile is nearly all of Flash-ABFT's prepared cost, yet a wgmma of its own and the sum on
+          // the CUDA cores were slower (README, Flash-ABFT "Tried on 2026-11-27").
 #pragma unroll
-        for (int kc = 0; kc < kST / 2; ++kc)
-          sm90::wgmma_16bit_rs<kBf16>(
-              reinterpret_cast<float(&)[(kOT + kCT) * 4]>(acc[0]), pa[kc],
-              sm90::n_major_k_step_descriptor<T::atom_bytes>(sVs, T::block_n, kc));
-      };
-      auto issue_qk = [&] {
-        const u32 sKs = sK + (j % kStages) * T::k_tile_bytes;
+          for (int kc = 0; kc < kST / 2; ++kc)
+            sm90::wgmma_16bit_rs<kBf16>(
+                reinterpret_cast<float(&)[(kOT + kCT) * 4]>(acc[0]), pa[kc],
+                sm90::n_major_k_step_descriptor<T::atom_bytes>(sVs, T::block_n, kc));
+        };
+        auto issue_qk = [&] {
+          const u32 sKs = sK + ((base + j) % kStages) * T::k_tile_bytes;
 #pragma unroll
-        for (int ks = 0; ks < T::head_dim / 16; ++ks) {
-          const u64 qd = sm90::k_step_descriptor<kRowBytes>(sQ, T::block_m, group_row, ks);
-          const u64 kd = sm90::k_step_descriptor<kRowBytes>(sKs, T::k_rows, 0, ks);
-          if constexpr (kPasa) {
-            sm90::wgmma_f16acc_ss(reinterpret_cast<u32(&)[kST * 2]>(s), qd, kd, ks > 0);
-            if constexpr (decltype(rec)::value)
-              sm90::wgmma_16bit_ss<false>(
-                  rc_tile, qd, sm90::k_step_descriptor<kRowBytes>(sKs, T::k_rows, T::shift_row, ks),
-                  ks > 0);
-          } else {
-            sm90::wgmma_16bit_ss<kBf16>(reinterpret_cast<float(&)[(kST + kSC) * 4]>(s_all), qd, kd,
-                                        ks > 0);
+          for (int ks = 0; ks < T::head_dim / 16; ++ks) {
+            const u64 qd = sm90::k_step_descriptor<kRowBytes>(sQt, T::block_m, group_row, ks);
+            const u64 kd = sm90::k_step_descriptor<kRowBytes>(sKs, T::k_rows, 0, ks);
+            if constexpr (kPasa) {
+              sm90::wgmma_f16acc_ss(reinterpret_cast<u32(&)[kST * 2]>(s), qd, kd, ks > 0);
+              if constexpr (decltype(rec)::value)
+                sm90::wgmma_16bit_ss<false>(
+                    rc_tile, qd,
+                    sm90::k_step_descriptor<kRowBytes>(sKs, T::k_rows, T::shift_row, ks), ks > 0);
+            } else {
+              sm90::wgmma_16bit_ss<kBf16>(reinterpret_cast<float(&)[(kST + kSC) * 4]>(s_all), qd,
+                                          kd, ks > 0);
+            }
+          }
+        };
+        if constexpr (kSplitGroups) {
+          issue_qk();
+          sm90::wgmma_commit();
+          issue_pv();
+          sm90::wgmma_commit();
+          token.pass(/*last=*/false);
+          sm90::wgmma_wait<1>();  // GEMM I; GEMM II runs on under the softmax
+          if (lane == 0 && !kLateKRelease) pipe.release_k(base + j);
+          return;
+        }
+        if constexpr (PV::value) {
+          issue_pv();
+          if constexpr (kSplitTurn && QK::value) {
+            sm90::wgmma_commit();
+            sm90::wgmma_wait<0>();  // P's registers free before GEMM I's accumulators take them
+            sm90::wgmma_fence();
           }
         }
-      };
-      if constexpr (kSplitGroups) {
-        issue_qk();
+        if constexpr (QK::value) issue_qk();
         sm90::wgmma_commit();
-        issue_pv();
-        sm90::wgmma_commit();
-        token.pass(/*last=*/false);
-        sm90::wgmma_wait<1>();  // GEMM I; GEMM II runs on under the softmax
-        if (lane == 0 && !kLateKRelease) pipe.release_k(j);
-        return;
-      }
-      if constexpr (PV::value) {
-        issue_pv();
-        if constexpr (kSplitTurn && QK::value) {
-          sm90::wgmma_commit();
-          sm90::wgmma_wait<0>();  // P's registers free before GEMM I's accumulators take them
-          sm90::wgmma_fence();
-        }
-      }
-      if constexpr (QK::value) issue_qk();
-      sm90::wgmma_commit();
-      token.pass(/*last=*/!QK::value);  // the last turn has no GEMM I
-      sm90::wgmma_wait<0>();
-      if (lane == 0) {
-        if (QK::value && !kLateKRelease) pipe.release_k(j);
-        if (PV::value) pipe.release_v(j - 1);
-      }
-      if constexpr (decltype(rec)::value) pasa::keep_recovery_tile(rc_tile, rc_table);
-    };
-    // kOverlap: block j - 1's GEMM II, left in flight by block j's turn, done before O takes this
-    // block's factors and GEMM II's registers take its P.
-    auto finish_turn = [&](int j) {
-      if constexpr (kOverlap) {
-        // The softmax's P computed before the wait and O read after it, as far as the compiler
-        // goes (ptxas may still pull the wait up: README). The wait runs for every block: under
-        // a branch it serialised the wgmmas.
-        sm90::fence_registers(s);
+        token.pass(/*last=*/!QK::value && !more_tiles);  // the last turn has no GEMM I
         sm90::wgmma_wait<0>();
-        sm90::fence_registers(acc[0]);
-        if (j == 0) return;
-        if (lane == 0) pipe.release_v(j - 1);
-        inject_output(j - 1);
-      }
-    };
-
-    // GEMM II's A operand from the block's P, which the softmax leaves in s (FP32).
-    auto pack_p = [&] {
-#pragma unroll
-      for (int kc = 0; kc < kST / 2; ++kc) {
-        pa[kc][0] = P::pack(s[2 * kc][0], s[2 * kc][1]);
-        pa[kc][1] = P::pack(s[2 * kc][2], s[2 * kc][3]);
-        pa[kc][2] = P::pack(s[2 * kc + 1][0], s[2 * kc + 1][1]);
-        pa[kc][3] = P::pack(s[2 * kc + 1][2], s[2 * kc + 1][3]);
-      }
-    };
-
-    auto step = [&](int, const int j, auto masked) {
-      // EFTA's sum of |k| over this thread's keys of the block: loaded while the turn runs.
-      [[maybe_unused]] float k_norm = 0.f;
-      if constexpr (kEfta) k_norm = k_norms[j * 4 + lane % 4];
-      constexpr detail::Bool<true> yes{};
-      constexpr detail::Bool<false> no{};
-      if (j == 0) {
-        turn(j, no, yes, detail::Bool<kPasa>{});
-      } else {
-        if (kPasa && j % T::recovery_blocks == 0)
-          turn(j, yes, yes, detail::Bool<kPasa>{});
-        else
-          turn(j, yes, yes, no);
-        if constexpr (!kOverlap) inject_output(j - 1);
-      }
-      if constexpr (T::inject) {  // not f16_pasa
-        inject(fault_site_scores, j, &s[0][0], kST * 4);
-        // The checksum site is the concatenation [S checksums, O checksums]: S's are hit here.
-        if constexpr (kSC > 0)
-          if (p.fault.element % ((kSC + kCT) * 4) < kSC * 4)
-            inject(fault_site_checksum, j, s_all[kST], kSC * 4);
-      }
-      if constexpr (kEfta) {
-        const u32 sKs = sK + (j % kStages) * T::k_tile_bytes;
-        detail::EftaBlock<kST> efta;
-        detail::efta_softmax<T, decltype(masked)::value>(
-            p, s, s_all[kST], efta, sQ, sKs, row0, warp_row, j, j, lane, diag, q_norm, k_norm,
-            row_max[0], row_sum[0], lower_bound, batch, head, inject);
-        if constexpr (kLateKRelease) {
-          __syncwarp();  // every lane's weighted checksum has read the buffer
-          if (lane == 0) pipe.release_k(j);
+        if (lane == 0) {
+          if (QK::value && !kLateKRelease) pipe.release_k(base + j);
+          if (PV::value) pipe.release_v(base + j - 1);
         }
-        if constexpr (kAlarmsFirst) detail::efta_report_alarms(p, efta, global_row(0), batch, head);
-        finish_turn(j);
-        detail::rescale_output<false>(acc[0], efta.rescale);  // EFTA rescales every block
-        // P packed again from s, where efta_softmax left it: its packed copy, made under GEMM II,
-        // made ptxas serialise the wgmmas (C7513).
-        pack_p();
-        if constexpr (!kAlarmsFirst)
-          detail::efta_report_alarms(p, efta, global_row(0), batch, head);
-      } else if constexpr (kPasa) {
-        float rc[4];
-        pasa::block_recovery<T::recovery_blocks>(rc_table, j, lane, rc);
-        pasa::wgmma_softmax<T, decltype(masked)::value, kLazyRescale>(
-            p, s, rc, row0 + warp_row, j * T::block_n, lane, diag, row_max[0], row_sum[0], o[0],
-            pa);
-      } else {
-        if (decltype(masked)::value)
-          detail::for_each_masked<1, kST, T::causal>(
-              row0 + warp_row, j * T::block_n, lane, p.seqlen_k, diag,
-              [&](int, int nt, int i) { s[nt][i] = neg_inf(); });
-        float rescale[2], block_sum[2];
-        detail::softmax_block<kST, kLazyRescale, !kOnesRowSum>(s, p.scale_log2, row_max[0], rescale,
-                                                               block_sum);
-        if constexpr (T::inject) {  // rescale before l and O take it
-          inject(fault_site_probs, j, &s[0][0], kST * 4);
-          inject(fault_site_rescale, j, rescale, 2);
+        if constexpr (decltype(rec)::value) pasa::keep_recovery_tile(rc_tile, rc_table);
+      };
+      // kOverlap: block j - 1's GEMM II, left in flight by block j's turn, done before O takes this
+      // block's factors and GEMM II's registers take its P.
+      auto finish_turn = [&](int j) {
+        if constexpr (kOverlap) {
+          // The softmax's P computed before the wait and O read after it, as far as the compiler
+          // goes (ptxas may still pull the wait up: README). The wait runs for every block: under
+          // a branch it serialised the wgmmas.
+          sm90::fence_registers(s);
+          sm90::wgmma_wait<0>();
+          sm90::fence_registers(acc[0]);
+          if (j == 0) return;
+          if (lane == 0) pipe.release_v(base + j - 1);
+          inject_output(j - 1);
         }
-        if constexpr (!kOnesRowSum)
-#pragma unroll
-          for (int r = 0; r < 2; ++r) row_sum[0][r] = row_sum[0][r] * rescale[r] + block_sum[r];
-        // O (GEMM II done in the turn) takes the factors unless no row of the warp moved.
-        detail::rescale_output<(kLazyRescale > 0)>(acc[0], rescale);
-        pack_p();
-      }
-      if constexpr (T::inject) {
-        inject(fault_site_row_max, j, row_max[0], 2);
-        if constexpr (kOnesRowSum)
-          detail::inject_ones_row_sum<T>(p.fault, j,
-                                         reinterpret_cast<float(&)[1][kCT][4]>(acc[0][kOT]), lane);
-        else
-          inject(fault_site_row_sum, j, row_sum[0], 2);
-      }
-    };
-    detail::walk_key_blocks<T>(
-        p.seqlen_k, row0, diag, n_blocks, [](int b) { return b; }, step);
-    if constexpr (kCT > 0) v_bound = v_bounds[lane % 4];
-    turn(n_blocks, detail::Bool<true>{}, detail::Bool<false>{},
-         detail::Bool<false>{});  // the last block's GEMM II
-    inject_output(n_blocks - 1);
-  }
+      };
 
-  // Both warpgroups' MMAs are done before the epilogue stages O over the Q tile (warpgroup 1's
-  // rows reach past it into the first K buffer).
-  sm90::named_barrier_sync(kConsumersDone, kConsumers);
-  float l[1][2];
+      // GEMM II's A operand from the block's P, which the softmax leaves in s (FP32).
+      auto pack_p = [&] {
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if constexpr (kEfta)  // checked against the ones column
-      l[0][r] = detail::efta_checked_row_sum<T>(
-          p, reinterpret_cast<const float(&)[kCT][4]>(acc[0][kOT]), r, row_sum[0][r],
-          lower_bound[r], global_row(r), row_max[0][r], lane, batch, head);
-    else if constexpr (kOnesRowSum) {
-      l[0][r] =
-          detail::ones_column<T>(reinterpret_cast<const float(&)[kCT][4]>(acc[0][kOT]), r, lane);
-      detail::check_ones_row_sum<T, kLazyRescale>(p, l[0][r], global_row(r), row_max[0][r], lane,
-                                                  batch, head);
-    } else {
-      l[0][r] = quad_sum(row_sum[0][r]);
+        for (int kc = 0; kc < kST / 2; ++kc) {
+          pa[kc][0] = P::pack(s[2 * kc][0], s[2 * kc][1]);
+          pa[kc][1] = P::pack(s[2 * kc][2], s[2 * kc][3]);
+          pa[kc][2] = P::pack(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+          pa[kc][3] = P::pack(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+        }
+      };
+
+      auto step = [&](int, const int j, auto masked) {
+        // EFTA's sum of |k| over this thread's keys of the block: loaded while the turn runs.
+        [[maybe_unused]] float k_norm = 0.f;
+        if constexpr (kEfta) k_norm = k_norms[j * 4 + lane % 4];
+        constexpr detail::Bool<true> yes{};
+        constexpr detail::Bool<false> no{};
+        if (j == 0) {
+          turn(j, no, yes, detail::Bool<kPasa>{});
+        } else {
+          if (kPasa && j % T::recovery_blocks == 0)
+            turn(j, yes, yes, detail::Bool<kPasa>{});
+          else
+            turn(j, yes, yes, no);
+          if constexpr (!kOverlap) inject_output(j - 1);
+        }
+        if constexpr (T::inject) {  // not f16_pasa
+          inject(fault_site_scores, j, &s[0][0], kST * 4);
+          // The checksum site is the concatenation [S checksums, O checksums]: S's are hit here.
+          if constexpr (kSC > 0)
+            if (p.fault.element % ((kSC + kCT) * 4) < kSC * 4)
+              inject(fault_site_checksum, j, s_all[kST], kSC * 4);
+        }
+        if constexpr (kEfta) {
+          const u32 sKs = sK + ((base + j) % kStages) * T::k_tile_bytes;
+          detail::EftaBlock<kST> efta;
+          detail::efta_softmax<T, decltype(masked)::value>(
+              p, s, s_all[kST], efta, sQt, sKs, row0, warp_row, j, j, lane, diag, q_norm, k_norm,
+              row_max[0], row_sum[0], lower_bound, batch, head, inject);
+          if constexpr (kLateKRelease) {
+            __syncwarp();  // every lane's weighted checksum has read the buffer
+            if (lane == 0) pipe.release_k(base + j);
+          }
+          if constexpr (kAlarmsFirst)
+            detail::efta_report_alarms(p, efta, global_row(0), batch, head);
+          finish_turn(j);
+          detail::rescale_output<false>(acc[0], efta.rescale);  // EFTA rescales every block
+          // P packed again from s, where efta_softmax left it: its packed copy, made under GEMM II,
+          // made ptxas serialise the wgmmas (C7513).
+          pack_p();
+          if constexpr (!kAlarmsFirst)
+            detail::efta_report_alarms(p, efta, global_row(0), batch, head);
+        } else if constexpr (kPasa) {
+          float rc[4];
+          pasa::block_recovery<T::recovery_blocks>(rc_table, j, lane, rc);
+          pasa::wgmma_softmax<T, decltype(masked)::value, kLazyRescale>(
+              p, s, rc, row0 + warp_row, j * T::block_n, lane, diag, row_max[0], row_sum[0], o[0],
+              pa);
+        } else {
+          if (decltype(masked)::value)
+            detail::for_each_masked<1, kST, T::causal>(
+                row0 + warp_row, j * T::block_n, lane, p.seqlen_k, diag,
+                [&](int, int nt, int i) { s[nt][i] = neg_inf(); });
+          float rescale[2], block_sum[2];
+          detail::softmax_block<kST, kLazyRescale, !kOnesRowSum>(s, p.scale_log2, row_max[0],
+                                                                 rescale, block_sum);
+          if constexpr (T::inject) {  // rescale before l and O take it
+            inject(fault_site_probs, j, &s[0][0], kST * 4);
+            inject(fault_site_rescale, j, rescale, 2);
+          }
+          if constexpr (!kOnesRowSum)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) row_sum[0][r] = row_sum[0][r] * rescale[r] + block_sum[r];
+          // O (GEMM II done in the turn) takes the factors unless no row of the warp moved.
+          detail::rescale_output<(kLazyRescale > 0)>(acc[0], rescale);
+          pack_p();
+        }
+        if constexpr (T::inject) {
+          inject(fault_site_row_max, j, row_max[0], 2);
+          if constexpr (kOnesRowSum)
+            detail::inject_ones_row_sum<T>(
+                p.fault, j, reinterpret_cast<float(&)[1][kCT][4]>(acc[0][kOT]), lane);
+          else
+            inject(fault_site_row_sum, j, row_sum[0], 2);
+        }
+      };
+      detail::walk_key_blocks<T>(
+          p.seqlen_k, row0, diag, n_blocks, [](int b) { return b; }, step);
+      if constexpr (kCT > 0) v_bound = v_bounds[lane % 4];
+      turn(n_blocks, detail::Bool<true>{}, detail::Bool<false>{},
+           detail::Bool<false>{});  // the last block's GEMM II
+      inject_output(n_blocks - 1);
     }
+
+    // Every warpgroup's MMAs are done before the epilogue stages O over the Q tile (padded, the
+    // rows reach past it: into the first K buffer, or the second Q buffer of persistent kernels).
+    // Walking tiles, each warpgroup stages its rows unpadded over its own rows of Q, which only
+    // its own GEMM I read: its four warps suffice, and the next tile's Q has its own buffer.
+    if (walking)
+      sm90::named_barrier_sync(kConsumersDone + 1 + group, 128);
+    else
+      sm90::named_barrier_sync(kConsumersDone, kConsumers);
+    float l[1][2];  // EFTA's checked against the ones column, Flash-ABFT's that column
+    detail::epilogue_row_sums<T, kOnesRowSum, kLazyRescale, kOT>(
+        p, acc[0], row_sum[0], lower_bound, row_max[0], l[0], global_row, lane, batch, head);
+    if constexpr (kCT > 0)  // the end-of-row output check, log and recompute list (fwd_sm80.cuh)
+      detail::check_output<T, true>(p, o, reinterpret_cast<const float(&)[1][kCT][4]>(acc[0][kOT]),
+                                    l, v_bound, n_blocks, batch, head, lane,
+                                    [&](int, int r) { return global_row(r); });
+    // PASA's running max is already the base-2 logit.
+    if (!walking) {
+      detail::store_output<T, true>(p, o, l, row_max, kPasa ? 1.f : p.scale_log2, batch, head, row0,
+                                    warp_row, lane, sQ, row_end);
+    } else if constexpr (kPersistent) {
+      detail::store_output<T, true, true>(p, o, l, row_max, kPasa ? 1.f : p.scale_log2, batch, head,
+                                          row0, warp_row, lane, sQt, row_end);
+      // Every lane's staged rows are read (their stores issued): the producer may refill Q.
+      __syncwarp();
+      if (lane == 0) sm90::mbarrier_arrive(pipe.q_empty(it % 2));
+    }
+    base += n_blocks;
   }
-  if constexpr (kCT > 0)  // the end-of-row output check, log and recompute list (fwd_sm80.cuh)
-    detail::check_output<T, true>(p, o, reinterpret_cast<const float(&)[1][kCT][4]>(acc[0][kOT]), l,
-                                  v_bound, n_blocks, batch, head, lane,
-                                  [&](int, int r) { return global_row(r); });
-  // PASA's running max is already the base-2 logit.
-  detail::store_output<T, true>(p, o, l, row_max, kPasa ? 1.f : p.scale_log2, batch, head, row0,
-                                warp_row, lane, sQ, row_end);
 }
 
 }  // namespace ftattn
