@@ -451,8 +451,8 @@ int64_t ctas_for(int64_t smem) { return 228 * 1024 / (smem + 1024); }
 }  // namespace
 
 bool persistent_tiles(const KernelConfig& c) {
-  return warp_specialized(c) && element_bytes(c.precision) == 2 && c.mask == Mask::none &&
-         c.protection == Protection::none && !c.fault_injection &&
+  return warp_specialized(c) && (c.precision == Precision::f16 || c.precision == Precision::bf16) &&
+         c.mask == Mask::none && c.protection == Protection::none && !c.fault_injection &&
          (c.head_dim == 64 || c.head_dim == 128) && persistent_fits(c);
 }
 

@@ -533,8 +533,9 @@ TEST_CASE("persistent_tiles: unprotected unmasked 16-bit warp-specialised kernel
   CHECK(codegen::generate(d128).text.find("Traits::persistent == true") != std::string::npos);
   CHECK(persistent_tiles(test::tile_config(64, 192, 128, 12, 2, kSm90a, Precision::bf16)));
   CHECK(persistent_tiles(test::tile_config(128, 128, 64, 8, 3, kSm90a)));
-  // Not: causal (tiles of unequal cost), a checksum scheme, injection sites, f16_pasa at 128
-  // (its shift rows leave no room for a second Q), head dims 96 and 256, 8-bit, one warpgroup.
+  // Not: causal (tiles of unequal cost), a checksum scheme, injection sites, f16_pasa (its walk
+  // has not run on a GPU; at 128 its shift rows leave no room for a second Q), head dims 96 and
+  // 256, 8-bit, one warpgroup.
   CHECK_FALSE(persistent_tiles(test::default_config(128, Precision::f16, Mask::causal, kSm90a)));
   CHECK_FALSE(persistent_tiles(
       test::default_config(128, Precision::f16, Mask::none, kSm90a, Protection::flash_abft)));
@@ -542,6 +543,8 @@ TEST_CASE("persistent_tiles: unprotected unmasked 16-bit warp-specialised kernel
   injected.fault_injection = true;
   CHECK_FALSE(persistent_tiles(injected));
   CHECK_FALSE(persistent_tiles(test::default_config(128, Precision::f16_pasa, Mask::none, kSm90a)));
+  CHECK_FALSE(
+      persistent_tiles(test::tile_config(64, 192, 128, 12, 2, kSm90a, Precision::f16_pasa)));
   CHECK_FALSE(persistent_tiles(test::tile_config(96, 192, 128, 12, 2, kSm90a)));
   CHECK_FALSE(persistent_tiles(test::tile_config(256, 128, 64, 8, 2, kSm90a)));
   CHECK_FALSE(
