@@ -107,8 +107,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   // of two buffers while this one runs, and O staged over the tile's own. Otherwise the CTA's one
   // tile comes from its block index (tile_coords), and this loop runs once.
   constexpr bool kPersistent = T::persistent;
-  constexpr int kQLoaders =
-      kPersistent ? 64 : kProducers;  // walking: the producer's last two warps
+  constexpr int kQLoaders = 64;  // walking tiles: the producer's last two warps copy Q
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const u32 sQ = (sm80::smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -121,7 +120,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   // as one box of overlapping 128-byte rows per block (abft_tma_chunks_ab.csv).
   constexpr bool kThreadCopies = kEfta || kCT > 0;
   using Pipeline = sm90::WsPipeline<kStages, kProducers, T::num_warps,
-                                    kThreadCopies ? kProducers + 1 : 1, T::q_buffers, kQLoaders>;
+                                    kThreadCopies ? kProducers + 1 : 1, T::q_buffers>;
   static_assert(Pipeline::barrier_bytes <= T::barrier_bytes, "the mbarriers follow the tiles");
   const Pipeline pipe{sQ + T::tiles_bytes};
   const int m_blocks = (p.seqlen_q + T::block_m - 1) / T::block_m;

@@ -24,12 +24,12 @@ inline constexpr int ws_consumer_registers =
     (ws_launch_registers<Consumers> - ws_producer_registers<Consumers>) / Consumers / 8 * 8;
 
 // FullArrivals: the arrivals a K or V "full" phase expects, every producer thread's cp.async
-// arrival, or 1 where one thread's TMA copies complete it (mbarrier_expect_tx). QLoaders: the
-// producer threads whose cp.async arrivals fill Q. QBuffers 2 (persistent tiles): Q buffer b
+// arrival, or 1 where one thread's TMA copies complete it (mbarrier_expect_tx). QBuffers 2
+// (persistent tiles): Q buffer b
 // takes tiles b, b + 2, ... of the CTA, each with a "full" and an "empty" mbarrier (every
 // consumer warp arrives once its staged O is stored).
 template <int Stages, int Producers, int ConsumerWarps, int FullArrivals = Producers,
-          int QBuffers = 1, int QLoaders = Producers>
+          int QBuffers = 1>
 struct WsPipeline {
   static_assert(QBuffers == 1 || QBuffers == 2, "one Q buffer, or two for persistent tiles");
   static constexpr int barrier_bytes = 8 * (1 + 4 * Stages + 3 * (QBuffers - 1));
@@ -48,9 +48,9 @@ struct WsPipeline {
   // Block j lives in buffer j % Stages; its n-th use of the buffer is phase n, parity n % 2.
   __device__ __forceinline__ static u32 parity(int j) { return static_cast<u32>((j / Stages) & 1); }
 
-  // By one thread, before a CTA barrier. `q_loaders`: this launch's (persistent tiles walked
-  // by one CTA, or one tile per CTA copied by every producer thread).
-  __device__ __forceinline__ void init(int q_loaders = QLoaders) const {
+  // By one thread, before a CTA barrier. `q_loaders`: the producer threads whose cp.async
+  // arrivals fill Q in this launch (fewer where persistent tiles are walked).
+  __device__ __forceinline__ void init(int q_loaders = Producers) const {
     mbarrier_init(q_full(), q_loaders);
     if constexpr (QBuffers == 2) {
       mbarrier_init(q_full(1), q_loaders);
