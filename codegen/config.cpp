@@ -374,6 +374,7 @@ bool uses_wgmma(const KernelConfig& c) {
   // 192 they take the same tile as the unprotected kernel (f16_pasa's only unprotected, below).
   const bool wide_tile = c.num_warps == 8 && c.block_n == 64;
   const bool wide16 = (b16 || c.precision == Precision::f16_pasa) &&
+                      (c.mask == Mask::none || c.mask == Mask::causal) &&
                       c.protection == Protection::none && !c.fault_injection && wide_tile;
   // Head dim 96 in 16 bits: rows of three 64-byte swizzle atoms (sm90::tile_offset), every tile.
   // Head dim 32 in 16 bits: rows of one 64-byte atom.
@@ -452,8 +453,8 @@ int64_t ctas_for(int64_t smem) { return 228 * 1024 / (smem + 1024); }
 
 bool persistent_tiles(const KernelConfig& c) {
   return warp_specialized(c) && (c.precision == Precision::f16 || c.precision == Precision::bf16) &&
-         c.mask == Mask::none && c.protection == Protection::none && !c.fault_injection &&
-         (c.head_dim == 64 || c.head_dim == 128) && persistent_fits(c);
+         (c.mask == Mask::none || c.mask == Mask::causal) && c.protection == Protection::none &&
+         !c.fault_injection && (c.head_dim == 64 || c.head_dim == 128) && persistent_fits(c);
 }
 
 bool kv_tensor_maps(const KernelConfig& c) {

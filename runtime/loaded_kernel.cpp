@@ -39,7 +39,8 @@ void require_aligned(const char* tensor, const void* ptr, const Strides& s, int 
 // per row. On the H200 (bench/results/nvidia-h200/persistent_tiles_ab.csv, two rounds, no mask,
 // 32 heads) that ran 1.03-1.05x main at 512 keys and 1.01-1.02x at 1k on the three-consumer
 // 192 x 128 tile at head dim 128 (1.06-1.15x on 128 x 128, 1.08-1.17x at head dim 64), and
-// 0.98-1.00x from 2k keys.
+// 0.98-1.00x from 2k keys. Causal, in pairs of a head's long and short tiles (kernel/tile_walk.cuh,
+// nvidia-h200/causal_walk_pairs_ab.csv): 1.16x at 512 keys and 1.10x at 1k on 128 x 128 w8s2.
 constexpr int kPersistentKeys = 1024;
 
 class LoadedKernel final : public Kernel {
@@ -129,13 +130,18 @@ class LoadedKernel final : public Kernel {
     // registers) where tiles are short, up to kPersistentKeys keys: there a CTA's fill and drain
     // weigh most. Given a CTA per tile, it runs one each.
     const unsigned m_blocks = static_cast<unsigned>((problem.seqlen_q + c.block_m - 1) / c.block_m);
-    const long long tiles = static_cast<long long>(m_blocks) * problem.heads_q * problem.batch;
-    const bool walk = persistent_ctas_ > 0 && problem.seqlen_k <= kPersistentKeys;
-    const Dim3 grid =
-        run.tile_count > 0 ? Dim3{static_cast<unsigned>(run.tile_count), 1, 1}
-        : walk ? Dim3{static_cast<unsigned>(std::min<long long>(tiles, persistent_ctas_)), 1, 1}
-               : Dim3{m_blocks, static_cast<unsigned>(problem.heads_q),
-                      static_cast<unsigned>(problem.batch)};
+    // Walk units (kernel/tile_walk.cuh): tiles, or causal pairs of a head's long and short ones.
+    const unsigned units_per_head = is_causal(c.mask) ? (m_blocks + 1) / 2 : m_blocks;
+    const long long units =
+        static_cast<long long>(units_per_head) * problem.heads_q * problem.batch;
+    // Walking needs more units than CTAs; given fewer, the grid is a CTA per tile, whose kernel
+    // finds its tile from the block index as the others do (a grid of units would leave tiles out).
+    const bool walk =
+        persistent_ctas_ > 0 && problem.seqlen_k <= kPersistentKeys && units > persistent_ctas_;
+    const Dim3 grid = run.tile_count > 0 ? Dim3{static_cast<unsigned>(run.tile_count), 1, 1}
+                      : walk             ? Dim3{static_cast<unsigned>(persistent_ctas_), 1, 1}
+                                         : Dim3{m_blocks, static_cast<unsigned>(problem.heads_q),
+                                    static_cast<unsigned>(problem.batch)};
     // The 16-bit wgmma kernels copy K and V by TMA (kv_tensor_maps): their tensor maps ride as a
     // second parameter, encoded over the operands this launch reads (PASA's shifted keys).
     KvTensorMaps maps{};

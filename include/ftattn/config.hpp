@@ -140,11 +140,12 @@ bool q8_tensor_maps(const KernelConfig& config);
 bool kv_tensor_maps(const KernelConfig& config);
 
 // True when `config`'s attention kernel walks its tiles persistently (kernel/fwd_ws_sm90.cuh): the
-// launch starts one CTA per SM (at most one per tile), and each CTA takes tiles blockIdx.x,
+// launch starts one CTA per SM (at most one per walk unit), and each CTA takes units blockIdx.x,
 // blockIdx.x + gridDim.x, ... so that a tile's epilogue and the next one's loads overlap instead
-// of paying a CTA's fill and drain per tile. f16 and bf16 on the warp-specialised skeleton,
-// unprotected, without injection sites and without a mask (causal tiles differ in cost, and the
-// hardware's own CTA order balances them), at head dims 64 and 128, where a second Q buffer fits
+// of paying a CTA's fill and drain per tile. A unit is a tile, or with a causal mask a head's
+// pair of m-blocks m_blocks - 1 - u and u, which together see about as many keys whatever u is
+// (kernel/tile_walk.cuh). f16 and bf16 on the warp-specialised skeleton, unprotected, without
+// injection sites, no mask or causal, at head dims 64 and 128, where a second Q buffer fits
 // shared memory (the next tile's Q lands while this one runs; O is staged over the finished
 // one). Not f16_pasa: its walk has not run on a GPU (at head dim 128 no second Q fits).
 bool persistent_tiles(const KernelConfig& config);

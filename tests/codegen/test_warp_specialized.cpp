@@ -376,10 +376,10 @@ TEST_CASE("warp_specialized: two consumer warpgroups of int8 and fp8 tiles at he
 
 TEST_CASE("warp_specialized: the mbarriers take 256 bytes after the tiles", "[ws][codegen]") {
   // Q, two K and two V tiles of 128 rows x 256 bytes, the 1024 bytes that align the dynamic base,
-  // and the barriers; the generated unit asserts that its traits agree. Without a mask the
-  // unprotected kernel walks persistent tiles: a second Q tile.
-  const KernelConfig ws =
-      test::tile_config(128, 128, 128, 8, 2, kSm90a, Precision::f16, Mask::causal);
+  // and the barriers; the generated unit asserts that its traits agree. The unprotected kernel
+  // walks persistent tiles: a second Q tile (not with injection sites).
+  KernelConfig ws = test::tile_config(128, 128, 128, 8, 2, kSm90a, Precision::f16, Mask::causal);
+  ws.fault_injection = true;
   CHECK_FALSE(persistent_tiles(ws));
   CHECK(ws.shared_memory_bytes() == 5 * 128 * 256 + 256 + 1024);
   const KernelConfig walked = test::tile_config(128, 128, 128, 8, 2, kSm90a);
@@ -522,10 +522,11 @@ TEST_CASE("warp_specialized 8-bit units at head dim 192: a word of the producer'
     }
 }
 
-TEST_CASE("persistent_tiles: unprotected unmasked 16-bit warp-specialised kernels that fit two Qs",
+TEST_CASE("persistent_tiles: unprotected 16-bit warp-specialised kernels that fit two Qs",
           "[ws][codegen][persistent]") {
-  // The head-dim-128 default without a mask (192 x 128 w12s2: 225.25 KB with its second Q tile,
-  // under sm_90's 227) and 128-row tiles at head dims 64 and 128 walk tiles.
+  // The head-dim-128 default (192 x 128 w12s2: 225.25 KB with its second Q tile, under sm_90's
+  // 227) and 128-row tiles at head dims 64 and 128 walk tiles, without a mask or causal (pairs of
+  // a head's long and short tiles, kernel/tile_walk.cuh).
   const KernelConfig d128 = test::default_config(128, Precision::f16, Mask::none, kSm90a);
   REQUIRE(warp_specialized(d128));
   CHECK(persistent_tiles(d128));
@@ -533,10 +534,15 @@ TEST_CASE("persistent_tiles: unprotected unmasked 16-bit warp-specialised kernel
   CHECK(codegen::generate(d128).text.find("Traits::persistent == true") != std::string::npos);
   CHECK(persistent_tiles(test::tile_config(64, 192, 128, 12, 2, kSm90a, Precision::bf16)));
   CHECK(persistent_tiles(test::tile_config(128, 128, 64, 8, 3, kSm90a)));
-  // Not: causal (tiles of unequal cost), a checksum scheme, injection sites, f16_pasa (its walk
-  // has not run on a GPU; at 128 its shift rows leave no room for a second Q), head dims 96 and
-  // 256, 8-bit, one warpgroup.
-  CHECK_FALSE(persistent_tiles(test::default_config(128, Precision::f16, Mask::causal, kSm90a)));
+  CHECK(persistent_tiles(
+      test::tile_config(128, 192, 128, 12, 2, kSm90a, Precision::f16, Mask::causal)));
+  CHECK(persistent_tiles(
+      test::tile_config(64, 128, 128, 8, 2, kSm90a, Precision::bf16, Mask::causal)));
+  // Not: a checksum scheme, injection sites, f16_pasa (its walk has not run on a GPU; at 128 its
+  // shift rows leave no room for a second Q), head dims 96 and 256, 8-bit, one warpgroup,
+  // block-sparse masks (the sm80 skeleton).
+  CHECK_FALSE(
+      persistent_tiles(test::tile_config(128, 64, 64, 4, 3, kSm90a, Precision::f16, Mask::causal)));
   CHECK_FALSE(persistent_tiles(
       test::default_config(128, Precision::f16, Mask::none, kSm90a, Protection::flash_abft)));
   KernelConfig injected = d128;
@@ -550,6 +556,11 @@ TEST_CASE("persistent_tiles: unprotected unmasked 16-bit warp-specialised kernel
   CHECK_FALSE(
       persistent_tiles(test::tile_config(128, 128, 128, 8, 2, kSm90a, Precision::fp8_e4m3)));
   CHECK_FALSE(persistent_tiles(test::tile_config(128, 64, 128, 4, 2, kSm90a)));
+  CHECK_FALSE(persistent_tiles(
+      test::tile_config(128, 128, 128, 8, 2, kSm90a, Precision::f16, Mask::block_sparse_causal)));
   const KernelConfig causal = test::default_config(128, Precision::f16, Mask::causal, kSm90a);
-  CHECK(codegen::generate(causal).text.find("Traits::persistent == false") != std::string::npos);
+  CHECK(codegen::generate(causal).text.find("Traits::persistent == true") != std::string::npos);
+  const KernelConfig abft =
+      test::default_config(128, Precision::f16, Mask::causal, kSm90a, Protection::flash_abft);
+  CHECK(codegen::generate(abft).text.find("Traits::persistent == false") != std::string::npos);
 }

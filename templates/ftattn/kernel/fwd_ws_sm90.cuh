@@ -21,9 +21,10 @@
 //
 // No CTA-wide barrier runs in the main loop: a consumer waits only for the buffers it reads.
 //
-// Persistent tiles (unprotected, no mask, head dims 64 and 128: FwdWgmmaTraits::persistent):
-// given fewer CTAs than tiles (Kernel::launch up to 1k keys: one per SM), each CTA walks tiles in
-// turn, its rings, turns and two Q buffers running on from one tile to the next.
+// Persistent tiles (unprotected, head dims 64 and 128: FwdWgmmaTraits::persistent): given fewer
+// CTAs than tiles (Kernel::launch up to 1k keys: one per SM), each CTA walks tiles in turn
+// (causal: pairs of a head's long and short tiles, kernel/tile_walk.cuh), its rings, turns and
+// two Q buffers running on from one tile to the next.
 #pragma once
 
 #include "ftattn/arch/sm80/cp_async.cuh"
@@ -34,6 +35,7 @@
 #include "ftattn/arch/sm90/ws_pipeline.cuh"
 #include "ftattn/kernel/fwd_pasa_sm80.cuh"
 #include "ftattn/kernel/fwd_sm90.cuh"
+#include "ftattn/kernel/tile_walk.cuh"
 
 namespace ftattn {
 
@@ -102,10 +104,10 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   constexpr int kProducers = 128;
   constexpr int kConsumersDone = kGroups + 1;  // named barriers 1 ... kGroups pass the turn
 
-  // Persistent tiles (T::persistent): each CTA walks tiles first_tile, + tile_stride, ... of the
-  // launch's, its K and V ring running on across them, the next tile's Q landing in the other
-  // of two buffers while this one runs, and O staged over the tile's own. Otherwise the CTA's one
-  // tile comes from its block index (tile_coords), and this loop runs once.
+  // Persistent tiles (T::persistent): each CTA walks the tiles of its walk units (TileWalk), its
+  // K and V ring running on across them, the next tile's Q landing in the other of two buffers
+  // while this one runs, and O staged over the tile's own. Otherwise the CTA's one tile comes
+  // from its block index (tile_coords), and this loop runs once.
   constexpr bool kPersistent = T::persistent;
   constexpr int kQLoaders = 64;  // walking tiles: the producer's last two warps copy Q
 
@@ -124,13 +126,20 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   static_assert(Pipeline::barrier_bytes <= T::barrier_bytes, "the mbarriers follow the tiles");
   const Pipeline pipe{sQ + T::tiles_bytes};
   const int m_blocks = (p.seqlen_q + T::block_m - 1) / T::block_m;
-  const int tiles = kPersistent ? m_blocks * p.heads_q * p.batch : 1;
-  const int first_tile =
+  using Walk = detail::TileWalk<kPersistent, T::causal>;
+  const int units = kPersistent ? Walk::units_per_head(m_blocks) * p.heads_q * p.batch : 1;
+  const int first_unit =
       kPersistent ? blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z) : 0;
-  const int tile_stride = kPersistent ? gridDim.x * gridDim.y * gridDim.z : 1;
-  // Walking several tiles (a grid smaller than the tiles): Q by two warps into two buffers.
+  const int ctas = kPersistent ? gridDim.x * gridDim.y * gridDim.z : 1;
+  // Walking several tiles (a grid smaller than the walk units): Q by two warps into two buffers.
   // Given a CTA per tile, a persistent kernel runs as the others do.
-  const bool walking = kPersistent && tile_stride < tiles;
+  const bool walking = kPersistent && ctas < units;
+  const Walk walk{m_blocks,
+                  walking ? first_unit : 0,
+                  walking ? units : 1,
+                  walking ? ctas : 1,
+                  walking && T::causal,
+                  walking && T::causal ? m_blocks / 2 * p.heads_q * p.batch : 0};
   if (threadIdx.x == 0) {
     pipe.init(walking ? kQLoaders : kProducers);
     sm90::fence_barrier_init();  // seen by the TMA unit
@@ -143,14 +152,13 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
     int head, batch, head_kv, row0, row_end, n_blocks;
     detail::HeadOperands in;
   };
-  auto tile_at = [&](int tile) {
+  auto tile_at = [&](detail::TileCursor at) {
     int m_block, head, batch;
-    if constexpr (kPersistent) {
-      // A head's tiles side by side (its K and V shared in L2), as the hardware hands out a
-      // grid's CTAs. Every tile costs the same (no mask), so taking them in turn balances.
-      m_block = tile % m_blocks;
-      head = tile / m_blocks % p.heads_q;
-      batch = tile / m_blocks / p.heads_q;
+    if (walking) {
+      int head_batch;
+      walk.tile(at, m_block, head_batch);
+      head = head_batch % p.heads_q;
+      batch = head_batch / p.heads_q;
     } else {
       detail::tile_coords<T>(p, m_block, head, batch);
     }
@@ -186,7 +194,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
     if (!walking) {
       // One tile: every producer thread copies its Q, then thread 0 (and, for the checksum
       // schemes, all) copy K and V.
-      const Tile g = tile_at(first_tile);
+      const Tile g = tile_at(walk.begin());
       sm90::load_rows_swizzled<kProducers, T::block_m, kRowBytes>(
           sQ, g.in.q, p.q_seq_stride * 2, p.seqlen_q - g.row0, kRowBytes, t);
       sm90::cp_async_arrive(pipe.q_full());
@@ -200,8 +208,8 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
       constexpr int kFirstLoader = kProducers - kQLoaders;
       if (t >= kFirstLoader) {
         int it = 0;
-        for (int tile = first_tile; tile < tiles; tile += tile_stride, ++it) {
-          const Tile g = tile_at(tile);
+        for (auto at = walk.begin(); walk.valid(at); at = walk.next(at), ++it) {
+          const Tile g = tile_at(at);
           const int b = it % 2;
           if (it >= 2) sm90::mbarrier_wait(pipe.q_empty(b), ((it - 2) / 2) & 1);
           // In four parts of whole 8-row swizzle groups, one at a time: unrolled whole, the
@@ -229,8 +237,8 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
     // The K and V rings run on across a CTA's tiles: key block j of a tile is the ring's block
     // base + j.
     int base = 0;
-    for (int tile = first_tile; tile < tiles; tile += tile_stride) {
-      const Tile g = tile_at(tile);
+    for (auto at = walk.begin(); walk.valid(at); at = walk.next(at)) {
+      const Tile g = tile_at(at);
       const int head_kv = g.head_kv, batch = g.batch;
       const long long cs_head = static_cast<long long>(batch) * p.heads_kv + head_kv;
       // f16_pasa: maps.k holds the shifted keys K' (the shift kernel's output), maps.shift their
@@ -287,12 +295,12 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   // warpgroup's last turn of a tile hands it to warpgroup 0 for the next tile, so that its GEMM I
   // runs while the others finish and store theirs, and a tile without keys passes it round once.
   const sm90::TurnToken<1, kGroups> token{group};
-  if (kPersistent && first_tile < tiles) token.start();  // warpgroup 0 goes first
+  if (kPersistent && walk.valid(walk.begin())) token.start();  // warpgroup 0 goes first
   int base = 0;  // the K and V rings' block of this tile's key block 0 (the producer's)
   int it = 0;    // this CTA's tiles so far
-  for (int tile = first_tile; tile < tiles; tile += tile_stride, ++it) {
-    const Tile g = tile_at(tile);
-    const bool more_tiles = kPersistent && tile + tile_stride < tiles;
+  for (auto at = walk.begin(); walk.valid(at); at = walk.next(at), ++it) {
+    const Tile g = tile_at(at);
+    const bool more_tiles = kPersistent && walk.valid(walk.next(at));
     const int head = g.head, batch = g.batch, head_kv = g.head_kv, row0 = g.row0;
     const int row_end = g.row_end, n_blocks = g.n_blocks;
     const detail::HeadOperands in = g.in;
