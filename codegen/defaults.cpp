@@ -177,9 +177,17 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   // unprotected kernel against +16-31% at 128 x 64 w8s3, abft_ws_tiles.csv). Builds with
   // injection sites take the tile their scheme runs without them, so campaigns hit the kernel
   // that runs.
-  const bool ws_d128 = c.head_dim == 128 &&
-                       ((c.protection == Protection::none && !(is_causal(c.mask) && keys <= 512)) ||
-                        c.protection == Protection::flash_abft);
+  // Causal up to 512 keys it walks persistent tiles in pairs (kernel/tile_walk.cuh): on the H200
+  // (nvidia-h200/causal_walk_ab.csv, f16, 32 heads) 128 x 128 w8s2 walked ran 1.07-1.08x the
+  // one-warpgroup 64 x 64 w4s3 at 512 keys and 1.09x its own one-CTA-per-tile self at 1k. Where
+  // the problem has too few heads to walk (a pair per head and more pairs than the SMs of a Hopper
+  // GPU, 132), 64 x 64 w4s3 stays.
+  const bool few_pairs =
+      problem != nullptr && int64_t{problem->batch} * problem->heads_q * 2 <= 132;
+  const bool short_causal_d128 = is_causal(c.mask) && keys <= 512 && few_pairs;
+  const bool ws_d128 =
+      c.head_dim == 128 && ((c.protection == Protection::none && !short_causal_d128) ||
+                            c.protection == Protection::flash_abft);
   const bool long_d128 = c.head_dim == 128 && (keys >= 16384 || c.protection != Protection::none);
   wgmma16.block_m = long_d128 || ws_d128 ? 128 : 64;
   wgmma16.num_warps = long_d128 || ws_d128 ? 8 : 4;

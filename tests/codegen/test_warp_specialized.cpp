@@ -5,6 +5,7 @@
 #include <array>
 #include <catch2/catch.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "codegen/swizzle_atom.hpp"
@@ -538,6 +539,19 @@ TEST_CASE("persistent_tiles: unprotected 16-bit warp-specialised kernels that fi
       test::tile_config(128, 192, 128, 12, 2, kSm90a, Precision::f16, Mask::causal)));
   CHECK(persistent_tiles(
       test::tile_config(64, 128, 128, 8, 2, kSm90a, Precision::bf16, Mask::causal)));
+  // Causal at head dim 128 up to 512 keys the default walks 128 x 128 w8s2 where the problem has
+  // more pairs of tiles than a Hopper GPU has SMs; with fewer it keeps one warpgroup, 64 x 64.
+  for (auto [batch, heads, walks] : std::vector<std::tuple<int, int, bool>>{
+           {32, 32, true}, {2, 34, true}, {2, 33, false}, {1, 8, false}}) {
+    KernelConfig open;
+    open.head_dim = 128, open.mask = Mask::causal;
+    const Problem pr = Problem::bhsd(batch, heads, heads, 512, 512, 128);
+    const KernelConfig c = with_defaults(open, kSm90a, &pr);
+    INFO(c.name() << " for " << batch << " x " << heads << " heads");
+    CHECK(persistent_tiles(c) == walks);
+    CHECK(c.block_m == (walks ? 128 : 64));
+    CHECK(c.block_n == (walks ? 128 : 64));
+  }
   // Not: a checksum scheme, injection sites, f16_pasa (its walk has not run on a GPU; at 128 its
   // shift rows leave no room for a second Q), head dims 96 and 256, 8-bit, one warpgroup,
   // block-sparse masks (the sm80 skeleton).
