@@ -453,8 +453,9 @@ int64_t ctas_for(int64_t smem) { return 228 * 1024 / (smem + 1024); }
 
 bool persistent_tiles(const KernelConfig& c) {
   return warp_specialized(c) && (c.precision == Precision::f16 || c.precision == Precision::bf16) &&
-         (c.mask == Mask::none || c.mask == Mask::causal) && c.protection == Protection::none &&
-         !c.fault_injection && (c.head_dim == 64 || c.head_dim == 128) && persistent_fits(c);
+         (c.mask == Mask::none || (c.mask == Mask::causal && c.num_warps == 8)) &&
+         c.protection == Protection::none && !c.fault_injection &&
+         (c.head_dim == 64 || c.head_dim == 128) && persistent_fits(c);
 }
 
 bool kv_tensor_maps(const KernelConfig& c) {

@@ -145,7 +145,9 @@ bool kv_tensor_maps(const KernelConfig& config);
 // of paying a CTA's fill and drain per tile. A unit is a tile, or with a causal mask a head's
 // pair of m-blocks m_blocks - 1 - u and u, which together see about as many keys whatever u is
 // (kernel/tile_walk.cuh). f16 and bf16 on the warp-specialised skeleton, unprotected, without
-// injection sites, no mask or causal, at head dims 64 and 128, where a second Q buffer fits
+// injection sites, no mask or causal (two consumer warpgroups: three walked causal tiles no
+// faster than one per CTA, so the causal defaults from 2k keys, 192 x 128 w12s2, are built as
+// before), at head dims 64 and 128, where a second Q buffer fits
 // shared memory (the next tile's Q lands while this one runs; O is staged over the finished
 // one). Not f16_pasa: its walk has not run on a GPU (at head dim 128 no second Q fits).
 bool persistent_tiles(const KernelConfig& config);

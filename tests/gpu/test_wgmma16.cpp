@@ -261,9 +261,9 @@ TEST_CASE("Persistent tiles: many tiles per CTA, ragged and GQA ones, every row"
   // tiles, Q alternates between two buffers whose phases wrap, and O is staged swizzled over the
   // tile's own Q. The problems have short rows (walked: up to 1k keys) and more walk units than
   // any Hopper GPU has SMs, so CTAs take several tiles, the last m-block of each head a ragged
-  // one. Causal, a unit pairs a head's long and short m-blocks (an odd count leaves the middle
-  // one alone), 192-row tiles put their ragged tile first, and with more queries than keys the
-  // first rows see no key; every row and its log-sum-exp are checked.
+  // one. Causal (two consumers), a unit pairs a head's long and short m-blocks (an odd count
+  // leaves the middle one alone), and with more queries than keys the first rows see no key;
+  // every row and its log-sum-exp are checked.
   // bf16 on the first problem, more queries than keys causal only (the FP64 reference's time).
   for (Precision prec : {Precision::f16, Precision::bf16})
     for (int d : {64, 128})
@@ -274,6 +274,7 @@ TEST_CASE("Persistent tiles: many tiles per CTA, ragged and GQA ones, every row"
                 Problem::bhsd(1, 150, 50, 700, 300, d)}) {
             if (prec == Precision::bf16 && pr.seqlen_q != 300) continue;
             if (mask == Mask::none && pr.seqlen_q > pr.seqlen_k) continue;
+            if (mask == Mask::causal && w == 12) continue;  // three causal consumers do not walk
             KernelConfig c;
             c.head_dim = d, c.precision = prec, c.mask = mask;
             c.block_m = 16 * w, c.block_n = n, c.num_warps = w, c.num_stages = st;

@@ -82,13 +82,15 @@ struct FwdWgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, 
   static constexpr bool warp_specialized =
       NumWarps == 8 || NumWarps == 12;  // two or three consumers
   // Persistent tiles (fwd_ws_sm90.cuh; codegen's persistent_tiles decides alike): unprotected
-  // f16 and bf16 warp-specialised kernels at head dims 64 and 128 whose second Q
+  // f16 and bf16 warp-specialised kernels at head dims 64 and 128 (causal: two consumers, whose
+  // walk ran 1.10-1.16x, three 0.96-0.98x, nvidia-h200/causal_walk_pairs_ab.csv) whose second Q
   // buffer fits beside the stages, the mbarriers and the alignment slack (227 KB, sm_90's opt-in
   // limit). The epilogue stages O unpadded, its 16-byte chunks swizzled, over the tile's own Q
   // buffer.
   static constexpr int one_q_loop_bytes = q_bytes + NumStages * (k_tile_bytes + v_tile_bytes);
   static constexpr bool persistent = warp_specialized && !PrecisionT::pasa && !ProtectT::enabled &&
-                                     !Inject && (HeadDim == 64 || HeadDim == 128) &&
+                                     !Inject && !(Causal && NumWarps == 12) &&
+                                     (HeadDim == 64 || HeadDim == 128) &&
                                      one_q_loop_bytes + q_bytes + 256 + 1024 <= 227 * 1024;
   static constexpr int q_buffers = persistent ? 2 : 1;
   static constexpr int loop_bytes = one_q_loop_bytes + (q_buffers - 1) * q_bytes;
