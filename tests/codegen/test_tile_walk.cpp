@@ -43,7 +43,7 @@ std::vector<Visit> tiles_of(const Walk<Causal>& walk) {
 
 }  // namespace
 
-TEST_CASE("Tile walk: every tile once; causal pairs even out the CTAs' key blocks",
+TEST_CASE("Tile walk: every tile once, and causal pairs even out the CTAs' key blocks",
           "[persistent][codegen]") {
   for (int m_blocks : {1, 2, 3, 4, 6, 7, 8})
     for (int head_batch : {5, 160, 1024})
