@@ -374,7 +374,6 @@ bool uses_wgmma(const KernelConfig& c) {
   // 192 they take the same tile as the unprotected kernel (f16_pasa's only unprotected, below).
   const bool wide_tile = c.num_warps == 8 && c.block_n == 64;
   const bool wide16 = (b16 || c.precision == Precision::f16_pasa) &&
-                      (c.mask == Mask::none || c.mask == Mask::causal) &&
                       c.protection == Protection::none && !c.fault_injection && wide_tile;
   // Head dim 96 in 16 bits: rows of three 64-byte swizzle atoms (sm90::tile_offset), every tile.
   // Head dim 32 in 16 bits: rows of one 64-byte atom.
