@@ -178,10 +178,10 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   // injection sites take the tile their scheme runs without them, so campaigns hit the kernel
   // that runs.
   // Causal up to 512 keys it walks persistent tiles in pairs (kernel/tile_walk.cuh): on the H200
-  // (nvidia-h200/causal_walk_ab.csv, f16, 32 heads) 128 x 128 w8s2 walked ran 1.07-1.08x the
-  // one-warpgroup 64 x 64 w4s3 at 512 keys and 1.09x its own one-CTA-per-tile self at 1k. Where
-  // the problem has too few heads to walk (a pair per head and more pairs than the SMs of a Hopper
-  // GPU, 132), 64 x 64 w4s3 stays.
+  // (nvidia-h200/causal_walk_pairs_ab.csv, f16, 32 heads) 128 x 128 w8s2 walked ran 1.10x the
+  // one-warpgroup 64 x 64 w4s3 at 512 keys and 1.105x its own one-CTA-per-tile self at 1k. Where
+  // the problem has too few heads to walk (two pairs per head at 512 keys, no more of them than a
+  // Hopper GPU's 132 SMs), 64 x 64 w4s3 stays.
   const bool few_pairs =
       problem != nullptr && int64_t{problem->batch} * problem->heads_q * 2 <= 132;
   const bool short_causal_d128 = is_causal(c.mask) && keys <= 512 && few_pairs;
