@@ -173,7 +173,10 @@ void validate(const KernelConfig& c) {
         "head_dim {} is not supported: use one of 32, 64, 96, 128, 192, 256", c.head_dim));
   }
   if (!contains(std::array{1, 2, 4, 8, 12}, c.num_warps)) {
-    throw ConfigError(fmt::format("num_warps {} is not supported: use 1, 2, 4 or 8", c.num_warps));
+    throw ConfigError(fmt::format(
+        "num_warps {} is not supported: use 1, 2, 4 or 8, or 12 for three consumer warpgroups "
+        "(16-bit warp-specialised kernels on sm_90a)",
+        c.num_warps));
   }
   if (c.num_warps == 12 && !warp_specialized(c)) {
     throw ConfigError(

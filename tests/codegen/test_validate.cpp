@@ -74,7 +74,8 @@ TEST_CASE("validate: head_dim, warps, stages, block_n", "[validate]") {
                        "head_dim 80 is not supported: use one of 32, 64, 96, 128, 192, 256");
   REQUIRE_CONFIG_ERROR(validate(make(512, 64, 64, 4, 2)), "head_dim 512");
   REQUIRE_CONFIG_ERROR(validate(make(128, 128, 64, 3, 2)),
-                       "num_warps 3 is not supported: use 1, 2, 4 or 8");
+                       "num_warps 3 is not supported: use 1, 2, 4 or 8, or 12 for three "
+                       "consumer warpgroups");
   REQUIRE_CONFIG_ERROR(validate(make(128, 256, 64, 16, 2)), "num_warps 16");
   // 12 warps: the 16-bit warp-specialised kernel with three consumer warpgroups, sm_90a only;
   // f16 and bf16 unprotected or with Flash-ABFT (its injection builds too), not with EFTA.

@@ -143,6 +143,45 @@ TEST_CASE("cli: usage errors exit non-zero with one error line", "[cli]") {
   CHECK(contains(version.out, "ftattn"));
 }
 
+TEST_CASE("cli: count flags out of range name the bound", "[cli]") {
+  TempDir dir;
+  const std::vector<std::string> run = {"run", "--head-dim", "128", "--batch", "1", "--heads", "1"};
+  auto with = [&](std::vector<std::string> args, std::vector<std::string> more) {
+    args.insert(args.end(), more.begin(), more.end());
+    return with_cache(dir, args);
+  };
+  const CliResult zero = run_cli(dir, with(run, {"--seqlen", "0"}));
+  CHECK(zero.exit_code == 2);
+  CHECK(contains(zero.err, "--seqlen: 0 is too small: give a whole number of at least 1"));
+  // CLI11's own range check printed DBL_MAX in full.
+  CHECK_FALSE(contains(zero.err, "1797693"));
+
+  const CliResult fraction = run_cli(dir, with(run, {"--seqlen", "1.5"}));
+  CHECK(fraction.exit_code == 2);
+  CHECK(contains(fraction.err, "'1.5' is not a whole number"));
+
+  const CliResult huge = run_cli(dir, with(run, {"--seqlen", "99999999999"}));
+  CHECK(huge.exit_code == 2);
+  CHECK(contains(huge.err, "99999999999 is too large: give at most 2147483647"));
+
+  const CliResult iters = run_cli(dir, with(run, {"--seqlen", "64", "--iters", "-1"}));
+  CHECK(iters.exit_code == 2);
+  CHECK(contains(iters.err, "--iters: -1 is too small: give a whole number of at least 0"));
+
+  // tune took any --iters, and with none timed it read before the start of its timings.
+  const CliResult tune = run_cli(dir, with_cache(dir, {"tune", "--iters", "0"}));
+  CHECK(tune.exit_code == 2);
+  CHECK(contains(tune.err, "--iters: 0 is too small: give a whole number of at least 1"));
+
+  const CliResult jobs = run_cli(dir, with_cache(dir, {"tune", "--jobs", "-2"}));
+  CHECK(jobs.exit_code == 2);
+  CHECK(contains(jobs.err, "--jobs: -2 is too small"));
+
+  const CliResult warmup = run_cli(dir, with_cache(dir, {"bench", "--warmup", "-1"}));
+  CHECK(warmup.exit_code == 2);
+  CHECK(contains(warmup.err, "--warmup: -1 is too small"));
+}
+
 TEST_CASE("cli: a bad canonical name is named in the error", "[cli]") {
   TempDir dir;
   const std::string bad = "ftattn_fwd_sm90a_f16_d128_m128n64_w4s2_sideways_none";

@@ -18,6 +18,7 @@
 #include "runtime/driver.hpp"
 #include "tools/ftattn/commands.hpp"
 #include "tools/ftattn/config_flags.hpp"
+#include "tools/ftattn/number_checks.hpp"
 
 namespace ftattn::cli {
 namespace {
@@ -201,15 +202,13 @@ Command add_accuracy_command(CLI::App& parent, const GlobalOptions& global) {
                   "bias: mean (normal, hybrid) or centre (uniform); default 0, PASA cases 30");
   cmd->add_option("--am", o->am,
                   "amplitude: std (normal), half width (uniform), outlier std (hybrid)");
-  cmd->add_option("--batch", o->batch, "batch size")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--heads", o->heads, "heads")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--batch", o->batch, "batch size")->check(at_least(1))->capture_default_str();
+  cmd->add_option("--heads", o->heads, "heads")->check(at_least(1))->capture_default_str();
   cmd->add_option("--seqlen", o->seqlen, "sequence length")
-      ->check(CLI::PositiveNumber)
+      ->check(at_least(1))
       ->capture_default_str();
   cmd->add_option("--rows", o->rows, "query rows compared (0: all)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(at_least(0))
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "random seed")->capture_default_str();
   cmd->add_option("--model", o->model,

@@ -12,6 +12,7 @@
 #include "tools/ftattn/commands.hpp"
 #include "tools/ftattn/config_flags.hpp"
 #include "tools/ftattn/device_run.hpp"
+#include "tools/ftattn/number_checks.hpp"
 #include "tools/ftattn/shapes.hpp"
 
 namespace ftattn::cli {
@@ -232,10 +233,13 @@ Command add_bench_command(CLI::App& parent, const GlobalOptions& global) {
                   "config's knobs or the defaults)");
   cmd->add_option("--csv", o->csv, "write CSV to this file ('-': standard output)");
   cmd->add_option("--json", o->json, "write JSON to this file");
-  cmd->add_option("--warmup", o->device.warmup, "untimed launches first")->capture_default_str();
+  cmd->add_option("--warmup", o->device.warmup, "untimed launches first")
+      ->check(at_least(0))
+      ->capture_default_str();
   cmd->add_option("--iters", o->device.iters, "timed launches (median; at least 20)")
       ->capture_default_str();
-  cmd->add_option("--check-rows", o->device.check_rows, "rows checked per run")
+  cmd->add_option("--check-rows", o->device.check_rows, "rows checked per run (0: all)")
+      ->check(at_least(0))
       ->capture_default_str();
   cmd->add_flag("--prepare-kv", o->prepare_kv,
                 "also time each kernel with work on K and V alone (checksum prologues, f16_pasa's "

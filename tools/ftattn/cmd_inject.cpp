@@ -16,6 +16,7 @@
 #include "tools/ftattn/commands.hpp"
 #include "tools/ftattn/config_flags.hpp"
 #include "tools/ftattn/device_run.hpp"
+#include "tools/ftattn/number_checks.hpp"
 #include "tools/ftattn/shapes.hpp"
 
 namespace ftattn::cli {
@@ -352,11 +353,11 @@ Command add_inject_command(CLI::App& parent, const GlobalOptions& global) {
   cmd->add_option("--false-alarms", o->false_alarms,
                   "also run N clean inputs (normal, uniform and PASA's biased distributions) and "
                   "count detections; exit 1 if any")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   cmd->add_option("--calibrate", o->calibrate,
                   "measure on N clean inputs per distribution the smallest threshold of each check "
                   "that raises no alarm, against the thresholds in use")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   cmd->add_option("--calibration-csv", o->calibration_csv,
                   "append the calibration (one row per distribution) to this CSV");
   cmd->add_option("--thresholds", o->thresholds,

@@ -8,6 +8,7 @@
 #include "tools/ftattn/commands.hpp"
 #include "tools/ftattn/config_flags.hpp"
 #include "tools/ftattn/device_run.hpp"
+#include "tools/ftattn/number_checks.hpp"
 
 namespace ftattn::cli {
 namespace {
@@ -65,27 +66,25 @@ Command add_run_command(CLI::App& parent, const GlobalOptions& global) {
   CLI::App* cmd = parent.add_subcommand(
       "run", "Launch a kernel on the GPU, check it against the reference and time it");
   add_config_flags(*cmd, o->config, Positional::one);
-  cmd->add_option("--batch", o->batch, "batch size")->required()->check(CLI::PositiveNumber);
-  cmd->add_option("--heads", o->heads, "query heads")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--batch", o->batch, "batch size")->required()->check(at_least(1));
+  cmd->add_option("--heads", o->heads, "query heads")->required()->check(at_least(1));
   cmd->add_option("--heads-kv", o->heads_kv, "key/value heads (default: --heads)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--seqlen", o->seqlen, "query sequence length")
-      ->required()
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
+  cmd->add_option("--seqlen", o->seqlen, "query sequence length")->required()->check(at_least(1));
   cmd->add_option("--seqlen-k", o->seqlen_k, "key sequence length (default: --seqlen)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_option("--layout", o->layout, "tensor layout: bhsd or bshd")
       ->check(CLI::IsMember({"bhsd", "bshd"}))
       ->capture_default_str();
   cmd->add_flag("--lse", o->device.lse, "also write and check the log-sum-exp");
   cmd->add_option("--check-rows", o->device.check_rows, "rows to check (0: all)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(at_least(0))
       ->capture_default_str();
   cmd->add_option("--warmup", o->device.warmup, "untimed launches before timing")
-      ->check(CLI::NonNegativeNumber)
+      ->check(at_least(0))
       ->capture_default_str();
   cmd->add_option("--iters", o->device.iters, "timed launches (0: check only)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(at_least(0))
       ->capture_default_str();
   cmd->add_option("--seed", o->device.seed, "random seed of the inputs")->capture_default_str();
   cmd->add_flag("--prepare-kv", o->device.prepare_kv,

@@ -15,6 +15,7 @@
 #include "tools/ftattn/commands.hpp"
 #include "tools/ftattn/device_run.hpp"
 #include "tools/ftattn/gpu_timer.hpp"
+#include "tools/ftattn/number_checks.hpp"
 #include "tools/ftattn/shapes.hpp"
 #include "tuner/tune.hpp"
 
@@ -197,11 +198,17 @@ Command add_tune_command(CLI::App& parent, const GlobalOptions& global) {
   cmd->add_option("--masks", o->masks, "comma-separated masks")->capture_default_str();
   cmd->add_option("--db", o->db, "tuning DB to update (default: tuning.json in the cache dir)");
   cmd->add_option("--csv", o->csv, "write the results table as CSV");
-  cmd->add_option("--warmup", o->warmup, "untimed launches per candidate")->capture_default_str();
-  cmd->add_option("--iters", o->iters, "timed launches per candidate (median)")
+  cmd->add_option("--warmup", o->warmup, "untimed launches per candidate")
+      ->check(at_least(0))
       ->capture_default_str();
-  cmd->add_option("--jobs", o->jobs, "compile threads (0: one per core)")->capture_default_str();
-  cmd->add_option("--check-rows", o->check_rows, "reference rows checked per candidate")
+  cmd->add_option("--iters", o->iters, "timed launches per candidate (median)")
+      ->check(at_least(1))
+      ->capture_default_str();
+  cmd->add_option("--jobs", o->jobs, "compile threads (0: one per core)")
+      ->check(at_least(0))
+      ->capture_default_str();
+  cmd->add_option("--check-rows", o->check_rows, "reference rows checked per candidate (0: all)")
+      ->check(at_least(0))
       ->capture_default_str();
   cmd->add_flag("--verify", o->verify,
                 "after tuning, time every valid config again and compare with the tuned choice");

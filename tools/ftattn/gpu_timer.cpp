@@ -1,14 +1,24 @@
 #include "tools/ftattn/gpu_timer.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <vector>
 
+#include "ftattn/errors.hpp"
 #include "runtime/driver.hpp"
 
 namespace ftattn::cli {
 
 GpuTimer::GpuTimer(Runtime& runtime, int warmup, int iters, int check_rows)
     : runtime_(runtime), warmup_(warmup), iters_(iters), check_rows_(check_rows) {
+  // No timed launch leaves no median to take (measure would read before its list's start).
+  if (iters < 1 || warmup < 0) {
+    throw ConfigError(fmt::format(
+        "timing needs at least one timed launch and no negative warm-up (got iters {}, warmup "
+        "{}): raise --iters to 1 or more, --warmup to 0 or more",
+        iters, warmup));
+  }
   runtime::ensure_context();
   int l2 = 0;
   runtime::check(runtime::driver().cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, 0),
