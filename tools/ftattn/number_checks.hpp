@@ -28,7 +28,10 @@ inline CLI::Validator at_least(int min) {
         }
         return {};
       },
-      "INT>=" + std::to_string(min));
+      // The help's name of the bound, as CLI11's own checks print theirs.
+      min == 0   ? std::string("NONNEGATIVE")
+      : min == 1 ? std::string("POSITIVE")
+                 : ">=" + std::to_string(min));
 }
 
 }  // namespace ftattn::cli
