@@ -23,7 +23,7 @@ using Walk = ftattn::detail::TileWalk<true, Causal>;
 template <bool Causal>
 Walk<Causal> walk_of(int m_blocks, int head_batch, int ctas, int cta) {
   const int units = Walk<Causal>::units_per_head(m_blocks) * head_batch;
-  return {m_blocks, cta, units, ctas, Causal, Causal ? m_blocks / 2 * head_batch : 0};
+  return {m_blocks, cta, units, ctas, Causal ? m_blocks / 2 * head_batch : 0};
 }
 
 struct Visit {
@@ -92,7 +92,7 @@ TEST_CASE("Tile walk: every tile once, and causal pairs even out the CTAs' key b
 }
 
 TEST_CASE("Tile walk: a kernel that does not walk has its one tile", "[persistent][codegen]") {
-  const ftattn::detail::TileWalk<false, true> one{8, 0, 1, 1, false, 0};
+  const ftattn::detail::TileWalk<false, true> one{8, 0, 1, 1, 0};
   const TileCursor at = one.begin();
   CHECK(one.valid(at));
   CHECK_FALSE(one.valid(one.next(at)));

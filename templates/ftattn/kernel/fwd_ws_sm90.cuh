@@ -134,11 +134,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   // Walking several tiles (a grid smaller than the walk units): Q by two warps into two buffers.
   // Given a CTA per tile, a persistent kernel runs as the others do.
   const bool walking = kPersistent && ctas < units;
-  const Walk walk{m_blocks,
-                  walking ? first_unit : 0,
-                  walking ? units : 1,
-                  walking ? ctas : 1,
-                  walking && T::causal,
+  const Walk walk{m_blocks, walking ? first_unit : 0, walking ? units : 1, walking ? ctas : 1,
                   walking && T::causal ? m_blocks / 2 * p.heads_q * p.batch : 0};
   if (threadIdx.x == 0) {
     pipe.init(walking ? kQLoaders : kProducers);

@@ -24,15 +24,15 @@ struct TileWalk {
   int first;     // this CTA's first unit
   int last;      // the units' end
   int step;      // CTAs walking
-  bool pairs;    // causal units (walking); otherwise one tile each
   int paired;    // causal: the units that are pairs, m_blocks / 2 per head; then the middles
+                 // (0 where the CTA does not walk: its one tile is a unit)
 
   // The launch's units are units_per_head x heads x batch (Kernel::launch counts them alike).
   __device__ __forceinline__ static int units_per_head(int m_blocks) {
     return Causal ? (m_blocks + 1) / 2 : m_blocks;
   }
   // A pair's tiles, or one.
-  __device__ __forceinline__ int parts(int unit) const { return pairs && unit < paired ? 2 : 1; }
+  __device__ __forceinline__ int parts(int unit) const { return Causal && unit < paired ? 2 : 1; }
   __device__ __forceinline__ TileCursor begin() const { return {Walks ? first : 0, 0}; }
   __device__ __forceinline__ bool valid(TileCursor c) const { return c.unit < (Walks ? last : 1); }
   __device__ __forceinline__ TileCursor next(TileCursor c) const {
@@ -43,7 +43,7 @@ struct TileWalk {
   // The cursor's m-block, and its head's index over heads x batch: the longer tile of a pair
   // first, so that a CTA's last tiles are its short ones.
   __device__ __forceinline__ void tile(TileCursor c, int& m_block, int& head_batch) const {
-    if (!pairs) {
+    if constexpr (!Causal) {
       m_block = c.unit % m_blocks;
       head_batch = c.unit / m_blocks;
       return;
