@@ -3,6 +3,8 @@
 // databases shipped inside the library.
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -207,10 +209,15 @@ Entry from_json(const json& j) {
   throw CacheError(fmt::format("ftattn tuning database '{}': {}: delete or fix it", origin, what));
 }
 
-// Writes `text` to `path` and flushes it to disk; 0 or errno.
-int write_file(const fs::path& path, std::string_view text) {
+// Writes `text` to `path` with permissions `mode` and flushes it to disk; 0 or errno.
+int write_file(const fs::path& path, std::string_view text, mode_t mode) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return errno;
+  if (mode != 0 && ::fchmod(fd, mode) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return err;
+  }
   while (!text.empty()) {
     const ssize_t n = ::write(fd, text.data(), text.size());
     if (n < 0) {
@@ -303,19 +310,30 @@ Database Database::parse(std::string_view text, const std::string& origin) {
       }
       db.put(e);
     } catch (const std::exception& e) {  // ConfigError from our checks, json errors from get<>
-      std::cerr << fmt::format("ftattn: {}: skipping entries[{}]: {}\n", origin, index, e.what());
+      std::cerr << fmt::format(
+          "ftattn: {}: not using entries[{}] (kept in the file as it is): {}\n", origin, index,
+          e.what());
+      db.keep_unread(j.dump());
     }
     ++index;
   }
   return db;
 }
 
-void Database::save(const fs::path& path) const {
+void Database::save(const fs::path& link) const {
   // Two threads saving the same path would share the temp file name.
   static std::mutex mutex;
   const std::lock_guard lock(mutex);
   const std::string text = dump();
   std::error_code ec;
+  // A link stays a link: the file it names is replaced. An existing file keeps its permissions.
+  fs::path path = link;
+  if (fs::is_symlink(fs::symlink_status(link, ec))) {
+    const fs::path target = fs::weakly_canonical(link, ec);
+    if (!ec) path = target;
+  }
+  struct stat existing {};
+  const mode_t mode = ::stat(path.c_str(), &existing) == 0 ? existing.st_mode & 07777 : 0;
   if (path.has_parent_path()) {
     fs::create_directories(path.parent_path(), ec);
     if (ec) {
@@ -325,7 +343,7 @@ void Database::save(const fs::path& path) const {
   }
   fs::path tmp = path;
   tmp += ".tmp." + std::to_string(::getpid());
-  if (const int err = write_file(tmp, text); err != 0) {
+  if (const int err = write_file(tmp, text, mode); err != 0) {
     fs::remove(tmp, ec);
     throw CacheError(
         fmt::format("ftattn tuning database: cannot write '{}' ({}): check the "
@@ -340,12 +358,43 @@ void Database::save(const fs::path& path) const {
   }
 }
 
+void Database::update(const fs::path& path, const Database& changes) {
+  std::error_code ec;
+  if (path.has_parent_path()) fs::create_directories(path.parent_path(), ec);
+  fs::path lock_path = path;
+  lock_path += ".lock";
+  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    throw CacheError(fmt::format(
+        "ftattn tuning database: cannot create the lock file '{}' ({}): check the directory's "
+        "permissions",
+        lock_path.string(), std::strerror(errno)));
+  }
+  while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
+  }
+  try {
+    Database db = load(path);
+    db.merge(changes);
+    db.save(path);
+  } catch (...) {
+    ::close(fd);  // releases the lock
+    throw;
+  }
+  ::close(fd);
+}
+
+void Database::keep_unread(std::string entry) {
+  if (std::find(unread_.begin(), unread_.end(), entry) == unread_.end())
+    unread_.push_back(std::move(entry));
+}
+
 std::string Database::dump() const {
   nlohmann::ordered_json root;
   root["format"] = kFormat;
   root["entries"] = nlohmann::ordered_json::array();
-  // entries_ is kept sorted (see the invariant above).
+  // entries_ is kept sorted (see the invariant above); entries this ftattn cannot read follow.
   for (const Entry& e : entries_) root["entries"].push_back(to_json(e));
+  for (const std::string& e : unread_) root["entries"].push_back(nlohmann::ordered_json::parse(e));
   return root.dump(2) + "\n";
 }
 
@@ -367,6 +416,7 @@ void Database::put(const Entry& entry) {
 
 void Database::merge(const Database& other) {
   for (const Entry& e : other.entries_) put(e);
+  for (const std::string& e : other.unread_) keep_unread(e);
 }
 
 // Matching rules:

@@ -108,7 +108,11 @@ class Database {
   static Database load(
       const std::filesystem::path& path);  // missing file: empty; bad JSON: CacheError
   static Database parse(std::string_view json, const std::string& origin);
-  void save(const std::filesystem::path& path) const;  // temp file then rename
+  // Temp file then rename, through a symlink to its target, keeping the file's permissions.
+  void save(const std::filesystem::path& path) const;
+  // Merges `changes` into the file at `path` (creating it) under a lock, so runs that update
+  // the same file at once keep each other's entries. CacheError when it cannot be read or written.
+  static void update(const std::filesystem::path& path, const Database& changes);
   std::string dump() const;
 
   // Replaces the entry with the same device, family and bucket, or adds it.
@@ -118,10 +122,15 @@ class Database {
                                    const Bucket& bucket,
                                    const std::function<void(const std::string&)>& note = {}) const;
   const std::vector<Entry>& entries() const { return entries_; }
+  // Entries this ftattn cannot read (another version's precision, say), as written: not used,
+  // but written back by dump() so that saving loses nothing.
+  const std::vector<std::string>& unread() const { return unread_; }
   void merge(const Database& other);  // `other` wins on equal keys
 
  private:
   std::vector<Entry> entries_;
+  std::vector<std::string> unread_;  // compact JSON, in the order first seen
+  void keep_unread(std::string entry);
 };
 
 // The databases shipped with ftattn (tuner/db/*.json, embedded at build time), merged.

@@ -369,6 +369,14 @@ TEST_CASE("malformed entries are skipped, good ones load", "[tuner][db]") {
   CHECK(db.find(h200(), f, causal_bucket(8192, 128)) == best);
   CHECK(db.entries()[0].best_tflops == 350.1);
   CHECK(db.entries()[0].default_tflops == 340.2);
+
+  // The skipped ones (15 of the 17) are kept as written, so saving the file loses none of them:
+  // another ftattn version may read what this one cannot.
+  CHECK(db.unread().size() == entries.size() - 2);
+  const Database again = Database::parse(db.dump(), "dumped");
+  require_same(again.entries(), db.entries());
+  CHECK(again.unread() == db.unread());
+  CHECK(again.dump() == db.dump());
 }
 
 TEST_CASE("a bad top level is a CacheError naming the origin", "[tuner][db]") {
@@ -434,6 +442,69 @@ TEST_CASE("save writes atomically and loads back", "[tuner][db]") {
   CHECK_THROWS_AS(db.save(dir.path() / "plain" / "tuning.json"), CacheError);
 }
 
+TEST_CASE("save keeps entries it cannot read, links and permissions", "[tuner][db]") {
+  TempDir dir;
+  const fs::path real = dir.path() / "real" / "tuning.json";
+  fs::create_directories(real.parent_path());
+  nlohmann::json newer = entry_json();
+  newer["precision"] = "fp4";  // written by a later ftattn
+  std::ofstream(real) << db_text({entry_json(), newer});
+  fs::permissions(real, fs::perms::owner_read | fs::perms::owner_write);  // 0600
+  const fs::path link = dir.path() / "tuning.json";
+  fs::create_symlink(real, link);
+
+  Database db = Database::load(link);
+  REQUIRE(db.entries().size() == 1);
+  REQUIRE(db.unread().size() == 1);
+  const Family f = family(Mask::none);
+  db.put(entry(h200(), f, Bucket{2048, 64, false}, config(f, 128, 128, 8, 2)));
+  db.save(link);
+
+  CHECK(fs::is_symlink(fs::symlink_status(link)));  // still a link, its target replaced
+  CHECK(fs::status(real).permissions() == (fs::perms::owner_read | fs::perms::owner_write));
+  const Database back = Database::load(real);
+  CHECK(back.entries().size() == 2);
+  REQUIRE(back.unread().size() == 1);
+  CHECK(nlohmann::json::parse(back.unread()[0]) == newer);
+  for (const auto& e : fs::directory_iterator(real.parent_path()))
+    CHECK(e.path().filename() == "tuning.json");  // no temp file left
+}
+
+TEST_CASE("update merges into the file under a lock, keeping others' entries", "[tuner][db]") {
+  TempDir dir;
+  const fs::path path = dir.path() / "tuning.json";
+  const Family none = family(Mask::none), causal = family(Mask::causal);
+  const Entry a = entry(h200(), none, Bucket{2048, 64, false}, config(none, 128, 128, 8, 2));
+  const Entry b = entry(h200(), causal, causal_bucket(4096, 128), config(causal, 128, 64, 4, 2));
+  const Entry b2 = entry(h200(), causal, causal_bucket(4096, 128), config(causal, 64, 64, 4, 2));
+
+  Database::update(path, Database{});  // creates an empty file
+  CHECK(Database::load(path).entries().empty());
+
+  // Two runs that loaded the file before either saved: neither loses the other's entry.
+  Database first, second;
+  first.put(a);
+  second.put(b);
+  Database::update(path, first);
+  Database::update(path, second);
+  CHECK(Database::load(path).entries().size() == 2);
+
+  // A later result for the same key replaces the earlier one.
+  Database later;
+  later.put(b2);
+  Database::update(path, later);
+  const Database back = Database::load(path);
+  REQUIRE(back.entries().size() == 2);
+  CHECK(back.find(h200(), causal, causal_bucket(4096, 128)) == b2.best);
+  CHECK(back.find(h200(), none, Bucket{2048, 64, false}) == a.best);
+
+  // A file it cannot parse is left alone: CacheError, nothing written over it.
+  std::ofstream(path) << "{ not json";
+  CHECK_THROWS_AS(Database::update(path, later), CacheError);
+  std::ifstream in(path);
+  CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == "{ not json");
+}
+
 TEST_CASE("every shipped tuning database parses with no entry skipped", "[tuner][db]") {
   size_t total = 0;
   for (const auto& [name, text] : embedded_databases()) {
@@ -443,6 +514,7 @@ TEST_CASE("every shipped tuning database parses with no entry skipped", "[tuner]
     REQUIRE_NOTHROW(db = Database::parse(text, std::string(name)));
     const nlohmann::json raw = nlohmann::json::parse(text);
     CHECK(db.entries().size() == raw.at("entries").size());
+    CHECK(db.unread().empty());
     // Shipped files are kept in dump() form, so that re-tuning diffs cleanly.
     CHECK(db.dump() == std::string(text));
     total += db.entries().size();
