@@ -80,6 +80,13 @@ void check_tensor(std::string_view tensor, const Strides& s, int batch, int head
 
 }  // namespace
 
+void validate_head_dim(int head_dim) {
+  if (!contains(kHeadDims, head_dim)) {
+    throw ConfigError(fmt::format(
+        "head_dim {} is not supported: use one of 32, 64, 96, 128, 192, 256", head_dim));
+  }
+}
+
 void validate(const KernelConfig& c) {
   detail::require_complete(c, "validate");
   detail::check_arch(c.arch, c.arch.to_string());
@@ -168,10 +175,7 @@ void validate(const KernelConfig& c) {
         "fp_arith, int_arith, exp_max or mma");
   }
 
-  if (!contains(kHeadDims, c.head_dim)) {
-    throw ConfigError(fmt::format(
-        "head_dim {} is not supported: use one of 32, 64, 96, 128, 192, 256", c.head_dim));
-  }
+  validate_head_dim(c.head_dim);
   if (!contains(std::array{1, 2, 4, 8, 12}, c.num_warps)) {
     throw ConfigError(fmt::format(
         "num_warps {} is not supported: use 1, 2, 4 or 8, or 12 for three consumer warpgroups "
@@ -229,7 +233,7 @@ void validate(const KernelConfig& c) {
   }
 }
 
-void validate(const Problem& p, const KernelConfig& c) {
+void validate_shape(const Problem& p) {
   for (auto [field, value] : {std::pair<std::string_view, int>{"batch", p.batch},
                               {"heads_q", p.heads_q},
                               {"heads_kv", p.heads_kv},
@@ -239,12 +243,6 @@ void validate(const Problem& p, const KernelConfig& c) {
     if (value < 1) {
       throw ConfigError(fmt::format("problem {} is {}: it must be at least 1", field, value));
     }
-  }
-  if (p.head_dim != c.head_dim) {
-    throw ConfigError(fmt::format(
-        "problem head_dim {} does not match the kernel config's head_dim {}: use a config with "
-        "head_dim {}",
-        p.head_dim, c.head_dim, p.head_dim));
   }
   if (p.heads_q % p.heads_kv != 0) {
     throw ConfigError(
@@ -256,11 +254,6 @@ void validate(const Problem& p, const KernelConfig& c) {
         p.softmax_scale));
   }
 
-  check_tensor("q", p.q, p.batch, p.heads_q, p.seqlen_q, p.head_dim);
-  check_tensor("k", p.k, p.batch, p.heads_kv, p.seqlen_k, p.head_dim);
-  check_tensor("v", p.v, p.batch, p.heads_kv, p.seqlen_k, p.head_dim);
-  check_tensor("o", p.o, p.batch, p.heads_q, p.seqlen_q, p.head_dim);
-
   // The LSE tensor (batch x heads_q x seqlen_q floats) and the grid's row index are int32.
   constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
   const int64_t batch_heads = int64_t{p.batch} * p.heads_q;
@@ -269,6 +262,21 @@ void validate(const Problem& p, const KernelConfig& c) {
         "batch * heads_q * seqlen_q = {} * {} * {} is over 2^31-1 rows (the LSE tensor is "
         "indexed with int32): split the batch",
         p.batch, p.heads_q, p.seqlen_q));
+  }
+
+  check_tensor("q", p.q, p.batch, p.heads_q, p.seqlen_q, p.head_dim);
+  check_tensor("k", p.k, p.batch, p.heads_kv, p.seqlen_k, p.head_dim);
+  check_tensor("v", p.v, p.batch, p.heads_kv, p.seqlen_k, p.head_dim);
+  check_tensor("o", p.o, p.batch, p.heads_q, p.seqlen_q, p.head_dim);
+}
+
+void validate(const Problem& p, const KernelConfig& c) {
+  validate_shape(p);
+  if (p.head_dim != c.head_dim) {
+    throw ConfigError(fmt::format(
+        "problem head_dim {} does not match the kernel config's head_dim {}: use a config with "
+        "head_dim {}",
+        p.head_dim, c.head_dim, p.head_dim));
   }
 
   if (is_block_sparse(c.mask)) {

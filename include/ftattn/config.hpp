@@ -99,6 +99,8 @@ struct KernelConfig {
 // Every rule a complete config must obey, checked in one place. Throws ConfigError naming the
 // field and what to change.
 void validate(const KernelConfig& config);
+// One of the head dims the kernels are built for (32, 64, 96, 128, 192, 256). Throws ConfigError.
+void validate_head_dim(int head_dim);
 
 // True when `config` runs a Hopper warpgroup-MMA skeleton (kernel/fwd_q8_sm90.cuh for fp8_e4m3 and
 // int8, unprotected and without fault injection; kernel/fwd_sm90.cuh for f16 and bf16, any
@@ -224,6 +226,8 @@ struct Problem {
 
 // Checks a problem against the config that will run it. Throws ConfigError.
 void validate(const Problem& problem, const KernelConfig& config);
+// The checks that need no config: sizes, strides, GQA, softmax_scale, int32 row indices.
+void validate_shape(const Problem& problem);
 
 }  // namespace ftattn
 
