@@ -182,6 +182,137 @@ TEST_CASE("cli: count flags out of range name the bound", "[cli]") {
   CHECK(contains(warmup.err, "--warmup: -1 is too small"));
 }
 
+TEST_CASE("cli: numbers with leading zeros and seeds out of range are refused", "[cli]") {
+  TempDir dir;
+  auto accuracy = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = {"accuracy", "--model", "fp16-scores", "--head-dim", "64",
+                                     "--heads",  "1"};
+    args.insert(args.end(), more.begin(), more.end());
+    return run_cli(dir, with_cache(dir, args));
+  };
+  // CLI11 read "0100" as octal 64 after the range check had read 100.
+  const CliResult octal = accuracy({"--seqlen", "0100"});
+  CHECK(octal.exit_code == 2);
+  CHECK(contains(octal.err, "--seqlen: '0100' has a leading zero"));
+  // "-1" wrapped to 2^64 - 1, and numbers past 2^64 saturated to it.
+  for (const std::string seed : {"-1", "18446744073709551616", "012", "x"}) {
+    const CliResult r = accuracy({"--seqlen", "16", "--seed", seed});
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.err, "--seed: '" + seed + "' is not a seed"));
+  }
+  CHECK(accuracy({"--seqlen", "16", "--seed", "18446744073709551615"}).exit_code == 0);
+}
+
+TEST_CASE("cli: lists and shapes with empty items or numbers past int are refused", "[cli]") {
+  TempDir dir;
+  const std::string no_gpu = no_driver_env(dir);
+  auto expect = [&](std::vector<std::string> args, const std::string& message) {
+    const CliResult r = run_cli(dir, with_cache(dir, args), {no_gpu});
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.err, message));
+    // Refused as a usage error, before the GPU is looked for.
+    CHECK_FALSE(contains(r.err, "no CUDA driver"));
+  };
+  expect({"bench", "--shapes", ";"}, "--shapes: ';' has an empty item");
+  expect({"bench", "--shapes", "64,16,512,1;"}, "has an empty item");
+  expect({"bench", "--precisions", ","}, "--precisions: ',' has an empty item");
+  expect({"bench", "--precisions", ""}, "at least one precision and one mask");
+  expect({"tune", "--masks", "none,,causal"}, "--masks: 'none,,causal' has an empty item");
+  // 4294967808 wrapped to 512 through sscanf's %d.
+  expect({"bench", "--shapes", "64,16,4294967808,1"}, "bad shape '64,16,4294967808,1'");
+  expect({"bench", "--shapes", "64,16,512"}, "bad shape '64,16,512'");
+  // A shape no kernel runs fails before the first one is tuned, not half way.
+  expect({"tune", "--shapes", "64,16,512,1;7,16,512,1"}, "head_dim 7 is not supported");
+  expect({"bench", "--shapes", "64,1024,1048576,1024"}, "over 2^31-1 rows");
+  expect({"inject", "--head-dim", "64", "--site", "scores,"}, "--site: 'scores,' has an empty");
+  expect({"inject", "--head-dim", "64", "--site", "scores", "--shape", "1,,4,1024"},
+         "--shape: '1,,4,1024' has an empty item");
+  expect({"inject", "--head-dim", "64", "--site", "scores", "--trials", "9223372036854775807"},
+         "--trials: 9223372036854775807 is too large: give at most 1000000");
+  // Campaign flags without a campaign were ignored: now they name what they need.
+  expect({"inject", "--head-dim", "64", "--false-alarms", "1", "--csv", "t.csv"},
+         "--csv requires --site");
+  expect({"inject", "--head-dim", "64", "--false-alarms", "1", "--bits", "3:4"},
+         "--bits requires --site");
+  expect({"inject", "--head-dim", "64", "--false-alarms", "1", "--calibration-csv", "c.csv"},
+         "--calibration-csv requires --calibrate");
+}
+
+TEST_CASE("cli: output files are checked before any work and kept whole on failure", "[cli]") {
+  TempDir dir;
+  const std::string no_gpu = no_driver_env(dir);
+  const std::string missing = (dir.path() / "no" / "such" / "out.csv").string();
+  for (const auto& [command, flag] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"bench", "--shapes", "64,2,128,1"}, "--csv"},
+           {{"bench", "--shapes", "64,2,128,1"}, "--json"},
+           {{"tune", "--shapes", "64,2,128,1"}, "--csv"},
+           {{"inject", "--head-dim", "64", "--site", "scores"}, "--summary-csv"},
+           {{"accuracy", "--model", "fp16-scores", "--head-dim", "64", "--seqlen", "16"},
+            "--csv"}}) {
+    std::vector<std::string> args = command;
+    args.insert(args.end(), {flag, missing});
+    const CliResult r = run_cli(dir, with_cache(dir, args), {no_gpu});
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.err, flag + ": cannot write '" + missing + "'"));
+    CHECK_FALSE(contains(r.err, "no CUDA driver"));  // said before the GPU is looked for
+  }
+  const CliResult folder =
+      run_cli(dir, with_cache(dir, {"bench", "--json", dir.path().string()}), {no_gpu});
+  CHECK(folder.exit_code == 2);
+  CHECK(contains(folder.err, "is a folder: give a file name"));
+
+  // A run that fails after opening its CSV (here: no GPU) leaves the old file as it was, and no
+  // temp file beside it.
+  const fs::path old = dir.path() / "results" / "old.csv";
+  fs::create_directories(old.parent_path());
+  std::ofstream(old) << "earlier results\n";
+  const CliResult failed = run_cli(
+      dir, with_cache(dir, {"bench", "--shapes", "64,2,128,1", "--csv", old.string()}), {no_gpu});
+  CHECK(failed.exit_code == 2);
+  CHECK(contains(failed.err, "no CUDA driver"));
+  CHECK(read_file(old) == "earlier results\n");
+  CHECK(std::distance(fs::directory_iterator(old.parent_path()), fs::directory_iterator()) == 1);
+}
+
+TEST_CASE("cli: accuracy checks its problem, model and distribution", "[cli]") {
+  TempDir dir;
+  auto accuracy = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = {"accuracy", "--model", "fp16-scores"};
+    args.insert(args.end(), more.begin(), more.end());
+    return run_cli(dir, with_cache(dir, args));
+  };
+  auto expect = [&](std::vector<std::string> more, const std::string& message) {
+    const CliResult r = accuracy(more);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.err, message));
+  };
+  expect({"--head-dim", "-1"}, "head_dim -1 is not supported");  // was a vector length error
+  expect({"--head-dim", "5"}, "head_dim 5 is not supported");
+  expect({"--head-dim", "128", "--heads", "2147483647", "--seqlen", "2147483647", "--rows", "1"},
+         "over 2^31-1 rows");
+  expect({"--head-dim", "128", "--seqlen", "1048576", "--heads", "16"},
+         "too many to compare on the host: give --rows");
+  // The host model read bf16 inputs as f16 (rel L2 6.2).
+  expect({"--head-dim", "64", "--precision", "bf16"}, "stores its inputs in f16");
+  expect({"--head-dim", "64", "--am", "nan"}, "--am: 'nan' is not a finite number");
+  expect({"--head-dim", "64", "--am", "-1"}, "--am: -1 is not above 0");
+  expect({"--head-dim", "64", "--x0", "inf"}, "--x0: 'inf' is not a finite number");
+
+  // The CSV gets its header once, then one row per run.
+  const fs::path csv = dir.path() / "accuracy.csv";
+  for (int i = 0; i < 2; ++i)
+    CHECK(accuracy({"--heads", "1", "--seqlen", "32", "--head-dim", "64", "--x0", "1", "--am", "2",
+                    "--csv", csv.string()})
+              .exit_code == 0);
+  std::istringstream lines(read_file(csv));
+  std::vector<std::string> rows;
+  for (std::string line; std::getline(lines, line);) rows.push_back(line);
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[0].starts_with("run,dist,x0,am,"));
+  CHECK(rows[1].starts_with("fp16-scores,normal,1,2,1,1,32,64,"));
+  CHECK(rows[2] == rows[1]);  // same seed, same result
+}
+
 TEST_CASE("cli: a bad canonical name is named in the error", "[cli]") {
   TempDir dir;
   const std::string bad = "ftattn_fwd_sm90a_f16_d128_m128n64_w4s2_sideways_none";

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -19,6 +20,7 @@
 #include "tools/ftattn/commands.hpp"
 #include "tools/ftattn/config_flags.hpp"
 #include "tools/ftattn/number_checks.hpp"
+#include "tools/ftattn/output_file.hpp"
 
 namespace ftattn::cli {
 namespace {
@@ -29,8 +31,7 @@ constexpr int kNotLaunched = 3;
 struct AccuracyOptions {
   ConfigFlags config;
   std::string dist = "normal", model, csv;
-  double x0 = std::numeric_limits<double>::quiet_NaN(),
-         am = std::numeric_limits<double>::quiet_NaN();
+  std::optional<double> x0, am;  // the distribution's defaults when not given
   int batch = 1, heads = 16, seqlen = 1280, rows = 0;
   uint64_t seed = 1;
 };
@@ -56,7 +57,7 @@ Distribution distribution(const AccuracyOptions& o) {
   if (o.dist == "uniform") am = 0.5;
   if (o.dist == "pasa-uniform") x0 = 30, am = 0.5;
   if (o.dist == "pasa-hybrid") x0 = 30, am = 10;
-  return {o.dist, std::isnan(o.x0) ? x0 : o.x0, std::isnan(o.am) ? am : o.am};
+  return {o.dist, o.x0.value_or(x0), o.am.value_or(am)};
 }
 
 reference::Tensor16 sample(const Distribution& dist, std::mt19937_64& rng, Precision storage,
@@ -102,8 +103,24 @@ int run_accuracy(const AccuracyOptions& o, const GlobalOptions& global) {
   if (config.head_dim == 0) config.head_dim = 128;  // PASA's (1, 16, 1280, 128)
   if (!o.model.empty() && o.model != "fp16-scores")
     throw ConfigError(fmt::format("unknown --model '{}': use fp16-scores", o.model));
+  if (!o.model.empty() && config.precision != Precision::f16)
+    throw ConfigError(
+        fmt::format("--model {} stores its inputs in f16: drop --precision {} or the --model",
+                    o.model, to_string(config.precision)));
   const Distribution dist = distribution(o);
   const Problem pr = Problem::bhsd(o.batch, o.heads, o.heads, o.seqlen, o.seqlen, config.head_dim);
+  validate_head_dim(config.head_dim);
+  validate_shape(pr);
+  // Every row's output and its reference are kept, as doubles.
+  const int64_t rows = int64_t{pr.batch} * pr.heads_q * pr.seqlen_q;
+  const int64_t compared = o.rows > 0 ? std::min<int64_t>(o.rows, rows) : rows;
+  if (compared * config.head_dim > (int64_t{1} << 28))
+    throw ConfigError(fmt::format(
+        "{} rows of head_dim {} are too many to compare on the host: give --rows (e.g. 4096) "
+        "or a smaller problem",
+        compared, config.head_dim));
+  // Opened before any work, so a path that cannot be written fails at once.
+  OutputFile csv("--csv", o.csv, OutputFile::Mode::append);
   // 8-bit and PASA kernels take f16 inputs.
   const Precision storage = config.precision == Precision::bf16 ? Precision::bf16 : Precision::f16;
   std::mt19937_64 rng(o.seed);
@@ -174,16 +191,16 @@ int run_accuracy(const AccuracyOptions& o, const GlobalOptions& global) {
   fmt::print("inputs    {} x0 {} Am {}, batch {}, heads {}, seqlen {}, head_dim {}, {} rows\n",
              dist.name, dist.x0, dist.am, pr.batch, pr.heads_q, pr.seqlen_q, d, picks.size());
   fmt::print("accuracy  {}\n", m.summary());
-  if (!o.csv.empty()) {
-    const bool fresh = !std::ifstream(o.csv).good();
-    std::ofstream f(o.csv, std::ios::app);
-    if (fresh)
-      f << "run,dist,x0,am,batch,heads,seqlen,head_dim,rel_l2,max_abs,mre,mre_last4,abs_ratio,"
-           "cosine,non_finite_rate\n";
-    f << fmt::format("{},{},{},{},{},{},{},{},{:.6e},{:.6e},{:.6e},{:.6e},{:.6e},{:.8f},{:.6f}\n",
-                     host_model ? "fp16-scores" : what, dist.name, dist.x0, dist.am, pr.batch,
-                     pr.heads_q, pr.seqlen_q, d, m.rel_l2, m.max_abs, m.mre, m.mre_last4,
-                     m.abs_ratio, m.cosine, m.non_finite_rate);
+  if (csv.is_open()) {
+    if (csv.fresh())
+      csv.stream() << "run,dist,x0,am,batch,heads,seqlen,head_dim,rel_l2,max_abs,mre,mre_last4,"
+                      "abs_ratio,cosine,non_finite_rate\n";
+    csv.stream() << fmt::format(
+        "{},{},{},{},{},{},{},{},{:.6e},{:.6e},{:.6e},{:.6e},{:.6e},{:.8f},{:.6f}\n",
+        host_model ? "fp16-scores" : what, dist.name, dist.x0, dist.am, pr.batch, pr.heads_q,
+        pr.seqlen_q, d, m.rel_l2, m.max_abs, m.mre, m.mre_last4, m.abs_ratio, m.cosine,
+        m.non_finite_rate);
+    csv.commit();
   }
   return 0;
 }
@@ -199,9 +216,11 @@ Command add_accuracy_command(CLI::App& parent, const GlobalOptions& global) {
       ->check(CLI::IsMember({"normal", "uniform", "pasa-uniform", "pasa-hybrid"}))
       ->capture_default_str();
   cmd->add_option("--x0", o->x0,
-                  "bias: mean (normal, hybrid) or centre (uniform); default 0, PASA cases 30");
+                  "bias: mean (normal, hybrid) or centre (uniform); default 0, PASA cases 30")
+      ->check(finite_number(false));
   cmd->add_option("--am", o->am,
-                  "amplitude: std (normal), half width (uniform), outlier std (hybrid)");
+                  "amplitude: std (normal), half width (uniform), outlier std (hybrid); > 0")
+      ->check(finite_number(true));
   cmd->add_option("--batch", o->batch, "batch size")->check(at_least(1))->capture_default_str();
   cmd->add_option("--heads", o->heads, "heads")->check(at_least(1))->capture_default_str();
   cmd->add_option("--seqlen", o->seqlen, "sequence length")
@@ -210,7 +229,7 @@ Command add_accuracy_command(CLI::App& parent, const GlobalOptions& global) {
   cmd->add_option("--rows", o->rows, "query rows compared (0: all)")
       ->check(at_least(0))
       ->capture_default_str();
-  cmd->add_option("--seed", o->seed, "random seed")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "random seed")->check(seed_number())->capture_default_str();
   cmd->add_option("--model", o->model,
                   "fp16-scores: PASA's FA(FP16-FP32) on the host instead of a kernel");
   cmd->add_option("--csv", o->csv, "append one line of metrics to this CSV file");

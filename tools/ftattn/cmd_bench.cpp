@@ -13,6 +13,7 @@
 #include "tools/ftattn/config_flags.hpp"
 #include "tools/ftattn/device_run.hpp"
 #include "tools/ftattn/number_checks.hpp"
+#include "tools/ftattn/output_file.hpp"
 #include "tools/ftattn/shapes.hpp"
 
 namespace ftattn::cli {
@@ -80,18 +81,27 @@ int run_bench(const BenchOptions& o, const GlobalOptions& global) {
     throw ConfigError("bench reports a median of at least 20 timed launches: raise --iters");
   const std::vector<Shape> shapes = o.shapes.empty() ? standard_grid() : parse_shapes(o.shapes);
   std::vector<Precision> precisions;
-  for (const auto& p : split(o.precisions, ',')) precisions.push_back(parse_precision(p));
+  for (const auto& p : split_list(o.precisions, ',', "--precisions"))
+    precisions.push_back(parse_precision(p));
   std::vector<Mask> masks;
-  for (const auto& m : split(o.masks, ',')) masks.push_back(parse_mask(m));
-  const std::vector<std::string> tiles = split(o.tiles, ',');
+  for (const auto& m : split_list(o.masks, ',', "--masks")) masks.push_back(parse_mask(m));
+  if (precisions.empty() || masks.empty())
+    throw ConfigError(
+        "bench needs at least one precision and one mask: give --precisions and "
+        "--masks, or leave them at their defaults");
+  const std::vector<std::string> tiles = split_list(o.tiles, ',', "--tiles");
   // --protection may list several schemes: each is timed on the same inputs, and its overhead
   // against `none` of the same shape and tile is reported when `none` is in the list.
   std::vector<Protection> protections;
-  for (const auto& p : split(o.config.protection, ',')) protections.push_back(parse_protection(p));
+  for (const auto& p : split_list(o.config.protection, ',', "--protection"))
+    protections.push_back(parse_protection(p));
   if (protections.empty()) protections.push_back(Protection::none);
   ConfigFlags one_protection = o.config;
   one_protection.protection.clear();
   const KernelConfig base = config_from_flags(one_protection);
+
+  // Opened before any work, so a path that cannot be written fails at once.
+  OutputFile csv("--csv", o.csv), json("--json", o.json);
 
   const std::string device = describe_device();
   Runtime runtime(global.runtime_options());
@@ -101,11 +111,22 @@ int run_bench(const BenchOptions& o, const GlobalOptions& global) {
   nlohmann::json rows = nlohmann::json::array();
   int failures = 0;
   for (const Shape& s : shapes) {
-    const Problem problem =
-        Problem::bhsd(s.batch, s.heads, s.heads, s.seqlen, s.seqlen, s.head_dim);
+    const Problem problem = problem_of(s);
     // Made once per shape and precision, shared by every kernel timed on it.
     std::vector<std::unique_ptr<DeviceInputs>> inputs;
-    for (Precision p : precisions) inputs.push_back(make_inputs(problem, p, o.device.seed));
+    try {
+      for (Precision p : precisions) inputs.push_back(make_inputs(problem, p, o.device.seed));
+    } catch (const std::bad_alloc&) {  // the shapes after it may fit
+      log << fmt::format("skip  d{} h{} s{} b{}: its inputs do not fit in host memory\n",
+                         s.head_dim, s.heads, s.seqlen, s.batch);
+      ++failures;
+      continue;
+    } catch (const DriverError& err) {  // device memory, most often
+      log << fmt::format("skip  d{} h{} s{} b{}: {}\n", s.head_dim, s.heads, s.seqlen, s.batch,
+                         err.what());
+      ++failures;
+      continue;
+    }
     for (Mask m : masks) {
       std::vector<Entry> entries;
       std::vector<PreparedRun> prepared;  // --interleave: checked, timed below all together
@@ -191,10 +212,8 @@ int run_bench(const BenchOptions& o, const GlobalOptions& global) {
     }
   }
 
-  if (!o.csv.empty()) {
-    std::ofstream file;
-    if (o.csv != "-") file.open(o.csv);
-    std::ostream& out = o.csv == "-" ? std::cout : file;
+  if (csv.is_open()) {
+    std::ostream& out = csv.stream();
     out << "head_dim,seqlen,batch,heads,causal,dtype,config,ms,min_ms,tflops,rel_l2_error,passed,"
            "protection,overhead_vs_none,attention_ms,quantize_ms,prepared_kv\n";
     for (const auto& r : rows)
@@ -205,11 +224,15 @@ int run_bench(const BenchOptions& o, const GlobalOptions& global) {
           double(r["tflops"]), double(r["rel_l2_error"]), bool(r["passed"]) ? 1 : 0,
           std::string(r["protection"]), double(r["overhead_vs_none"]), double(r["attention_ms"]),
           double(r["quantize_ms"]), bool(r["prepared_kv"]) ? 1 : 0);
+    csv.commit();
   }
-  if (!o.json.empty())
-    std::ofstream(o.json) << nlohmann::json{{"device", device}, {"runs", rows}}.dump(2);
+  if (json.is_open()) {
+    json.stream() << nlohmann::json{{"device", device}, {"runs", rows}}.dump(2);
+    json.commit();
+  }
   if (failures > 0) {
-    std::cerr << fmt::format("ftattn: {} run(s) failed the reference check\n", failures);
+    std::cerr << fmt::format("ftattn: {} run(s) failed the reference check or were skipped\n",
+                             failures);
     return 1;
   }
   return 0;

@@ -17,6 +17,7 @@
 #include "tools/ftattn/config_flags.hpp"
 #include "tools/ftattn/device_run.hpp"
 #include "tools/ftattn/number_checks.hpp"
+#include "tools/ftattn/output_file.hpp"
 #include "tools/ftattn/shapes.hpp"
 
 namespace ftattn::cli {
@@ -37,11 +38,10 @@ struct InjectOptions {
 Problem parse_shape(const std::string& text, int head_dim) {
   std::vector<int> v;
   bool ok = true;
-  for (const std::string& part : split(text, ',')) {
-    char* end = nullptr;
-    const long x = std::strtol(part.c_str(), &end, 10);
-    ok = ok && *end == '\0' && x > 0 && x <= (1 << 24);
-    v.push_back(static_cast<int>(x));
+  for (const std::string& part : split_list(text, ',', "--shape")) {
+    const int x = positive_int(part);
+    ok = ok && x > 0 && x <= (1 << 24);
+    v.push_back(x);
   }
   if (!ok || (v.size() != 3 && v.size() != 4))
     throw ConfigError(fmt::format(
@@ -54,7 +54,7 @@ Problem parse_shape(const std::string& text, int head_dim) {
 // "scores=2e-5,output=1e-7": the checks named, the rest at their defaults.
 Thresholds parse_thresholds(const std::string& text) {
   Thresholds t;
-  for (const std::string& part : split(text, ',')) {
+  for (const std::string& part : split_list(text, ',', "--thresholds")) {
     const auto eq = part.find('=');
     const std::string name = part.substr(0, eq);
     char* end = nullptr;
@@ -89,33 +89,31 @@ std::string shape_text(const Problem& p) {
                      p.heads_kv);
 }
 
-// Appends to a summary CSV, writing the header when the file is new.
+// One row per site (and per false-alarm distribution), appended; the header when the file is new.
 class SummaryCsv {
  public:
-  explicit SummaryCsv(const std::string& path) {
-    if (path.empty()) return;
-    const bool fresh = !std::filesystem::exists(path) || std::filesystem::file_size(path) == 0;
-    out_.open(path, std::ios::app);
-    if (!out_) throw Error(fmt::format("cannot write {}: check the folder", path));
-    if (fresh)
-      out_ << "config,protection,precision,head_dim,mask,shape,site,bits,trials,masked,corrected,"
-              "detected,sdc,false_positive,sdc_upper95,seconds\n";
+  explicit SummaryCsv(const std::string& path)
+      : out_("--summary-csv", path, OutputFile::Mode::append) {
+    if (out_.is_open() && out_.fresh())
+      out_.stream() << "config,protection,precision,head_dim,mask,shape,site,bits,trials,masked,"
+                       "corrected,detected,sdc,false_positive,sdc_upper95,seconds\n";
   }
   void add(const KernelConfig& c, const Problem& p, const std::string& site,
            const std::string& bits, const campaign::Tally& t, double seconds) {
     if (!out_.is_open()) return;
     using campaign::Outcome;
-    out_ << fmt::format("{},{},{},{},{},{}x{}x{},{},{},{},{},{},{},{},{},{:.3e},{:.2f}\n", c.name(),
-                        to_string(c.protection), to_string(c.precision), c.head_dim,
-                        to_string(c.mask), p.batch, p.heads_q, p.seqlen_q, site, bits, t.trials,
-                        t.count(Outcome::masked), t.count(Outcome::corrected),
-                        t.count(Outcome::detected), t.count(Outcome::sdc),
-                        t.count(Outcome::false_positive),
-                        campaign::wilson_upper_95(t.count(Outcome::sdc), t.trials), seconds);
+    out_.stream() << fmt::format(
+        "{},{},{},{},{},{}x{}x{},{},{},{},{},{},{},{},{},{:.3e},{:.2f}\n", c.name(),
+        to_string(c.protection), to_string(c.precision), c.head_dim, to_string(c.mask), p.batch,
+        p.heads_q, p.seqlen_q, site, bits, t.trials, t.count(Outcome::masked),
+        t.count(Outcome::corrected), t.count(Outcome::detected), t.count(Outcome::sdc),
+        t.count(Outcome::false_positive),
+        campaign::wilson_upper_95(t.count(Outcome::sdc), t.trials), seconds);
   }
+  void commit() { out_.commit(); }
 
  private:
-  std::ofstream out_;
+  OutputFile out_;
 };
 
 int run_inject(const InjectOptions& o, const GlobalOptions& global) {
@@ -127,10 +125,10 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
         "give --site (a campaign), --false-alarms N (clean runs) or --calibrate N (thresholds "
         "from clean runs)");
   const Thresholds thresholds = parse_thresholds(o.thresholds);
-  if (o.trials <= 0) throw ConfigError("--trials must be positive");
   const campaign::BitRange bits = campaign::BitRange::parse(o.bits);
   std::vector<FaultSite> sites;
-  for (const std::string& s : split(o.sites, ',')) sites.push_back(campaign::parse_site(s));
+  for (const std::string& s : split_list(o.sites, ',', "--site"))
+    sites.push_back(campaign::parse_site(s));
   // IR-level (site ir) and source-level sites need differently built kernels: one kind per run.
   const bool ir = std::find(sites.begin(), sites.end(), FaultSite::ir) != sites.end();
   if (ir && sites.size() > 1)
@@ -149,6 +147,10 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
   const campaign::IrCount ir_count = campaign::parse_ir_count(o.ir_count);
   const OnFault on_fault = parse_campaign_on_fault(o.on_fault);
   const Problem problem = parse_shape(o.shape, wanted.head_dim);
+  // Opened before any work, so a path that cannot be written fails at once.
+  SummaryCsv summary(o.summary_csv);
+  OutputFile trials_csv("--csv", o.csv);
+  OutputFile calibration_csv("--calibration-csv", o.calibration_csv, OutputFile::Mode::append);
 
   const std::string device = describe_device();  // "no GPU" before any other work
   Runtime rt(global.runtime_options());
@@ -159,7 +161,6 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
   validate(problem, config);
   fmt::print("device    {}\nkernel    {}\nproblem   {}, {}\n", device, config.name(),
              shape_text(problem), to_string(config.mask));
-  SummaryCsv summary(o.summary_csv);
   int exit_code = 0;
 
   if (!sites.empty()) {
@@ -196,12 +197,7 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
           "per element\n",
           campaign::accuracy_bar(p));
 
-    std::ofstream trials_csv;
-    if (!o.csv.empty()) {
-      trials_csv.open(o.csv);
-      if (!trials_csv) throw Error(fmt::format("cannot write {}: check the folder", o.csv));
-      trials_csv << campaign::trials_csv_header() << "\n";
-    }
+    if (trials_csv.is_open()) trials_csv.stream() << campaign::trials_csv_header() << "\n";
     for (FaultSite site : sites) {
       // Site ir: count the dynamic instances first, then draw over them.
       std::optional<campaign::IrSpace> ir_space;
@@ -240,7 +236,7 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
           campaign::summary_table(r.tally));
       for (campaign::TrialResult t : r.trials) {
         if (ir_space) t.plan = ir_space->locate(t.plan);  // the thread and instance that flipped
-        if (trials_csv.is_open()) trials_csv << campaign::trials_csv_row(t) << "\n";
+        if (trials_csv.is_open()) trials_csv.stream() << campaign::trials_csv_row(t) << "\n";
       }
       const std::string site_label = ir_space ? fmt::format("ir:{}", to_string(config.ir_inject))
                                               : std::string(campaign::site_name(site));
@@ -278,18 +274,10 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
         "{:>11} {:>11} {:>11} {:>11} {:>9}\n",
         o.calibrate, clean_config.name(), "distribution", "runs", "scores", "probs", "output",
         "row_sum", "records");
-    // Appends, header first when the file is new (several kernels go into one table).
-    std::ofstream calibration_csv;
-    if (!o.calibration_csv.empty()) {
-      const bool fresh = !std::filesystem::exists(o.calibration_csv) ||
-                         std::filesystem::file_size(o.calibration_csv) == 0;
-      calibration_csv.open(o.calibration_csv, std::ios::app);
-      if (!calibration_csv)
-        throw Error(fmt::format("cannot write {}: check the folder", o.calibration_csv));
-      if (fresh)
-        calibration_csv << "config,protection,precision,head_dim,mask,shape,distribution,runs,"
-                           "scores,probs,output,row_sum,truncated\n";
-    }
+    // Appended, header first when the file is new (several kernels go into one table).
+    if (calibration_csv.is_open() && calibration_csv.fresh())
+      calibration_csv.stream() << "config,protection,precision,head_dim,mask,shape,distribution,"
+                                  "runs,scores,probs,output,row_sum,truncated\n";
     Thresholds worst;
     for (const campaign::Calibration& c : rows) {
       fmt::print("{:<24} {:>5} {:>11.3e} {:>11.3e} {:>11.3e} {:>11.3e} {:>9}{}\n",
@@ -301,7 +289,7 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
       worst.output = std::max(worst.output, c.needed.output);
       worst.row_sum = std::max(worst.row_sum, c.needed.row_sum);
       if (calibration_csv.is_open())
-        calibration_csv << fmt::format(
+        calibration_csv.stream() << fmt::format(
             "{},{},{},{},{},{}x{}x{},\"{}\",{},{:.4e},{:.4e},{:.4e},{:.4e},{}\n",
             clean_config.name(), to_string(clean_config.protection),
             to_string(clean_config.precision), clean_config.head_dim, to_string(clean_config.mask),
@@ -318,6 +306,9 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
                margin(d.scores, worst.scores), margin(d.probs, worst.probs),
                margin(d.output, worst.output), margin(d.row_sum, worst.row_sum));
   }
+  summary.commit();
+  trials_csv.commit();
+  calibration_csv.commit();
   return exit_code;
 }
 
@@ -330,36 +321,51 @@ Command add_inject_command(CLI::App& parent, const GlobalOptions& global) {
       "Fault-injection campaigns: single bit flips, classified against the fault-free "
       "output; false alarms on clean inputs");
   add_config_flags(*cmd, o->config, Positional::none);
-  cmd->add_option("--site", o->sites,
-                  "value class(es) to flip, comma-separated: scores, probs, row_max, row_sum, "
-                  "rescale, output, checksum, pv (int8's INT32 P V); or ir (alone, with "
-                  "--backend llvm --ir-inject)");
-  cmd->add_option("--trials", o->trials, "trials per site")->capture_default_str();
+  CLI::Option* site =
+      cmd->add_option("--site", o->sites,
+                      "value class(es) to flip, comma-separated: scores, probs, row_max, row_sum, "
+                      "rescale, output, checksum, pv (int8's INT32 P V); or ir (alone, with "
+                      "--backend llvm --ir-inject)");
+  // Each trial is a launch and a result kept in memory: a million take hours already.
+  cmd->add_option("--trials", o->trials, "trials per site")
+      ->check(at_least(1, 1'000'000))
+      ->capture_default_str()
+      ->needs(site);
   cmd->add_option("--bits", o->bits, "bit range lo:hi (0: mantissa LSB, 31: sign)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->needs(site);
   cmd->add_option("--seed", o->seed, "seed of the inputs and of the trial plans")
+      ->check(seed_number())
       ->capture_default_str();
   cmd->add_option("--shape", o->shape, "batch,heads,seqlen[,heads_kv]")->capture_default_str();
-  cmd->add_option("--on-fault", o->on_fault, "report or recompute")->capture_default_str();
+  cmd->add_option("--on-fault", o->on_fault, "report or recompute")
+      ->capture_default_str()
+      ->needs(site);
   cmd->add_flag("--strict", o->strict,
-                "masked only within max(own error, 1 ulp) per element, without the accuracy bar");
+                "masked only within max(own error, 1 ulp) per element, without the accuracy bar")
+      ->needs(site);
   cmd->add_option("--ir-count", o->ir_count,
                   "site ir: which threads a counting launch measures, cta (thread 0 stands for "
                   "its CTA), warp (lane 0 for its warp) or thread (all)")
-      ->capture_default_str();
-  cmd->add_option("--csv", o->csv, "write every trial (plan, outcome, report) to this CSV");
+      ->capture_default_str()
+      ->needs(site);
+  cmd->add_option("--csv", o->csv, "write every trial (plan, outcome, report) to this CSV")
+      ->needs(site);
   cmd->add_option("--summary-csv", o->summary_csv,
                   "append one row per site (and per false-alarm distribution) to this CSV");
   cmd->add_option("--false-alarms", o->false_alarms,
                   "also run N clean inputs (normal, uniform and PASA's biased distributions) and "
                   "count detections; exit 1 if any")
       ->check(at_least(0));
-  cmd->add_option("--calibrate", o->calibrate,
-                  "measure on N clean inputs per distribution the smallest threshold of each check "
-                  "that raises no alarm, against the thresholds in use")
-      ->check(at_least(0));
+  CLI::Option* calibrate =
+      cmd->add_option(
+             "--calibrate", o->calibrate,
+             "measure on N clean inputs per distribution the smallest threshold of each check "
+             "that raises no alarm, against the thresholds in use")
+          ->check(at_least(0));
   cmd->add_option("--calibration-csv", o->calibration_csv,
-                  "append the calibration (one row per distribution) to this CSV");
+                  "append the calibration (one row per distribution) to this CSV")
+      ->needs(calibrate);
   cmd->add_option("--thresholds", o->thresholds,
                   "override check thresholds for campaigns, false alarms and calibration, e.g. "
                   "output=1e-7,row_sum=2e-4 (checks: scores, probs, output, row_sum)");

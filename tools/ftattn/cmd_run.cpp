@@ -86,7 +86,9 @@ Command add_run_command(CLI::App& parent, const GlobalOptions& global) {
   cmd->add_option("--iters", o->device.iters, "timed launches (0: check only)")
       ->check(at_least(0))
       ->capture_default_str();
-  cmd->add_option("--seed", o->device.seed, "random seed of the inputs")->capture_default_str();
+  cmd->add_option("--seed", o->device.seed, "random seed of the inputs")
+      ->check(seed_number())
+      ->capture_default_str();
   cmd->add_flag("--prepare-kv", o->device.prepare_kv,
                 "do the work on K and V alone (checksum prologue, f16_pasa's shift) once, before "
                 "the launches, which then skip it (Kernel::prepare_kv)");

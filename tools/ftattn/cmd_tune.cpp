@@ -16,6 +16,7 @@
 #include "tools/ftattn/device_run.hpp"
 #include "tools/ftattn/gpu_timer.hpp"
 #include "tools/ftattn/number_checks.hpp"
+#include "tools/ftattn/output_file.hpp"
 #include "tools/ftattn/shapes.hpp"
 #include "tuner/tune.hpp"
 
@@ -54,13 +55,27 @@ class ProgressBar {
   std::chrono::steady_clock::time_point start_;
 };
 
+// A family's config before the heuristic fills in its tiles.
+KernelConfig open_config(const tuner::Family& family) {
+  KernelConfig open;
+  open.head_dim = family.head_dim;
+  open.precision = family.precision;
+  open.protection = family.protection;
+  open.mask = family.mask;
+  return open;
+}
+
 int run_tune(const TuneOptions& o, const GlobalOptions& global) {
   const auto started = std::chrono::steady_clock::now();
   const std::vector<Shape> shapes = o.shapes.empty() ? standard_grid() : parse_shapes(o.shapes);
   const Precision precision = parse_precision(o.precision);
   const Protection protection = parse_protection(o.protection);
   std::vector<Mask> masks;
-  for (const auto& m : split(o.masks, ',')) masks.push_back(parse_mask(m));
+  for (const auto& m : split_list(o.masks, ',', "--masks")) masks.push_back(parse_mask(m));
+  if (masks.empty()) throw ConfigError("tune needs at least one mask: give --masks none,causal");
+
+  // Opened before any work, so a path that cannot be written fails at once.
+  OutputFile csv("--csv", o.csv);
 
   const std::string device_line = describe_device();
   const runtime::DeviceInfo info = runtime::device_info(0);
@@ -69,7 +84,13 @@ int run_tune(const TuneOptions& o, const GlobalOptions& global) {
   const tuner::DeviceKey device{info.name, info.sm, info.driver_version};
   const std::filesystem::path db_path =
       o.db.empty() ? tuner::user_database_path(runtime.cache_dir()) : std::filesystem::path(o.db);
-  tuner::Database db = tuner::Database::load(db_path);
+  // Read and written back before any work: a DB that cannot be read or written fails now, not
+  // after the tuning (entries this ftattn cannot read are written back as they were).
+  if (o.dry_run) {
+    tuner::Database::load(db_path);
+  } else {
+    tuner::Database::update(db_path, tuner::Database{});
+  }
   const tuner::SmLimits limits{65536, info.max_shared_per_block_optin + 1024, 2048};
   const int jobs = o.jobs > 0 ? o.jobs : std::max(1u, std::thread::hardware_concurrency());
   std::printf("device    %s\ntuning    %zu shapes x %zu masks, %s, protection %s -> %s\n",
@@ -93,6 +114,13 @@ int run_tune(const TuneOptions& o, const GlobalOptions& global) {
       }
       plans[plan_of[key]].shapes.push_back(s);
     }
+  // Every shape and mask checked against the heuristic's config before any tuning, so that a
+  // shape this GPU cannot run stops the command now rather than half way.
+  for (const Plan& plan : plans)
+    for (const Shape& s : plan.shapes) {
+      const Problem problem = problem_of(s);
+      validate(problem, with_defaults(open_config(plan.family), arch, &problem));
+    }
   int total = 0;
   for (Plan& plan : plans) {
     const tuner::Pruned space = tuner::enumerate(plan.family);
@@ -114,33 +142,28 @@ int run_tune(const TuneOptions& o, const GlobalOptions& global) {
   GpuTimer timer(runtime, o.warmup, o.iters, o.check_rows);
   ProgressBar bar(total);
   std::vector<tuner::ShapeResult> results;
-  for (const Plan& plan : plans)
+  for (const Plan& plan : plans) {
+    tuner::Database tuned;  // this family's winners, saved as soon as it is done
     for (const Shape& s : plan.shapes) {
-      const Problem problem =
-          Problem::bhsd(s.batch, s.heads, s.heads, s.seqlen, s.seqlen, s.head_dim);
-      KernelConfig open;
-      open.head_dim = s.head_dim;
-      open.precision = precision;
-      open.protection = protection;
-      open.mask = plan.family.mask;
+      const Problem problem = problem_of(s);
       // The heuristic alone, not the DB: the baseline the tuner must beat.
-      const KernelConfig heuristic = with_defaults(open, arch, &problem);
+      const KernelConfig heuristic = with_defaults(open_config(plan.family), arch, &problem);
       const std::string label =
           fmt::format("d{} s{} {}", s.head_dim, s.seqlen, to_string(plan.family.mask));
       results.push_back(tuner::tune_shape(plan.family, problem, plan.candidates, heuristic, timer,
                                           [&] { bar.tick(label); }));
       const tuner::ShapeResult& r = results.back();
-      if (r.found) db.put(tuner::to_entry(r, device));
+      if (r.found) tuned.put(tuner::to_entry(r, device));
     }
-  db.save(db_path);
+    tuner::Database::update(db_path, tuned);
+  }
   const double tune_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 
   std::printf("\n%-34s %-52s %9s %9s %7s\n", "shape", "best config", "TFLOP/s", "default", "gain");
-  std::ofstream csv;
-  if (!o.csv.empty()) {
-    csv.open(o.csv);
-    csv << "head_dim,seqlen,batch,heads,causal,dtype,best,best_tflops,default,default_tflops,"
+  if (csv.is_open()) {
+    csv.stream()
+        << "head_dim,seqlen,batch,heads,causal,dtype,best,best_tflops,default,default_tflops,"
            "gain,verified_best,verified_best_tflops,tuned_over_verified\n";
   }
   double worst_verified = 1e9;
@@ -173,13 +196,14 @@ int run_tune(const TuneOptions& o, const GlobalOptions& global) {
       std::printf("   exhaustive best %s %.1f TFLOP/s: tuned choice at %.1f%% of it\n",
                   verified_name.c_str(), verified, ratio * 100);
     }
-    if (csv)
-      csv << fmt::format("{},{},{},{},{},{},{},{:.2f},{},{:.2f},{:.4f},{},{:.2f},{:.4f}\n",
-                         p.head_dim, p.seqlen_q, p.batch, p.heads_q,
-                         is_causal(r.family.mask) ? 1 : 0, to_string(precision),
-                         r.best.config.name(), best, r.heuristic.config.name(), dflt,
-                         dflt > 0 ? best / dflt : 0.0, verified_name, verified, ratio);
+    if (csv.is_open())
+      csv.stream() << fmt::format("{},{},{},{},{},{},{},{:.2f},{},{:.2f},{:.4f},{},{:.2f},{:.4f}\n",
+                                  p.head_dim, p.seqlen_q, p.batch, p.heads_q,
+                                  is_causal(r.family.mask) ? 1 : 0, to_string(precision),
+                                  r.best.config.name(), best, r.heuristic.config.name(), dflt,
+                                  dflt > 0 ? best / dflt : 0.0, verified_name, verified, ratio);
   }
+  csv.commit();
   std::printf("tuning took %s (compile %s); DB written to %s\n", duration(tune_s).c_str(),
               duration(compile_s).c_str(), db_path.string().c_str());
   if (o.verify) std::printf("worst tuned / exhaustive-best ratio: %.3f\n", worst_verified);

@@ -1,0 +1,77 @@
+#include "tools/ftattn/output_file.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+
+#include "ftattn/errors.hpp"
+
+namespace ftattn::cli {
+
+namespace fs = std::filesystem;
+
+OutputFile::OutputFile(std::string flag, std::string path, Mode mode)
+    : flag_(std::move(flag)), path_(std::move(path)) {
+  if (path_.empty()) return;
+  if (path_ == "-") {
+    if (mode == Mode::append)
+      throw ConfigError(
+          fmt::format("{}: '-' (standard output) cannot be appended to: give a file", flag_));
+    to_stdout_ = true;
+    return;
+  }
+  std::error_code ec;
+  if (fs::is_directory(path_, ec))
+    throw ConfigError(fmt::format("{}: '{}' is a folder: give a file name", flag_, path_));
+  if (mode == Mode::append) {
+    fresh_ = !fs::exists(path_, ec) || fs::file_size(path_, ec) == 0;
+    file_.open(path_, std::ios::app);
+  } else {
+    temp_ = fmt::format("{}.tmp.{}", path_, ::getpid());
+    file_.open(temp_, std::ios::trunc);
+  }
+  if (!file_)
+    throw ConfigError(
+        fmt::format("{}: cannot write '{}' ({}): give a file in a folder that exists "
+                    "and that you can write to",
+                    flag_, path_, std::strerror(errno)));
+}
+
+OutputFile::~OutputFile() {
+  if (!temp_.empty() && !committed_) {
+    file_.close();
+    std::remove(temp_.c_str());
+  }
+}
+
+std::ostream& OutputFile::stream() { return to_stdout_ ? std::cout : file_; }
+
+void OutputFile::commit() {
+  if (committed_ || !is_open()) return;
+  committed_ = true;
+  if (to_stdout_) {
+    std::cout.flush();
+    return;
+  }
+  file_.flush();
+  const bool written = file_.good();
+  file_.close();
+  if (!written || file_.fail()) {
+    if (!temp_.empty()) std::remove(temp_.c_str());
+    throw Error(fmt::format(
+        "{}: writing '{}' failed (disk full?){}", flag_, path_,
+        temp_.empty() ? ": its last lines may be missing" : ": the file is left as it was"));
+  }
+  if (!temp_.empty() && std::rename(temp_.c_str(), path_.c_str()) != 0) {
+    const int err = errno;
+    std::remove(temp_.c_str());
+    throw Error(fmt::format("{}: cannot replace '{}' ({})", flag_, path_, std::strerror(err)));
+  }
+}
+
+}  // namespace ftattn::cli
