@@ -2,6 +2,7 @@
 
 #include <cudaTypedefs.h>
 #include <dlfcn.h>
+#include <fmt/format.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -238,13 +239,10 @@ CUcontext primary_context(const DriverApi& api, int ordinal) {
   return slot.second;
 }
 
-// The calling thread's current context, after making device 0's primary context current when
-// there is none.
+// Device 0's primary context, made current on the calling thread (ensure_context's rules).
 CUcontext require_context(const DriverApi& api) {
-  CUcontext current = nullptr;
-  check(api.cuCtxGetCurrent(&current), "cuCtxGetCurrent");
-  if (current != nullptr) return current;
   ensure_context(0);
+  CUcontext current = nullptr;
   check(api.cuCtxGetCurrent(&current), "cuCtxGetCurrent");
   return current;
 }
@@ -440,7 +438,16 @@ void ensure_context(int ordinal) {
   CUcontext context = primary_context(api, ordinal);
   CUcontext current = nullptr;
   check(api.cuCtxGetCurrent(&current), "cuCtxGetCurrent");
-  if (current != context) check(api.cuCtxSetCurrent(context), "cuCtxSetCurrent");
+  if (current == context) return;
+  // Switching would leave the caller's thread on our GPU, and their pointers, streams and our
+  // kernels in different contexts.
+  if (current != nullptr)
+    throw ConfigError(fmt::format(
+        "another CUDA context is current on this thread (another GPU's, or one created with "
+        "cuCtxCreate): ftattn runs in GPU {}'s primary context, as the CUDA runtime and PyTorch "
+        "do on that GPU; make it current (cudaSetDevice({})) before calling ftattn",
+        ordinal, ordinal));
+  check(api.cuCtxSetCurrent(context), "cuCtxSetCurrent");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -608,6 +615,32 @@ void DeviceBuffer::fill_bytes(unsigned char value) {
 
 // ---------------------------------------------------------------------------------------------
 // EventTimer
+
+StreamOrder::~StreamOrder() {
+  if (done_ == nullptr) return;
+  if (const DriverApi* api = loaded_api()) api->cuEventDestroy(done_);
+}
+
+void StreamOrder::before(CUstream stream) {
+  if (used_ && stream != last_)
+    check(driver().cuStreamWaitEvent(stream, done_, 0), "cuStreamWaitEvent");
+}
+
+void StreamOrder::after(CUstream stream) {
+  const DriverApi& api = driver();
+  if (done_ == nullptr) check(api.cuEventCreate(&done_, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  check(api.cuEventRecord(done_, stream), "cuEventRecord");
+  last_ = stream;
+  used_ = true;
+}
+
+StreamOrder::Scope::~Scope() {
+  if (order_ == nullptr) return;
+  try {
+    order_->after(stream_);
+  } catch (const Error&) {  // a failing driver fails the next call too, which reports it
+  }
+}
 
 EventTimer::EventTimer() {
   const DriverApi& api = driver();

@@ -78,6 +78,7 @@ namespace ftattn::runtime {
   X(cuEventDestroy, 4000)                              \
   X(cuEventRecord, 2000)                               \
   X(cuEventSynchronize, 2000)                          \
+  X(cuStreamWaitEvent, 3020)                           \
   FTATTN_DRIVER_EVENT_ELAPSED(X)
 
 // cuda.h maps cuEventElapsedTime to cuEventElapsedTime_v2 from CUDA 12.8 on.
@@ -148,12 +149,14 @@ DeviceInfo device_info(int ordinal = 0);
 Arch native_arch(const DeviceInfo& info);
 
 // Retains device `ordinal`'s primary context (once per process; released at exit) and makes it
-// current on the calling thread. Cheap when it already is. Call from any thread before driver
-// work. Throws NoDeviceError without a driver.
+// current on the calling thread when none is. Cheap when it already is. Call from any thread
+// before driver work. Throws NoDeviceError without a driver, and ConfigError when another context
+// is current (another GPU's, or one the caller created): kernels, workspaces and the caller's
+// pointers must all live in the one context ftattn runs in.
 void ensure_context(int ordinal = 0);
 
-// Compiled code loaded into the current context (device 0's primary context is made current
-// first if the thread has none). Non-copyable, movable.
+// Compiled code loaded into device 0's primary context (made current first: ensure_context).
+// Non-copyable, movable.
 class Module {
  public:
   Module() = default;
@@ -230,6 +233,42 @@ class EventTimer {
  private:
   CUevent start_ = nullptr;
   CUevent stop_ = nullptr;
+};
+
+// Orders the uses of one set of device buffers (a kernel's workspace) across streams: work
+// enqueued between before() and after() on one stream waits for the previous such work on
+// another stream to finish, so two streams never share the buffers at once. The caller holds the
+// lock that guards the buffers.
+class StreamOrder {
+ public:
+  StreamOrder() = default;
+  ~StreamOrder();
+  StreamOrder(const StreamOrder&) = delete;
+  StreamOrder& operator=(const StreamOrder&) = delete;
+
+  void before(CUstream stream);  // waits for the last user's work if it was on another stream
+  void after(CUstream stream);   // marks the end of this stream's work
+
+  // before() now, after() at the end of the scope, also when the work in it throws (some of it
+  // may be enqueued already).
+  class Scope {
+   public:
+    Scope(StreamOrder* order, CUstream stream) : order_(order), stream_(stream) {
+      if (order_ != nullptr) order_->before(stream_);
+    }
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    StreamOrder* order_;
+    CUstream stream_;
+  };
+
+ private:
+  CUevent done_ = nullptr;  // recorded after the last use
+  CUstream last_ = nullptr;
+  bool used_ = false;
 };
 
 struct Dim3 {

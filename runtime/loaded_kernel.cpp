@@ -110,6 +110,18 @@ class LoadedKernel final : public Kernel {
   // keys the kernel reads (K', for PASA's EFTA; V is not shifted). Caller holds protect_mu_.
   void enqueue(const Problem& problem, const AttentionParams& params, CUstream stream,
                const ProtectOptions& protect, bool reset_log = true) const {
+    // The shift's buffers, the checksum workspace and fault log, and decoupled's S and P are
+    // the kernel object's own: a launch on another stream waits until the last one is done
+    // with them (Runtime hands every caller of a config the same object).
+    const bool shared_buffers = shift_ != nullptr ||
+                                compiled_->config.protection != Protection::none ||
+                                protect.inject.has_value();
+    const StreamOrder::Scope ordered(shared_buffers ? &order_ : nullptr, stream);
+    enqueue_work(problem, params, stream, protect, reset_log);
+  }
+
+  void enqueue_work(const Problem& problem, const AttentionParams& params, CUstream stream,
+                    const ProtectOptions& protect, bool reset_log) const {
     const KernelConfig& c = compiled_->config;
     const PreparedKv::State* prepared = prepared_for(protect, c, problem, params.k, params.v);
     AttentionParams run = params;
@@ -161,6 +173,7 @@ class LoadedKernel final : public Kernel {
   mutable std::mutex protect_mu_;  // one set of workspaces and log per kernel object
   mutable ProtectedLauncher protector_;
   mutable DeviceBuffer pasa_workspace_;  // f16_pasa: the shifted keys and shift vectors
+  mutable StreamOrder order_;            // the buffers above, across streams
 };
 
 }  // namespace

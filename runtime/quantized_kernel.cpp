@@ -67,23 +67,26 @@ class QuantizedKernel final : public Kernel {
               float* lse, CUstream stream, const unsigned char* /*block_mask*/,
               const ProtectOptions& protect) const override {
     if (protect.prepared_kv != nullptr) require_preparable(compiled_->config);
+    validate(problem, compiled_->config);  // before the workspace is sized from it
     const QuantizedLayout layout = QuantizedLayout::of(problem);
     std::lock_guard lock(workspace_mu_);
+    ensure_context();
     if (workspace_.bytes() < layout.bytes) workspace_ = DeviceBuffer(layout.bytes);
+    const StreamOrder::Scope ordered(&workspace_order_, stream);
     if (!quantises_q_in_kernel(compiled_->config)) {
       const QuantizedInputs in =
           quantize(problem, q, k, v, Precision::f16, workspace_.data(), stream);
       launch_quantized(problem, in, o, Precision::f16, lse, stream, protect);
-      return;
+    } else {
+      // The wgmma kernel quantises Q itself as it loads it (kernel/fwd_q8_sm90.cuh): only K and
+      // V go through the workspace, and Q's pass over memory is saved.
+      QuantizedInputs in = quantize(problem, q, k, v, Precision::f16, workspace_.data(), stream,
+                                    /*with_q=*/false);
+      in.q = q;
+      AttentionParams p = attention_params(problem, in, o, Precision::f16, lse, /*q_16bit=*/true);
+      std::lock_guard protect_lock(protect_mu_);
+      enqueue(problem, p, stream, protect, /*reset_log=*/false);  // nothing reads the log
     }
-    // The wgmma kernel quantises Q itself as it loads it (kernel/fwd_q8_sm90.cuh): only K and V
-    // go through the workspace, and Q's pass over memory is saved.
-    QuantizedInputs in = quantize(problem, q, k, v, Precision::f16, workspace_.data(), stream,
-                                  /*with_q=*/false);
-    in.q = q;
-    AttentionParams p = attention_params(problem, in, o, Precision::f16, lse, /*q_16bit=*/true);
-    std::lock_guard protect_lock(protect_mu_);
-    enqueue(problem, p, stream, protect, /*reset_log=*/false);  // nothing reads the log
   }
 
   // Protected (int8 checksum schemes): quantise, build the checksum rows, run (with the fault
@@ -96,16 +99,22 @@ class QuantizedKernel final : public Kernel {
     if (protect.prepared_kv != nullptr) require_preparable(c);
     if (c.protection == Protection::none)
       return Kernel::run(problem, q, k, v, o, lse, stream, block_mask, protect);
+    validate(problem, c);  // before the workspace is sized from it
     const QuantizedLayout layout = QuantizedLayout::of(problem);
     std::scoped_lock lock(workspace_mu_, protect_mu_);  // launch()'s order: workspace first
+    ensure_context();
     if (workspace_.bytes() < layout.bytes) workspace_ = DeviceBuffer(layout.bytes);
+    const StreamOrder::Scope ordered(&workspace_order_, stream);
     const QuantizedInputs in =
         quantize(problem, q, k, v, Precision::f16, workspace_.data(), stream);
     AttentionParams p = attention_params(problem, in, o, Precision::f16, lse);
     enqueue(problem, p, stream, protect);
+    // The relaunch carries no fault plan, and the caller's thresholds and log size.
+    ProtectOptions relaunch = protect;
+    relaunch.inject.reset();
     return protector_.settle(
         protector_.collect(stream), protect.on_fault, c, problem, p, stream,
-        [&](AttentionParams& again) { enqueue(problem, again, stream, ProtectOptions{}); });
+        [&](AttentionParams& again) { enqueue(problem, again, stream, relaunch); });
   }
 
   // with_q false: K and V only (the wgmma kernel quantises Q itself); the result's q and q_scale
@@ -253,6 +262,16 @@ class QuantizedKernel final : public Kernel {
   // attention over the grid or the recompute tile list. Caller holds protect_mu_.
   void enqueue(const Problem& problem, AttentionParams& p, CUstream stream,
                const ProtectOptions& protect, bool reset_log = true) const {
+    // The fault log and checksum rows are this object's own: a launch on another stream waits
+    // until the last one is done with them.
+    const bool shared_buffers =
+        compiled_->config.protection != Protection::none || protect.inject.has_value();
+    const StreamOrder::Scope ordered(shared_buffers ? &protect_order_ : nullptr, stream);
+    enqueue_work(problem, p, stream, protect, reset_log);
+  }
+
+  void enqueue_work(const Problem& problem, AttentionParams& p, CUstream stream,
+                    const ProtectOptions& protect, bool reset_log) const {
     const KernelConfig& c = compiled_->config;
     if (c.protection != Protection::none) {
       protector_.prepare(nullptr, c, problem, p, stream, protect, nullptr, reset_log);
@@ -296,8 +315,10 @@ class QuantizedKernel final : public Kernel {
   mutable std::mutex workspace_mu_;
   mutable std::mutex protect_mu_;  // the fault log and checksum rows of launch_quantized
   mutable ProtectedLauncher protector_;
-  mutable DeviceBuffer checksum_rows_;  // V^T's, then (EFTA) every K block's
-  mutable DeviceBuffer workspace_;      // Kernel::launch's quantised operands
+  mutable DeviceBuffer checksum_rows_;   // V^T's, then (EFTA) every K block's
+  mutable DeviceBuffer workspace_;       // Kernel::launch's quantised operands
+  mutable StreamOrder workspace_order_;  // workspace_, across streams (under workspace_mu_)
+  mutable StreamOrder protect_order_;    // the log and checksum rows (under protect_mu_)
 };
 
 const QuantizedKernel& as_quantized(const Kernel& kernel) {

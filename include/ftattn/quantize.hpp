@@ -1,7 +1,7 @@
 // 8-bit attention (precision int8 or fp8_e4m3) on operands you quantise yourself, or on f16/bf16
 // tensors. Kernel::launch of an int8/fp8_e4m3 kernel takes f16 Q, K, V and O and quantises into a
-// workspace the kernel owns (one launch at a time per kernel); the functions here split that in
-// two, with your workspace and either 16-bit type, e.g. to quantise a KV cache once.
+// workspace the kernel owns (launches on other streams wait their turn); the functions here split
+// that in two, with your workspace and either 16-bit type, e.g. to quantise a KV cache once.
 #pragma once
 
 #include <cstddef>

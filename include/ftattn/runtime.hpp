@@ -21,7 +21,9 @@ struct RuntimeOptions {
   bool tuning_db = true;  // fill open tile knobs from the tuning DBs (the user's, then shipped)
 };
 
-// A compiled kernel loaded on the current GPU, ready to launch.
+// A compiled kernel loaded on GPU 0 (its primary context), ready to launch. Launches on several
+// streams are safe: a kernel with buffers of its own (f16_pasa, checksum schemes, 8-bit,
+// decoupled) orders a launch on another stream after the previous one.
 class Kernel {
  public:
   virtual ~Kernel() = default;
@@ -75,7 +77,7 @@ class Runtime {
   // Many threads asking for the same new config compile it once.
   std::shared_ptr<const CompiledKernel> compile(const KernelConfig& config);
 
-  // compile() plus loading on the current GPU. Throws NoDeviceError without one.
+  // compile() plus loading on GPU 0. Throws NoDeviceError without one.
   std::shared_ptr<const Kernel> kernel(const KernelConfig& config);
 
   // O = attention(Q, K, V) on `stream`. `config` may be partly open; open fields get defaults.
