@@ -806,12 +806,17 @@ float Problem::scale() const {
   return 1.0f / std::sqrt(static_cast<float>(head_dim));
 }
 
+// In int64: seqlen + block - 1 passes INT_MAX for blocks near it.
 int Problem::block_mask_q_blocks() const {
-  return sparse_block_m > 0 ? (seqlen_q + sparse_block_m - 1) / sparse_block_m : 0;
+  return sparse_block_m > 0
+             ? static_cast<int>((int64_t{seqlen_q} + sparse_block_m - 1) / sparse_block_m)
+             : 0;
 }
 
 int Problem::block_mask_k_blocks() const {
-  return sparse_block_n > 0 ? (seqlen_k + sparse_block_n - 1) / sparse_block_n : 0;
+  return sparse_block_n > 0
+             ? static_cast<int>((int64_t{seqlen_k} + sparse_block_n - 1) / sparse_block_n)
+             : 0;
 }
 
 int64_t Problem::block_mask_head_bytes() const {

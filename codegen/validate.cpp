@@ -2,6 +2,7 @@
 // and says what to change.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -75,6 +76,26 @@ void check_tensor(std::string_view tensor, const Strides& s, int batch, int head
         "{} element offsets overflow int64 (strides batch {}, head {}, seq {}): the tensor is too "
         "large to index; split the call",
         tensor, s.batch, s.head, s.seq));
+  }
+}
+
+// The output's rows must be distinct memory: CTAs write them at once. Sufficient and what every
+// usual layout (BHSD, BSHD, padded) meets: taken from the smallest stride up, each axis steps
+// past everything the axes inside it span. Inputs may overlap (stride 0 broadcasts).
+void check_output_disjoint(const Strides& s, int batch, int heads, int seqlen, int head_dim) {
+  std::array<std::pair<int64_t, int>, 3> axes{{{s.seq, seqlen}, {s.head, heads}, {s.batch, batch}}};
+  std::sort(axes.begin(), axes.end());
+  int64_t span = head_dim;  // elements of one row
+  for (auto [stride, extent] : axes) {
+    if (extent == 1) continue;
+    if (stride < span) {
+      throw ConfigError(fmt::format(
+          "o strides (batch {}, head {}, seq {}) make rows of different heads, batches or "
+          "positions share memory: give the output a layout where each stride steps past the "
+          "axes inside it (e.g. contiguous BHSD or BSHD)",
+          s.batch, s.head, s.seq));
+    }
+    span += stride * (extent - 1);  // no overflow: check_tensor bounded the last offset
   }
 }
 
@@ -264,10 +285,18 @@ void validate_shape(const Problem& p) {
         p.batch, p.heads_q, p.seqlen_q));
   }
 
+  // Kernels take heads in the grid's y and the batch in its z.
+  if (p.heads_q > 65535 || p.batch > 65535) {
+    throw ConfigError(fmt::format(
+        "batch ({}) and heads_q ({}) must each be at most 65535 (grid limits): split the call",
+        p.batch, p.heads_q));
+  }
+
   check_tensor("q", p.q, p.batch, p.heads_q, p.seqlen_q, p.head_dim);
   check_tensor("k", p.k, p.batch, p.heads_kv, p.seqlen_k, p.head_dim);
   check_tensor("v", p.v, p.batch, p.heads_kv, p.seqlen_k, p.head_dim);
   check_tensor("o", p.o, p.batch, p.heads_q, p.seqlen_q, p.head_dim);
+  check_output_disjoint(p.o, p.batch, p.heads_q, p.seqlen_q, p.head_dim);
 }
 
 void validate(const Problem& p, const KernelConfig& c) {

@@ -118,6 +118,11 @@ void DecoupledLauncher::launch(const Module& module, const std::string& symbol,
     throw ConfigError(
         fmt::format("decoupled: batch x heads_q = {} is over 65535 (grid limit): split the call",
                     int64_t{pr.batch} * pr.heads_q));
+  if (div_up(pr.seqlen_q, DecoupledTiles::scores_m) > 65535)
+    throw ConfigError(fmt::format(
+        "decoupled: seqlen_q {} takes {} blocks of {} query rows, over 65535 (grid limit): split "
+        "the queries",
+        pr.seqlen_q, div_up(pr.seqlen_q, DecoupledTiles::scores_m), DecoupledTiles::scores_m));
 
   std::lock_guard lock(mutex_);
   ensure_context();

@@ -107,6 +107,15 @@ void ProtectedLauncher::prepare(CUfunction prologue, const KernelConfig& config,
           config.ir_inject == IrClass::none ? ""
                                             : ", or plan FaultSite::ir for its IR-level ones"));
     if (f.bit < 0 || f.bit > 31) throw ConfigError("FaultPlan::bit must be in 0..31");
+    // A plan no thread matches would flip nothing and read as a masked fault.
+    if (f.cta < 0 || f.iteration < 0 || f.element < 0)
+      throw ConfigError(
+          fmt::format("FaultPlan cta {}, iteration {} and element {} must be at least 0", f.cta,
+                      f.iteration, f.element));
+    if (f.thread < 0 || f.thread > 1023)
+      throw ConfigError(fmt::format(
+          "FaultPlan::thread {} is outside every CTA: threads are numbered 0..1023 at most",
+          f.thread));
     params.fault =
         FaultPlanParams{static_cast<int>(f.site), f.cta, f.thread, f.iteration, f.element, f.bit};
   } else {

@@ -153,7 +153,14 @@ KernelConfig Runtime::resolve(KernelConfig config, const Problem* problem) const
       chosen.backend = config.backend;
       chosen.ir_inject = config.ir_inject;
       chosen.ir_harden = config.ir_harden;
-      return chosen;
+      // A tuned tile need not suit the caller's other knobs (the LLVM route takes no three
+      // consumer warpgroups): then the heuristic decides, as it would without the DB.
+      try {
+        validate(chosen);
+        validate(*problem, chosen);
+        return chosen;
+      } catch (const ConfigError&) {
+      }
     }
   }
   return with_defaults(config, device, problem);

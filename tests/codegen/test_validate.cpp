@@ -520,7 +520,51 @@ TEST_CASE("validate: problem size guards", "[validate]") {
   CHECK_NOTHROW(validate(Problem::bhsd(1, 1, 1, std::numeric_limits<int32_t>::max(), 16, 128), c));
 
   // Element offsets past int64.
-  Problem huge = Problem::bhsd(1 << 20, 8, 8, 128, 128, 128);
+  Problem huge = Problem::bhsd(60000, 8, 8, 128, 128, 128);
   huge.k.batch = int64_t{1} << 50;
   REQUIRE_CONFIG_ERROR(validate(huge, c), "k element offsets overflow int64");
+
+  // Heads and batch ride in the grid's y and z (the driver refused them with INVALID_VALUE).
+  REQUIRE_CONFIG_ERROR(validate(Problem::bhsd(65536, 1, 1, 16, 16, 128), c),
+                       "must each be at most 65535");
+  REQUIRE_CONFIG_ERROR(validate(Problem::bhsd(1, 70000, 70000, 16, 16, 128), c),
+                       "heads_q (70000) must each be at most 65535");
+  CHECK_NOTHROW(validate(Problem::bhsd(65535, 2, 1, 16, 16, 128), c));
+}
+
+TEST_CASE("validate: the output's rows must not share memory", "[validate]") {
+  const KernelConfig c = make(128, 128, 64, 4, 2);
+  const Problem p = Problem::bhsd(4, 4, 4, 16, 16, 128);
+  CHECK_NOTHROW(validate(p, c));
+  CHECK_NOTHROW(validate(Problem::bshd(4, 4, 2, 16, 16, 128), c));
+  // These were accepted, and CTAs then wrote the same rows at once.
+  for (auto [field, stride] : std::vector<std::pair<std::string, int64_t>>{
+           {"head 0", 0}, {"batch 0", 0}, {"head one row", 128}}) {
+    INFO(field);
+    Problem bad = p;
+    if (field == "batch 0")
+      bad.o.batch = stride;
+    else
+      bad.o.head = stride;
+    REQUIRE_CONFIG_ERROR(validate(bad, c), "share memory");
+  }
+  // Padded layouts and broadcast inputs are fine; a single head may take any head stride.
+  Problem padded = p;
+  padded.o.head = 16 * 128 + 64;
+  padded.o.batch = 4 * padded.o.head + 8;
+  padded.q.head = 0;
+  CHECK_NOTHROW(validate(padded, c));
+  Problem one_head = Problem::bhsd(2, 1, 1, 16, 16, 128);
+  one_head.o.head = 0;
+  CHECK_NOTHROW(validate(one_head, c));
+}
+
+TEST_CASE("validate: block-mask block counts do not overflow int", "[validate]") {
+  Problem p = Problem::bhsd(1, 8, 8, 1024, 1024, 128);
+  p.sparse_block_m = 2147483520;  // seqlen + block - 1 passed INT_MAX: 0 blocks, 0 bytes
+  p.sparse_block_n = 128;
+  CHECK(p.block_mask_q_blocks() == 1);
+  CHECK(p.block_mask_k_blocks() == 8);
+  CHECK(p.block_mask_head_bytes() == 8);
+  CHECK(p.block_mask_bytes() == 64);
 }
