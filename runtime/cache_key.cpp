@@ -8,6 +8,11 @@
 namespace ftattn::runtime {
 
 std::string cache_key(const codegen::KernelSource& source) {
+  return source.backend == Backend::llvm ? cache_key(source, std::string())
+                                         : cache_key(source, nvrtc_identity());
+}
+
+std::string cache_key(const codegen::KernelSource& source, const std::string& nvrtc) {
   Hasher h;
   h.update_field("ftattn", FTATTN_VERSION);
   if (source.backend == Backend::llvm) {
@@ -17,7 +22,8 @@ std::string cache_key(const codegen::KernelSource& source) {
     h.update_field("nvjitlink", llvm_route_toolkit_version());
     for (const auto& pass : source.passes) h.update_field("pass", pass);
   } else {
-    h.update_field("nvrtc", nvrtc_version());
+    // Not just nvrtc_version(): that is major.minor only, and a patch update changes the code.
+    h.update_field("nvrtc", nvrtc);
   }
   h.update_field("symbol", source.symbol);
   h.update_field("source", source.text);

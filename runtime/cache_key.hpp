@@ -8,8 +8,11 @@
 namespace ftattn::runtime {
 
 // Hash of everything that can change the binary: the generated unit, every embedded template,
-// the NVRTC version, the options (arch included) and the ftattn version. Any edit to any of them
-// gives a new key, so a stale binary is never found.
+// the NVRTC version and library file (nvrtc_identity()), the options (arch included) and the
+// ftattn version. Any edit to any of them gives a new key, so a stale binary is never found.
 std::string cache_key(const codegen::KernelSource& source);
+
+// The same with the NVRTC identity given, for tests; the LLVM route ignores it.
+std::string cache_key(const codegen::KernelSource& source, const std::string& nvrtc);
 
 }  // namespace ftattn::runtime

@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <new>
 #include <random>
 #include <system_error>
 #include <thread>
@@ -34,9 +36,6 @@ constexpr const char* kMetaFile = "meta.json";
 // Every file the manifest must cover.
 constexpr std::array<const char*, 5> kPayloadFiles = {"kernel.cu", "kernel.ptx", "kernel.cubin",
                                                       "compile.log", kMetaFile};
-constexpr const char* kFixHint =
-    " (point FTATTN_CACHE_DIR or RuntimeOptions::cache_dir at a writable directory, or turn the "
-    "disk cache off)";
 
 bool is_lower_hex(std::string_view s) {
   return std::all_of(s.begin(), s.end(),
@@ -46,9 +45,35 @@ bool is_lower_hex(std::string_view s) {
 // std::error_code's message is thread-safe, unlike strerror().
 std::string os_error(int err) { return std::error_code(err, std::generic_category()).message(); }
 
-[[noreturn]] void throw_io(std::string_view what, const fs::path& path, const std::string& error) {
+// What to change, for the OS error `err` (0: none known). Names every way to choose the
+// directory: the environment, the CLI's flag and the library's option.
+std::string fix_hint(int err) {
+  constexpr const char* kElsewhere =
+      "FTATTN_CACHE_DIR, ftattn --cache-dir or RuntimeOptions::cache_dir";
+  switch (err) {
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+      return std::string(
+                 " (no room for the file: the disk or your quota is full, or a file size "
+                 "limit was hit; free space there, or choose a directory on another disk "
+                 "with ") +
+             kElsewhere + ")";
+    case EMFILE:
+    case ENFILE:
+      return " (too many open files: raise the limit, e.g. ulimit -n, or open fewer at once)";
+    case ENOMEM:
+      return "";
+    default:
+      return std::string(" (choose a directory you can write with ") + kElsewhere +
+             "; library users can also set RuntimeOptions::disk_cache = false)";
+  }
+}
+
+[[noreturn]] void throw_io(std::string_view what, const fs::path& path, int err,
+                           const std::string& detail = {}) {
   throw CacheError("ftattn disk cache: cannot " + std::string(what) + " '" + path.string() +
-                   "': " + error + kFixHint);
+                   "': " + (detail.empty() ? os_error(err) : detail) + fix_hint(err));
 }
 
 void require_valid_key(const std::string& key) {
@@ -160,106 +185,108 @@ bool discard_entry(const fs::path& root, const fs::path& dir, const std::string&
   return fs::remove_all(dir, ec) > 0;
 }
 
-// The entry's manifest, or an explanation of why it cannot be trusted.
-std::optional<json> read_manifest(const fs::path& dir, const std::string& key,
-                                  std::string& reason) {
+// Why an entry could not be used. Only damage is a reason to remove it: a read that failed for
+// any other cause (permissions, too many open files, I/O error) says nothing about the entry.
+struct Trouble {
+  enum Kind { none, damaged, unreadable } kind = none;
+  std::string reason;
+  explicit operator bool() const { return kind != none; }
+};
+
+Trouble damaged(std::string reason) { return {Trouble::damaged, std::move(reason)}; }
+
+// A failed read_file() of a file the entry must have.
+Trouble read_failure(std::string_view name, int err) {
+  if (err == ENOENT) return damaged(std::string(name) + ": missing");
+  return {Trouble::unreadable, std::string(name) + ": " + os_error(err)};
+}
+
+// The entry's manifest, or why it cannot be trusted.
+Trouble read_manifest(const fs::path& dir, const std::string& key, json& manifest) {
   std::string text;
   if (const int err = read_file(dir / kManifest, text); err != 0) {
-    reason = std::string(kManifest) + ": " + (err == ENOENT ? "missing" : os_error(err));
-    return std::nullopt;
+    return read_failure(kManifest, err);
   }
-  json manifest = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  manifest = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (manifest.is_discarded() || !manifest.is_object()) {
-    reason = std::string(kManifest) + ": not a valid JSON object";
-    return std::nullopt;
+    return damaged(std::string(kManifest) + ": not a valid JSON object");
   }
   const auto format = manifest.find("format");
   if (format == manifest.end() || !format->is_number_integer() || *format != kFormat) {
-    reason = std::string(kManifest) + ": missing or unsupported format (expected " +
-             std::to_string(kFormat) + ")";
-    return std::nullopt;
+    return damaged(std::string(kManifest) + ": missing or unsupported format (expected " +
+                   std::to_string(kFormat) + ")");
   }
   const auto stored_key = manifest.find("key");
   if (stored_key == manifest.end() || !stored_key->is_string() || *stored_key != key) {
-    reason = std::string(kManifest) + ": names another key";
-    return std::nullopt;
+    return damaged(std::string(kManifest) + ": names another key");
   }
   const auto files = manifest.find("files");
   if (files == manifest.end() || !files->is_object()) {
-    reason = std::string(kManifest) + ": no file list";
-    return std::nullopt;
+    return damaged(std::string(kManifest) + ": no file list");
   }
   for (const char* name : kPayloadFiles) {
     const auto f = files->find(name);
     if (f == files->end() || !f->is_object() || !f->contains("bytes") ||
         !(*f)["bytes"].is_number_unsigned() || !f->contains("xxh3_128") ||
         !(*f)["xxh3_128"].is_string()) {
-      reason = std::string(kManifest) + ": no valid record for " + name;
-      return std::nullopt;
+      return damaged(std::string(kManifest) + ": no valid record for " + name);
     }
   }
-  return manifest;
+  return {};
 }
 
 // The stored meta.json: {"format", "key", "name", "meta"}.
-std::optional<json> parse_meta(const std::string& text, const std::string& key,
-                               std::string& reason) {
-  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+Trouble parse_meta(const std::string& text, const std::string& key, json& doc) {
+  doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded() || !doc.is_object() || !doc.contains("key") || doc["key"] != key ||
       !doc.contains("name") || !doc["name"].is_string() || !doc.contains("meta")) {
-    reason = std::string(kMetaFile) + ": not the expected object for this key";
-    return std::nullopt;
+    return damaged(std::string(kMetaFile) + ": not the expected object for this key");
   }
-  return doc;
+  return {};
 }
 
-// Reads and verifies a whole entry; false (with reason) for anything the manifest contradicts.
-bool read_entry(const fs::path& dir, const std::string& key, CacheEntry& entry,
-                std::string& reason) {
-  const std::optional<json> manifest = read_manifest(dir, key, reason);
-  if (!manifest) return false;
+// Reads and verifies a whole entry.
+Trouble read_entry(const fs::path& dir, const std::string& key, CacheEntry& entry) {
+  json manifest;
+  if (Trouble t = read_manifest(dir, key, manifest)) return t;
   std::array<std::string, kPayloadFiles.size()> contents;
   for (std::size_t i = 0; i < kPayloadFiles.size(); ++i) {
     const char* name = kPayloadFiles[i];
     if (const int err = read_file(dir / name, contents[i]); err != 0) {
-      reason = std::string(name) + ": " + (err == ENOENT ? "missing" : os_error(err));
-      return false;
+      return read_failure(name, err);
     }
-    const json& record = (*manifest)["files"][name];
+    const json& record = manifest["files"][name];
     const auto expected_bytes = record["bytes"].get<std::uint64_t>();
     if (contents[i].size() != expected_bytes) {
-      reason = std::string(name) + ": " + std::to_string(contents[i].size()) +
-               " bytes, manifest says " + std::to_string(expected_bytes);
-      return false;
+      return damaged(std::string(name) + ": " + std::to_string(contents[i].size()) +
+                     " bytes, manifest says " + std::to_string(expected_bytes));
     }
     if (hash_hex(contents[i]) != record["xxh3_128"].get<std::string>()) {
-      reason = std::string(name) + ": content does not match the manifest's hash";
-      return false;
+      return damaged(std::string(name) + ": content does not match the manifest's hash");
     }
   }
-  const std::optional<json> meta = parse_meta(contents[4], key, reason);
-  if (!meta) return false;
+  json meta;
+  if (Trouble t = parse_meta(contents[4], key, meta)) return t;
   entry.key = key;
-  entry.name = (*meta)["name"].get<std::string>();
+  entry.name = meta["name"].get<std::string>();
   entry.source = std::move(contents[0]);
   entry.ptx = std::move(contents[1]);
   entry.cubin = std::move(contents[2]);
   entry.log = std::move(contents[3]);
-  entry.meta = (*meta)["meta"];
-  return true;
+  entry.meta = meta["meta"];
+  return {};
 }
 
 // Cheap check for list(): manifest and sizes only, no hashing.
 std::optional<CacheEntryInfo> describe_entry(const fs::path& dir, const std::string& key) {
-  std::string reason;
-  const std::optional<json> manifest = read_manifest(dir, key, reason);
-  if (!manifest) return std::nullopt;
+  json manifest;
+  if (read_manifest(dir, key, manifest)) return std::nullopt;
   CacheEntryInfo info;
   info.key = key;
   std::error_code ec;
   for (const char* name : kPayloadFiles) {
     const std::uintmax_t size = fs::file_size(dir / name, ec);
-    if (ec || size != (*manifest)["files"][name]["bytes"].get<std::uint64_t>()) {
+    if (ec || size != manifest["files"][name]["bytes"].get<std::uint64_t>()) {
       return std::nullopt;
     }
     info.bytes += size;
@@ -270,11 +297,64 @@ std::optional<CacheEntryInfo> describe_entry(const fs::path& dir, const std::str
   if (ec) return std::nullopt;
   std::string text;
   if (read_file(dir / kMetaFile, text) != 0) return std::nullopt;
-  const std::optional<json> meta = parse_meta(text, key, reason);
-  if (!meta) return std::nullopt;
-  info.name = (*meta)["name"].get<std::string>();
-  info.meta = (*meta)["meta"];
+  json meta;
+  if (parse_meta(text, key, meta)) return std::nullopt;
+  info.name = meta["name"].get<std::string>();
+  info.meta = meta["meta"];
   return info;
+}
+
+// For list() and clear(): the entry if list() shows it, nullopt if it is a leftover.
+std::optional<CacheEntryInfo> try_describe(const fs::path& dir, const std::string& key) {
+  try {
+    return describe_entry(dir, key);
+  } catch (const std::exception&) {  // e.g. a JSON type surprise: not listed; load() reports it
+    return std::nullopt;
+  }
+}
+
+// The children of <root>/v1/tmp: unfinished writes and interrupted deletes.
+std::vector<fs::path> temp_dirs(const fs::path& root) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(root / kVersionDir / kTmpDir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    out.push_back(it->path());
+  }
+  return out;
+}
+
+// The fallback root lies in a directory every user may write, so someone else could create it
+// (or a link by its name) first and have us load their binaries. Trust only a real directory of
+// this user that nobody else can write.
+void require_private_dir(const fs::path& dir) {
+  const std::string fix =
+      "; set FTATTN_CACHE_DIR (or ftattn --cache-dir, RuntimeOptions::cache_dir) to a cache "
+      "directory of your own";
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    throw CacheError("ftattn disk cache: cannot create the fallback cache directory '" +
+                     dir.string() + "': " + os_error(errno) + fix);
+  }
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) {
+    throw CacheError("ftattn disk cache: cannot inspect the fallback cache directory '" +
+                     dir.string() + "': " + os_error(errno) + fix);
+  }
+  std::string problem;
+  if (S_ISLNK(st.st_mode)) {
+    problem = "is a symbolic link";
+  } else if (!S_ISDIR(st.st_mode)) {
+    problem = "is not a directory";
+  } else if (st.st_uid != ::getuid()) {
+    problem = "belongs to user id " + std::to_string(st.st_uid) + ", not to you (" +
+              std::to_string(::getuid()) + ")";
+  } else if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    problem = "can be written by other users";
+  }
+  if (!problem.empty()) {
+    throw CacheError("ftattn disk cache: the fallback cache directory '" + dir.string() + "' " +
+                     problem + ", so kernels in it cannot be trusted" + fix);
+  }
 }
 
 // Every <root>/v1/<shard>/<key> directory path with a well-formed name.
@@ -316,7 +396,9 @@ std::filesystem::path DiskCache::default_root() {
   fs::path tmp = fs::temp_directory_path(ec);
   if (ec || tmp.empty()) tmp = "/tmp";
   // Per user: a shared temp dir must not mix users' binaries.
-  return tmp / ("ftattn-cache-" + std::to_string(::getuid()));
+  const fs::path root = tmp / ("ftattn-cache-" + std::to_string(::getuid()));
+  require_private_dir(root);
+  return root;
 }
 
 const std::filesystem::path& DiskCache::root() const { return root_; }
@@ -326,7 +408,7 @@ std::filesystem::path DiskCache::entry_dir(const std::string& key) const {
   return root_ / kVersionDir / key.substr(0, 2) / key;
 }
 
-DiskCache::LoadResult DiskCache::load(const std::string& key) const {
+DiskCache::LoadResult DiskCache::load(const std::string& key, OnDamage on_damage) const {
   const fs::path dir = entry_dir(key);
   std::error_code ec;
   const fs::file_status st = fs::status(dir, ec);
@@ -335,23 +417,28 @@ DiskCache::LoadResult DiskCache::load(const std::string& key) const {
     return {LoadStatus::miss, std::nullopt,
             "cannot inspect '" + dir.string() + "': " + ec.message()};
 
-  std::string reason;
+  Trouble trouble;
   CacheEntry entry;
-  bool ok = false;
   if (st.type() != fs::file_type::directory) {
-    reason = "entry is not a directory";
+    trouble = damaged("entry is not a directory");
   } else {
     try {
-      ok = read_entry(dir, key, entry, reason);
+      trouble = read_entry(dir, key, entry);
+    } catch (const std::bad_alloc&) {  // our memory, not the entry
+      trouble = {Trouble::unreadable, "out of memory while reading it"};
     } catch (const std::exception& e) {  // e.g. a JSON type surprise: still only a bad entry
-      reason = std::string("unreadable entry: ") + e.what();
+      trouble = damaged(std::string("unreadable entry: ") + e.what());
     }
   }
-  if (ok) return {LoadStatus::hit, std::move(entry), ""};
+  if (!trouble) return {LoadStatus::hit, std::move(entry), ""};
+  if (trouble.kind == Trouble::unreadable) {
+    return {LoadStatus::miss, std::nullopt,
+            "cannot read '" + dir.string() + "': " + trouble.reason};
+  }
   // Vanished while we read it (clear() or another reader discarding it): plain miss.
-  if (!fs::exists(dir, ec) && !ec) return {LoadStatus::miss, std::nullopt, "removed while read"};
-  discard_entry(root_, dir, key);
-  return {LoadStatus::corrupt, std::nullopt, reason};
+  if (!fs::exists(dir, ec) && !ec) return {LoadStatus::miss, std::nullopt, ""};
+  if (on_damage == OnDamage::discard) discard_entry(root_, dir, key);
+  return {LoadStatus::corrupt, std::nullopt, trouble.reason};
 }
 
 void DiskCache::store(const CacheEntry& entry) {
@@ -413,77 +500,115 @@ void DiskCache::store(const CacheEntry& entry) {
         const int err = errno;
         if (err != EEXIST && err != ENOTEMPTY) throw IoFailure{"publish into", final_dir, err};
         // Someone published first. Same key => same content, so keep theirs if it is sound;
-        // load() discards it if damaged and we try again.
-        if (load(entry.key).status == LoadStatus::hit) return;
+        // load() discards it if damaged and we try again. One we cannot read stays: it may well
+        // be sound, and it is not ours to remove.
+        const LoadResult existing = load(entry.key);
+        if (existing.status == LoadStatus::hit) return;
+        if (existing.status == LoadStatus::miss && !existing.reason.empty()) {
+          throw_io("publish into", final_dir, 0,
+                   "an entry is already there and cannot be read: " + existing.reason);
+        }
       }
-      throw_io("publish into", final_dir, "an existing entry kept reappearing damaged");
+      throw_io("publish into", final_dir, 0, "an existing entry kept reappearing damaged");
     } catch (const IoFailure& f) {
       if (f.err == ENOENT && attempt < 2) continue;
-      throw_io(f.what, f.path, os_error(f.err));
+      throw_io(f.what, f.path, f.err);
     }
   }
 }
 
-std::vector<CacheEntryInfo> DiskCache::list() const {
+std::vector<CacheEntryInfo> DiskCache::list(std::size_t* leftovers) const {
   std::vector<CacheEntryInfo> out;
+  std::size_t unlisted = 0;
   for (const auto& [key, dir] : entry_dirs(root_)) {
-    try {
-      if (std::optional<CacheEntryInfo> info = describe_entry(dir, key)) {
-        out.push_back(std::move(*info));
-      }
-    } catch (const std::exception&) {
-      // A damaged entry is simply not listed; load() reports and removes it.
+    if (std::optional<CacheEntryInfo> info = try_describe(dir, key)) {
+      out.push_back(std::move(*info));
+    } else {
+      ++unlisted;  // load() reports and removes a damaged one
     }
   }
+  if (leftovers != nullptr) *leftovers = unlisted + temp_dirs(root_).size();
   std::sort(out.begin(), out.end(), [](const CacheEntryInfo& a, const CacheEntryInfo& b) {
     return std::tie(a.name, a.key) < std::tie(b.name, b.key);
   });
   return out;
 }
 
-std::size_t DiskCache::clear() {
-  std::size_t removed = 0;
+DiskCache::Cleared DiskCache::clear() {
+  Cleared cleared;
   for (const auto& [key, dir] : entry_dirs(root_)) {
-    if (discard_entry(root_, dir, key)) ++removed;
+    // Classified as list() does, so that the counts match what `cache ls` showed.
+    const bool listed = try_describe(dir, key).has_value();
+    if (discard_entry(root_, dir, key)) ++(listed ? cleared.entries : cleared.leftovers);
   }
   // Temp dirs: crashed writers' leftovers and interrupted deletes. Collected first so the
   // directory is not modified while iterated.
-  std::vector<fs::path> strays;
-  std::error_code ec;
-  for (fs::directory_iterator it(root_ / kVersionDir / kTmpDir, ec), end; !ec && it != end;
-       it.increment(ec)) {
-    strays.push_back(it->path());
+  for (const fs::path& stray : temp_dirs(root_)) {
+    std::error_code ec;
+    if (fs::remove_all(stray, ec) > 0) ++cleared.leftovers;
   }
-  for (const fs::path& stray : strays) fs::remove_all(stray, ec);
-  return removed;
+  return cleared;
 }
 
-DiskCache::KeyLock DiskCache::lock(const std::string& key) {
+DiskCache::KeyLock DiskCache::lock(const std::string& key, std::string_view what) {
   require_valid_key(key);
   const fs::path dir = root_ / kLocksDir;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw_io("create directory", dir, ec.message());
   const fs::path file = dir / (key + ".lock");
-  const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-  if (fd < 0) throw_io("open lock file", file, os_error(errno));
-  while (::flock(fd, LOCK_EX) != 0) {
-    if (errno == EINTR) continue;
-    const int err = errno;
+  const auto no_lock = [&](std::string why) {
+    KeyLock none;
+    none.failure_ = std::move(why);
+    return none;
+  };
+  // flock() needs no write access, so an existing lock file is opened read-only: read-only and
+  // shared caches lock too. O_NONBLOCK: a FIFO under that name must not hang the open;
+  // O_NOFOLLOW: a link must not lead elsewhere.
+  constexpr int kFlags = O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+  int fd = ::open(file.c_str(), O_RDONLY | kFlags);
+  if (fd < 0 && errno == ENOENT) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) return no_lock("cannot create '" + dir.string() + "': " + ec.message());
+    fd = ::open(file.c_str(), O_RDWR | O_CREAT | kFlags, 0666);
+    // Whoever locks this key next may be another user of a shared cache: let them open it,
+    // whatever our umask. Failure only costs them the lock, so it is not an error.
+    if (fd >= 0) (void)::fchmod(fd, 0666);
+  }
+  if (fd < 0) return no_lock("cannot open '" + file.string() + "': " + os_error(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw_io("lock", file, os_error(err));
+    return no_lock("'" + file.string() + "' is not a regular file");
+  }
+  const auto fail = [&](int err) {
+    ::close(fd);
+    return no_lock("cannot lock '" + file.string() + "': " + os_error(err));
+  };
+  // Try without waiting first, so that a wait is never silent: a stuck holder would otherwise
+  // hang every other compile of this key with no word why.
+  while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EINTR) continue;
+    if (errno != EWOULDBLOCK) return fail(errno);
+    const std::string who = what.empty() ? key : std::string(what);
+    std::fprintf(stderr, "ftattn: waiting for another process compiling %s (lock %s)\n",
+                 who.c_str(), file.c_str());
+    while (::flock(fd, LOCK_EX) != 0) {
+      if (errno != EINTR) return fail(errno);
+    }
+    break;
   }
   return KeyLock(fd);
 }
 
 DiskCache::KeyLock::~KeyLock() { unlock(); }
 
-DiskCache::KeyLock::KeyLock(KeyLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+DiskCache::KeyLock::KeyLock(KeyLock&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), failure_(std::move(other.failure_)) {}
 
 DiskCache::KeyLock& DiskCache::KeyLock::operator=(KeyLock&& other) noexcept {
   if (this != &other) {
     unlock();
     fd_ = std::exchange(other.fd_, -1);
+    failure_ = std::move(other.failure_);
   }
   return *this;
 }

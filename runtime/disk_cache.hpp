@@ -43,11 +43,13 @@ struct CacheEntryInfo {
 
 class DiskCache {
  public:
-  // Nothing is created until the first store() or lock().
+  // Nothing is created until the first store() or lock(), except the fallback root (below).
   explicit DiskCache(std::filesystem::path root);
 
   // $FTATTN_CACHE_DIR if set and non-empty; else $XDG_CACHE_HOME/ftattn (absolute only, as the
-  // XDG spec asks); else $HOME/.cache/ftattn; else ftattn-cache-<uid> in the temp directory.
+  // XDG spec asks); else $HOME/.cache/ftattn; else ftattn-cache-<uid> in the temp directory. That
+  // last one is created 0700 at once, and CacheError is thrown unless it is a real directory of
+  // this user that nobody else can write: anyone may create names in the temp directory first.
   static std::filesystem::path default_root();
 
   const std::filesystem::path& root() const;
@@ -59,25 +61,42 @@ class DiskCache {
   struct LoadResult {
     LoadStatus status = LoadStatus::miss;
     std::optional<CacheEntry> entry;  // set on hit only
-    std::string reason;               // on corrupt: what was wrong; on miss: why, if not absent
+    // On corrupt: what was wrong. On miss: empty when there is no entry, else why the entry that
+    // is there could not be read.
+    std::string reason;
   };
 
-  // Throws CacheError only for an invalid key. A damaged entry (missing, truncated or altered
-  // file, bad or foreign manifest) gives `corrupt` and is removed, so the next load misses.
-  LoadResult load(const std::string& key) const;
+  // What load() does with an entry it finds damaged: remove it (the usual case, under the key's
+  // lock) or leave it (a reader that could not get the lock must not write).
+  enum class OnDamage { discard, keep };
+
+  // Throws CacheError only for an invalid key. Damage (a file of the entry missing, a size or
+  // hash that differs from the manifest, a manifest or meta that does not parse or names another
+  // key) gives `corrupt`, and the entry is removed unless `on_damage` says keep. A file that is
+  // there but cannot be read (permissions, too many open files, I/O error) says nothing about
+  // the entry: that is a `miss` with the reason, and the entry stays.
+  LoadResult load(const std::string& key, OnDamage on_damage = OnDamage::discard) const;
 
   // Publishes `entry` atomically. If an equivalent entry is already there (another thread or
   // process won the race) ours is dropped. Throws CacheError (path and OS error) when the cache
-  // cannot be written, or for an invalid key.
+  // cannot be written, when an entry is in the way that cannot be read, or for an invalid key.
   void store(const CacheEntry& entry);
 
   // Published entries (manifest present, naming the right key, file sizes matching), sorted by
   // name then key. Hashes are not checked here: that is load()'s job. Never throws for damage.
-  std::vector<CacheEntryInfo> list() const;
+  // `leftovers`, when given, gets the number of other things clear() would remove: entry dirs
+  // that are not listed (unfinished, damaged or unreadable) and temp dirs.
+  std::vector<CacheEntryInfo> list(std::size_t* leftovers = nullptr) const;
+
+  // What clear() removed, counted as list() counts: `entries` are those list() shows.
+  struct Cleared {
+    std::size_t entries = 0;
+    std::size_t leftovers = 0;
+  };
 
   // Removes every entry and every temp dir (those of crashed writers, but also of writers still
-  // running, whose store() then retries). Returns the number of entries removed. Lock files stay.
-  std::size_t clear();
+  // running, whose store() then retries). Lock files stay.
+  Cleared clear();
 
   // Exclusive cross-process lock for one key: flock() on <root>/locks/<key>.lock. Each KeyLock
   // opens the file itself, so two threads of one process exclude each other too. Lock files are
@@ -92,16 +111,24 @@ class DiskCache {
     KeyLock& operator=(const KeyLock&) = delete;
 
     bool owns_lock() const { return fd_ >= 0; }
+    // Why lock() could not lock; empty when it did.
+    const std::string& failure() const { return failure_; }
     void unlock();  // early release; the destructor does it otherwise
 
    private:
     friend class DiskCache;
     explicit KeyLock(int fd) : fd_(fd) {}
     int fd_ = -1;
+    std::string failure_;
   };
 
-  // Blocks until the lock is held. Throws CacheError for an invalid key or an unusable dir.
-  KeyLock lock(const std::string& key);
+  // Blocks until the lock is held. When another holder keeps it, first says so on stderr
+  // (naming `what`, e.g. the kernel, else the key), so a stuck holder is never a silent hang.
+  // An existing lock file is opened read-only and a new one is made writable by all, so that
+  // read-only and shared caches lock too. When no lock can be had at all (no lock file and no
+  // right to create one) it returns a KeyLock that owns nothing, failure() saying why: the
+  // caller may still read but must not write. Throws CacheError for an invalid key only.
+  KeyLock lock(const std::string& key, std::string_view what = {});
 
  private:
   std::filesystem::path root_;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <chrono>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -46,15 +47,28 @@ void finish_resources(CompiledKernel& k) {
 
 }  // namespace
 
-BuildOutcome build_kernel(const KernelConfig& config, DiskCache* disk) {
+BuildOutcome build_kernel(const KernelConfig& config, DiskCache* disk,
+                          StoreFailure on_store_failure) {
   const codegen::KernelSource source = codegen::generate(config);
   const std::string key = cache_key(source);
   BuildOutcome outcome;
 
-  std::optional<DiskCache::KeyLock> lock;  // one compile per key across processes
+  DiskCache::KeyLock lock;  // one compile per key across processes
   if (disk != nullptr) {
-    lock.emplace(disk->lock(key));
-    DiskCache::LoadResult hit = disk->load(key);
+    lock = disk->lock(key, source.name);
+    if (!lock.owns_lock()) {
+      // A read-only or shared cache: hits still serve, but nothing may be written. Said once,
+      // not once per kernel.
+      static std::atomic<bool> warned{false};
+      if (!warned.exchange(true)) {
+        std::cerr << fmt::format(
+            "ftattn: warning: cannot lock the disk cache in {} ({}); reading it but not writing "
+            "to it\n",
+            disk->root().string(), lock.failure());
+      }
+    }
+    DiskCache::LoadResult hit = disk->load(
+        key, lock.owns_lock() ? DiskCache::OnDamage::discard : DiskCache::OnDamage::keep);
     if (hit.status == DiskCache::LoadStatus::hit && hit.entry->source == source.text) {
       auto k = skeleton(config, source, key);
       k->ptx = std::move(hit.entry->ptx);
@@ -71,6 +85,11 @@ BuildOutcome build_kernel(const KernelConfig& config, DiskCache* disk) {
       outcome.corrupt_entry = true;
       std::cerr << fmt::format("ftattn: cache entry {} for {} was damaged ({}); recompiling\n", key,
                                source.name, hit.reason);
+    } else if (!hit.reason.empty()) {
+      // Unreadable is not damaged: the entry stays for whoever can read it.
+      std::cerr << fmt::format(
+          "ftattn: warning: cache entry {} for {} was not used ({}); compiling\n", key, source.name,
+          hit.reason);
     }
   }
 
@@ -84,7 +103,12 @@ BuildOutcome build_kernel(const KernelConfig& config, DiskCache* disk) {
   finish_resources(*k);
   outcome.compiled = true;
 
-  if (disk != nullptr) {
+  if (disk != nullptr && !lock.owns_lock()) {
+    outcome.store_error = "the disk cache could not be locked (" + lock.failure() +
+                          "), so nothing is written to it; to fill a cache, choose one you can "
+                          "write with FTATTN_CACHE_DIR, ftattn --cache-dir or "
+                          "RuntimeOptions::cache_dir";
+  } else if (disk != nullptr) {
     CacheEntry entry;
     entry.key = key;
     entry.name = k->name;
@@ -94,6 +118,7 @@ BuildOutcome build_kernel(const KernelConfig& config, DiskCache* disk) {
     entry.log = k->compile_log;
     entry.meta = {{"config", k->name},
                   {"nvrtc_version", nvrtc_version()},
+                  {"nvrtc_library", nvrtc_library().path},
                   {"ftattn_version", FTATTN_VERSION},
                   {"options", k->options},
                   {"compile_seconds", k->compile_seconds},
@@ -105,9 +130,13 @@ BuildOutcome build_kernel(const KernelConfig& config, DiskCache* disk) {
                   {"resources", resources_json(k->resources)}};
     try {
       disk->store(entry);
+      outcome.stored = true;
     } catch (const CacheError& e) {
+      outcome.store_error = e.what();
       // The kernel is good; only persisting it failed. Say so and carry on.
-      std::cerr << "ftattn: warning: " << e.what() << "\n";
+      if (on_store_failure == StoreFailure::warn) {
+        std::cerr << "ftattn: warning: " << e.what() << "\n";
+      }
     }
   }
   outcome.kernel = std::move(k);

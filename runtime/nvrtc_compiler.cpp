@@ -1,12 +1,16 @@
 #include "runtime/nvrtc_compiler.hpp"
 
+#include <dlfcn.h>
 #include <fmt/format.h>
 #include <nvrtc.h>
+#include <sys/stat.h>
 
 #include <chrono>
+#include <filesystem>
 #include <regex>
 #include <sstream>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "codegen/embedded_templates.hpp"
@@ -15,25 +19,68 @@
 namespace ftattn::runtime {
 namespace {
 
+// NVRTC resolves a relative file or #include name against the working directory and writes
+// that path into the line info, so the same key would give different bytes in every directory
+// and leak the user's paths into shared caches. It sees our files under this made-up root.
+constexpr std::string_view kVirtualRoot = "/ftattn/";
+constexpr std::string_view kTemplatesDir = "templates/";
+
+// `text` with each #include "<p>" of an embedded template `p` made absolute under kVirtualRoot
+// (NVRTC matches include names literally). Lines keep their count, so line numbers hold.
+std::string absolute_includes(std::string_view text,
+                              const std::unordered_set<std::string_view>& templates) {
+  std::string out;
+  out.reserve(text.size() + 1024);
+  while (!text.empty()) {
+    const std::size_t eol = text.find('\n');
+    const std::string_view line =
+        text.substr(0, eol == std::string_view::npos ? text.size() : eol + 1);
+    text.remove_prefix(line.size());
+    // "#", "include" and a quoted name, spaces allowed around the "#".
+    std::size_t i = line.find_first_not_of(" \t");
+    if (i != std::string_view::npos && line[i] == '#') {
+      i = line.find_first_not_of(" \t", i + 1);
+      if (i != std::string_view::npos && line.substr(i).starts_with("include")) {
+        const std::size_t open = line.find_first_not_of(" \t", i + 7);
+        const std::size_t close = open == std::string_view::npos ? open : line.find('"', open + 1);
+        if (open != std::string_view::npos && line[open] == '"' &&
+            close != std::string_view::npos &&
+            templates.contains(line.substr(open + 1, close - open - 1))) {
+          out.append(line.substr(0, open + 1));
+          out.append(kVirtualRoot);
+          out.append(kTemplatesDir);
+          out.append(line.substr(open + 1));
+          continue;
+        }
+      }
+    }
+    out.append(line);
+  }
+  return out;
+}
+
 // Owns one nvrtcProgram; destroys it on every path out.
 class Program {
  public:
   explicit Program(const codegen::KernelSource& source) {
     const auto& files = codegen::embedded_templates();
+    std::unordered_set<std::string_view> paths;
+    for (const auto& f : files) paths.insert(f.path);
     std::vector<std::string> texts, names;
     texts.reserve(files.size());
     names.reserve(files.size());
     for (const auto& f : files) {
-      texts.emplace_back(f.text);
-      names.emplace_back(f.path);
+      texts.push_back(absolute_includes(f.text, paths));
+      names.push_back(fmt::format("{}{}{}", kVirtualRoot, kTemplatesDir, f.path));
     }
     std::vector<const char*> text_ptrs, name_ptrs;
     for (size_t i = 0; i < files.size(); ++i) {
       text_ptrs.push_back(texts[i].c_str());
       name_ptrs.push_back(names[i].c_str());
     }
-    const std::string file_name = source.name + ".cu";
-    check(nvrtcCreateProgram(&program_, source.text.c_str(), file_name.c_str(),
+    const std::string text = absolute_includes(source.text, paths);
+    const std::string file_name = fmt::format("{}{}.cu", kVirtualRoot, source.name);
+    check(nvrtcCreateProgram(&program_, text.c_str(), file_name.c_str(),
                              static_cast<int>(files.size()), text_ptrs.data(), name_ptrs.data()),
           "nvrtcCreateProgram");
   }
@@ -94,6 +141,33 @@ std::string nvrtc_version() {
   int major = 0, minor = 0;
   nvrtcVersion(&major, &minor);
   return fmt::format("{}.{}", major, minor);
+}
+
+const NvrtcLibrary& nvrtc_library() {
+  static const NvrtcLibrary library = [] {
+    NvrtcLibrary lib;
+    Dl_info info{};
+    // Whichever file defines the function we call is the NVRTC in use.
+    if (::dladdr(reinterpret_cast<const void*>(&nvrtcVersion), &info) == 0 ||
+        info.dli_fname == nullptr)
+      return lib;
+    std::error_code ec;
+    const std::filesystem::path real = std::filesystem::canonical(info.dli_fname, ec);
+    lib.path = ec ? std::string(info.dli_fname) : real.string();
+    struct stat st {};
+    if (::stat(lib.path.c_str(), &st) == 0) {
+      lib.bytes = static_cast<std::uintmax_t>(st.st_size);
+      lib.mtime_ns =
+          static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+    }
+    return lib;
+  }();
+  return library;
+}
+
+std::string nvrtc_identity() {
+  const NvrtcLibrary& lib = nvrtc_library();
+  return fmt::format("{} {} {} {}", nvrtc_version(), lib.path, lib.bytes, lib.mtime_ns);
 }
 
 ResourceUsage parse_ptxas_log(const std::string& log, const std::string& symbol) {

@@ -1,6 +1,7 @@
 // NVRTC: generated source + embedded templates -> PTX and cubin for one arch.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "ftattn/codegen.hpp"
@@ -21,6 +22,19 @@ NvrtcOutput compile_with_nvrtc(const codegen::KernelSource& source);
 
 // "13.0": part of every cache key.
 std::string nvrtc_version();
+
+// The NVRTC library this process loaded: nvrtcVersion() gives only major.minor, and a patch
+// update changes the code it emits, so its file is part of every NVRTC cache key too.
+struct NvrtcLibrary {
+  std::string path;           // real path, links resolved; empty if it cannot be found
+  std::uintmax_t bytes = 0;   // file size
+  std::int64_t mtime_ns = 0;  // modification time, nanoseconds since the epoch
+};
+// Looked up once per process, so keys stay the same within a run and an installation.
+const NvrtcLibrary& nvrtc_library();
+
+// Version and library together, as cache_key() takes them: "13.0 <path> <bytes> <mtime_ns>".
+std::string nvrtc_identity();
 
 // Registers, spills, stack and static shared memory of `symbol` from a ptxas -v log.
 ResourceUsage parse_ptxas_log(const std::string& log, const std::string& symbol);

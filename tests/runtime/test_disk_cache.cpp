@@ -1,8 +1,16 @@
+#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <chrono>
+#include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -10,6 +18,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -93,6 +102,58 @@ void write_all(const fs::path& p, const std::string& data) {
   std::ofstream out(p, std::ios::binary | std::ios::trunc);
   out << data;
   REQUIRE(out.good());
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+std::string os_error(int err) { return std::error_code(err, std::generic_category()).message(); }
+
+// Runs `body` in a forked child (for process-wide limits the test must not leave behind) and
+// returns its exit code, -1 if it did not exit normally.
+template <class Body>
+int in_child(Body&& body) {
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    int code = 99;
+    try {
+      code = body();
+    } catch (...) {
+    }
+    ::_exit(code);  // no Catch2 or TempDir teardown in the child
+  }
+  REQUIRE(pid > 0);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// What the process writes to stderr (fd 2) while `body` runs.
+template <class Body>
+std::string capture_stderr(Body&& body) {
+  TempDir tmp("ftattn-stderr");
+  const fs::path file = tmp.path() / "stderr.txt";
+  std::fflush(stderr);
+  const int saved = ::dup(2);
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  REQUIRE(saved >= 0);
+  REQUIRE(fd >= 0);
+  ::dup2(fd, 2);
+  ::close(fd);
+  try {
+    body();
+  } catch (...) {
+    std::fflush(stderr);
+    ::dup2(saved, 2);
+    ::close(saved);
+    throw;
+  }
+  std::fflush(stderr);
+  ::dup2(saved, 2);
+  ::close(saved);
+  return read_all(file);
 }
 
 }  // namespace
@@ -244,12 +305,17 @@ TEST_CASE("DiskCache ignores and clears temp dirs of crashed writers", "[disk_ca
   fs::create_directories(half);
   write_all(half / "kernel.cu", "partial");
 
-  const auto listed = cache.list();
+  std::size_t leftovers = 0;
+  const auto listed = cache.list(&leftovers);
   REQUIRE(listed.size() == 1);
   CHECK(listed[0].key == kept.key);
+  CHECK(leftovers == 2);  // the temp dir and the manifest-less entry
   CHECK(cache.load(crashed_key).status == Status::miss);
 
-  CHECK(cache.clear() == 2);  // the kept entry and the manifest-less one
+  // Counted as list() counts them, so `cache clear` agrees with `cache ls`.
+  const DiskCache::Cleared cleared = cache.clear();
+  CHECK(cleared.entries == 1);
+  CHECK(cleared.leftovers == 2);
   CHECK_FALSE(fs::exists(stray));
   CHECK_FALSE(fs::exists(half));
   CHECK(fs::is_empty(tmp.path() / "v1" / "tmp"));
@@ -260,7 +326,7 @@ TEST_CASE("DiskCache list and clear", "[disk_cache]") {
   TempDir tmp;
   DiskCache cache(tmp.path());
   CHECK(cache.list().empty());  // no root yet
-  CHECK(cache.clear() == 0);
+  CHECK(cache.clear().entries == 0);
 
   const std::vector<CacheEntry> entries = {make_entry("c"), make_entry("a"), make_entry("b")};
   for (const auto& e : entries) cache.store(e);
@@ -275,10 +341,12 @@ TEST_CASE("DiskCache list and clear", "[disk_cache]") {
   CHECK(listed[0].bytes > entries[1].cubin.size() + entries[1].source.size());
   CHECK(listed[0].written.time_since_epoch().count() != 0);
 
-  CHECK(cache.clear() == 3);
+  const DiskCache::Cleared cleared = cache.clear();
+  CHECK(cleared.entries == 3);
+  CHECK(cleared.leftovers == 0);
   CHECK(cache.list().empty());
   for (const auto& e : entries) CHECK(cache.load(e.key).status == Status::miss);
-  CHECK(cache.clear() == 0);
+  CHECK(cache.clear().entries == 0);
 }
 
 TEST_CASE("DiskCache concurrent stores of the same key", "[disk_cache]") {
@@ -368,9 +436,58 @@ TEST_CASE("DiskCache::default_root honours the environment", "[disk_cache]") {
     ScopedEnv env("FTATTN_CACHE_DIR", nullptr);
     ScopedEnv xdg("XDG_CACHE_HOME", nullptr);
     ScopedEnv home("HOME", nullptr);
+    ScopedEnv tmpdir("TMPDIR", tmp.path().c_str());
     const fs::path root = DiskCache::default_root();
     CHECK(fs::equivalent(root.parent_path(), fs::temp_directory_path()));
     CHECK(root.filename().string().rfind("ftattn", 0) == 0);
+  }
+}
+
+TEST_CASE("DiskCache::default_root trusts only a private fallback dir in the temp dir",
+          "[disk_cache]") {
+  TempDir tmp;
+  ScopedEnv env("FTATTN_CACHE_DIR", nullptr);
+  ScopedEnv xdg("XDG_CACHE_HOME", nullptr);
+  ScopedEnv home("HOME", nullptr);
+  ScopedEnv tmpdir("TMPDIR", tmp.path().c_str());
+  const fs::path expected = tmp.path() / ("ftattn-cache-" + std::to_string(::getuid()));
+
+  // Created at once, for this user only.
+  REQUIRE(DiskCache::default_root() == expected);
+  struct stat st {};
+  REQUIRE(::lstat(expected.c_str(), &st) == 0);
+  CHECK(S_ISDIR(st.st_mode));
+  CHECK((st.st_mode & 0777) == 0700);
+  CHECK(st.st_uid == ::getuid());
+  CHECK(DiskCache::default_root() == expected);  // and accepted the next time
+
+  // What another user of the temp dir could have put there first.
+  fs::remove_all(expected);
+  const fs::path elsewhere = tmp.path() / "attacker";
+  fs::create_directories(elsewhere);
+  SECTION("a symbolic link to their directory") {
+    fs::create_directory_symlink(elsewhere, expected);
+  }
+  SECTION("a directory others can write") {
+    fs::create_directories(expected);
+    fs::permissions(expected, fs::perms::all);
+  }
+  SECTION("a file") { write_all(expected, "x"); }
+  SECTION("a directory of another user") {
+    if (::geteuid() != 0) {
+      WARN("not root: cannot make a directory of another user, so this case is not checked");
+      return;
+    }
+    fs::create_directories(expected);
+    fs::permissions(expected, fs::perms::owner_all);
+    REQUIRE(::chown(expected.c_str(), ::getuid() + 1, ::getgid()) == 0);
+  }
+  try {
+    DiskCache::default_root();
+    FAIL("default_root accepted " << expected);
+  } catch (const CacheError& e) {
+    CHECK(contains(e.what(), expected.string()));
+    CHECK(contains(e.what(), "FTATTN_CACHE_DIR"));
   }
 }
 
@@ -405,12 +522,136 @@ TEST_CASE("DiskCache store into an unwritable root throws CacheError", "[disk_ca
     FAIL("store did not throw");
   } catch (const CacheError& err) {
     const std::string what = err.what();
-    CHECK(what.find((tmp.path() / "file").string()) != std::string::npos);
-    CHECK(what.find(std::error_code(ENOTDIR, std::generic_category()).message()) !=
-          std::string::npos);
+    CHECK(contains(what, (tmp.path() / "file").string()));
+    CHECK(contains(what, os_error(ENOTDIR)));
+    // The hint names every real way out: no CLI switch turns the cache off.
+    CHECK(contains(what, "FTATTN_CACHE_DIR"));
+    CHECK(contains(what, "--cache-dir"));
+    CHECK(contains(what, "RuntimeOptions::cache_dir"));
+    CHECK(contains(what, "RuntimeOptions::disk_cache = false"));
+    CHECK_FALSE(contains(what, "turn the disk cache off"));
   }
-  CHECK_THROWS_AS(cache.lock(e.key), CacheError);
+  // No lock to be had is not an error: the caller reads without writing.
+  DiskCache::KeyLock lock;
+  REQUIRE_NOTHROW(lock = cache.lock(e.key));
+  CHECK_FALSE(lock.owns_lock());
+  CHECK(contains(lock.failure(), (tmp.path() / "file").string()));
   CHECK(cache.load(e.key).status == Status::miss);
+}
+
+TEST_CASE("DiskCache store on a full disk says to free space, not to find a writable dir",
+          "[disk_cache]") {
+  TempDir tmp;
+  CacheEntry e = make_entry("too big");
+  e.cubin.assign(1 << 20, 'x');
+  // RLIMIT_FSIZE makes writes past 64 KiB fail with EFBIG, as a full disk fails with ENOSPC,
+  // even for root. In a child, so the limit does not outlive the test.
+  const fs::path message_file = tmp.path() / "message.txt";
+  const int code = in_child([&] {
+    const std::string message = [&] {
+      std::signal(SIGXFSZ, SIG_IGN);
+      const rlimit limit{64 << 10, 64 << 10};
+      if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) return std::string("setrlimit failed");
+      try {
+        DiskCache(tmp.path() / "cache").store(e);
+        return std::string("store did not throw");
+      } catch (const CacheError& err) {
+        return std::string(err.what());
+      }
+    }();
+    std::FILE* f = std::fopen(message_file.c_str(), "w");
+    if (f == nullptr) return 2;
+    std::fputs(message.substr(0, 4000).c_str(), f);  // well under the limit
+    std::fclose(f);
+    return 0;
+  });
+  REQUIRE(code == 0);
+  const std::string what = read_all(message_file);
+  INFO(what);
+  CHECK(contains(what, os_error(EFBIG)));
+  CHECK(contains(what, "free space"));
+  CHECK(contains(what, "--cache-dir"));
+  CHECK_FALSE(contains(what, "you can write"));
+  CHECK_FALSE(contains(what, "disk_cache = false"));
+}
+
+TEST_CASE("DiskCache load keeps an entry it cannot read and reports a miss", "[disk_cache]") {
+  TempDir tmp;
+  DiskCache cache(tmp.path());
+  const CacheEntry e = make_entry("unreadable");
+  cache.store(e);
+  const fs::path dir = cache.entry_dir(e.key);
+
+  // A directory where a file should be: reading it fails with EISDIR, for root too, like any
+  // read error that is not a missing file (EACCES, EMFILE, EIO...).
+  const std::string name =
+      GENERATE(as<std::string>{}, "kernel.cubin", "manifest.json", "meta.json");
+  const std::string saved = read_all(dir / name);
+  fs::remove(dir / name);
+  fs::create_directory(dir / name);
+
+  const auto r = cache.load(e.key);
+  CHECK(r.status == Status::miss);
+  CHECK_FALSE(r.entry.has_value());
+  CHECK(contains(r.reason, name));
+  CHECK(contains(r.reason, os_error(EISDIR)));
+  CHECK(fs::exists(dir / "kernel.cu"));  // not discarded
+  CHECK(fs::is_directory(dir / name));
+
+  // store() does not replace what it cannot judge either, and says why.
+  try {
+    cache.store(e);
+    FAIL("store replaced an entry it could not read");
+  } catch (const CacheError& err) {
+    CHECK(contains(err.what(), "cannot be read"));
+    CHECK(contains(err.what(), name));
+  }
+  CHECK(fs::is_directory(dir / name));
+
+  // Once readable again it is a hit: nothing was lost.
+  fs::remove(dir / name);
+  write_all(dir / name, saved);
+  const auto again = cache.load(e.key);
+  REQUIRE(again.status == Status::hit);
+  require_same(*again.entry, e);
+}
+
+TEST_CASE("DiskCache load with too many open files is a miss and the entry survives",
+          "[disk_cache]") {
+  TempDir tmp;
+  const CacheEntry e = make_entry("emfile");
+  DiskCache(tmp.path()).store(e);
+  // The audit's repro, `ulimit -n 4`, in a child: every descriptor used, then load().
+  const int code = in_child([&] {
+    const rlimit limit{64, 64};
+    if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) return 10;
+    while (::dup(0) >= 0) {
+    }
+    if (errno != EMFILE) return 11;
+    const DiskCache::LoadResult r = DiskCache(tmp.path()).load(e.key);
+    if (r.status == Status::corrupt) return 1;
+    if (r.status == Status::hit) return 2;
+    return contains(r.reason, os_error(EMFILE)) ? 0 : 3;
+  });
+  CHECK(code == 0);  // 1: taken for damage (and deleted)
+  DiskCache cache(tmp.path());
+  const auto r = cache.load(e.key);
+  REQUIRE(r.status == Status::hit);
+  require_same(*r.entry, e);
+}
+
+TEST_CASE("DiskCache load that may not discard reports damage and keeps the entry",
+          "[disk_cache]") {
+  TempDir tmp;
+  DiskCache cache(tmp.path());
+  const CacheEntry e = make_entry("kept damaged");
+  cache.store(e);
+  const fs::path cubin = cache.entry_dir(e.key) / "kernel.cubin";
+  fs::resize_file(cubin, 1);
+  CHECK(cache.load(e.key, DiskCache::OnDamage::keep).status == Status::corrupt);
+  CHECK(fs::exists(cubin));
+  CHECK(cache.load(e.key).status == Status::corrupt);
+  CHECK_FALSE(fs::exists(cubin));
 }
 
 TEST_CASE("DiskCache::KeyLock excludes holders of the same key only", "[disk_cache]") {
@@ -482,4 +723,94 @@ TEST_CASE("DiskCache::KeyLock excludes holders of the same key only", "[disk_cac
     moved = DiskCache::KeyLock();  // releases
     REQUIRE(waiter.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
   }
+}
+
+TEST_CASE("DiskCache::lock makes lock files others can use and locks read-only ones",
+          "[disk_cache]") {
+  TempDir tmp;
+  DiskCache cache(tmp.path());
+  const std::string key = hash_hex("shared");
+  const fs::path file = tmp.path() / "locks" / (key + ".lock");
+  {
+    const auto lock = cache.lock(key);
+    REQUIRE(lock.owns_lock());
+    CHECK(lock.failure().empty());
+  }
+  // Made for everyone whatever the umask, so another user of a shared cache can lock it.
+  struct stat st {};
+  REQUIRE(::stat(file.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0666);
+
+  // A prebuilt cache nobody may write: flock() needs only a read-only descriptor.
+  fs::permissions(file, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+  fs::permissions(tmp.path() / "locks", fs::perms::owner_read | fs::perms::owner_exec |
+                                            fs::perms::group_read | fs::perms::group_exec |
+                                            fs::perms::others_read | fs::perms::others_exec);
+  if (const int fd = ::open(file.c_str(), O_RDWR); fd >= 0) {
+    ::close(fd);
+    WARN(
+        "running as root, where permissions do not stop writes: only the non-root run shows "
+        "that the lock file is opened read-only");
+  }
+  {
+    const auto lock = cache.lock(key);
+    CHECK(lock.owns_lock());
+    CHECK(lock.failure().empty());
+  }
+  fs::permissions(tmp.path() / "locks", fs::perms::owner_all);
+}
+
+TEST_CASE("DiskCache::lock without any lock to be had owns nothing and says why", "[disk_cache]") {
+  TempDir tmp;
+  DiskCache cache(tmp.path());
+  const std::string key = hash_hex("nolock");
+  SECTION("locks is a file") { write_all(tmp.path() / "locks", "x"); }
+  SECTION("the lock file is a FIFO, which must not hang the open") {
+    fs::create_directories(tmp.path() / "locks");
+    REQUIRE(::mkfifo((tmp.path() / "locks" / (key + ".lock")).c_str(), 0600) == 0);
+  }
+  SECTION("the lock file is a dangling symbolic link") {
+    fs::create_directories(tmp.path() / "locks");
+    fs::create_symlink(tmp.path() / "nowhere", tmp.path() / "locks" / (key + ".lock"));
+  }
+  auto pending = std::async(std::launch::async, [&] { return cache.lock(key); });
+  REQUIRE(pending.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  const DiskCache::KeyLock lock = pending.get();
+  CHECK_FALSE(lock.owns_lock());
+  CHECK(contains(lock.failure(), (tmp.path() / "locks").string()));
+  CHECK_FALSE(fs::exists(tmp.path() / "nowhere"));
+}
+
+TEST_CASE("DiskCache::lock says what it waits for when the lock is busy", "[disk_cache]") {
+  TempDir tmp;
+  DiskCache cache(tmp.path());
+  const std::string key = hash_hex("busy");
+  const fs::path file = tmp.path() / "locks" / (key + ".lock");
+
+  const std::string free_err = capture_stderr([&] { CHECK(cache.lock(key, "k").owns_lock()); });
+  CHECK(free_err.empty());  // no noise when nobody holds it
+
+  auto held = cache.lock(key);
+  const std::string err = capture_stderr([&] {
+    auto waiter = std::async(std::launch::async,
+                             [&] { return DiskCache(tmp.path()).lock(key, "ftattn_fwd_test"); });
+    const bool blocked =
+        waiter.wait_for(std::chrono::milliseconds(200)) == std::future_status::timeout;
+    held.unlock();
+    REQUIRE(waiter.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+    CHECK(blocked);
+    CHECK(waiter.get().owns_lock());
+  });
+  CHECK(err == "ftattn: waiting for another process compiling ftattn_fwd_test (lock " +
+                   file.string() + ")\n");
+
+  // Without a name, the key names it.
+  held = cache.lock(key);
+  const std::string by_key = capture_stderr([&] {
+    auto waiter = std::async(std::launch::async, [&] { return DiskCache(tmp.path()).lock(key); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    held.unlock();
+    REQUIRE(waiter.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  });
+  CHECK(contains(by_key, "compiling " + key + " (lock "));
 }

@@ -1,16 +1,21 @@
 // Runtime + disk cache: hit, miss, a damaged entry, many threads on one config, and keys that
 // follow content.
+#include <unistd.h>
+
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "ftattn/codegen.hpp"
 #include "ftattn/runtime.hpp"
 #include "runtime/cache_key.hpp"
 #include "runtime/disk_cache.hpp"
+#include "runtime/kernel_builder.hpp"
+#include "runtime/nvrtc_compiler.hpp"
 #include "tests/support/temp_dir.hpp"
 
 using namespace ftattn;
@@ -33,6 +38,25 @@ KernelConfig small_config() {
 fs::path entry_dir(const fs::path& root, const std::string& key) {
   return runtime::DiskCache(root).entry_dir(key);
 }
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// Changes the working directory for one scope.
+class ScopedCwd {
+ public:
+  explicit ScopedCwd(const fs::path& dir) : old_(fs::current_path()) { fs::current_path(dir); }
+  ~ScopedCwd() {
+    std::error_code ec;
+    fs::current_path(old_, ec);
+  }
+  ScopedCwd(const ScopedCwd&) = delete;
+  ScopedCwd& operator=(const ScopedCwd&) = delete;
+
+ private:
+  fs::path old_;
+};
 
 }  // namespace
 
@@ -178,4 +202,105 @@ TEST_CASE("compile without a GPU needs an arch and says so", "[cache]") {
   auto k = rt.compile(c);
   CHECK(k->config.is_complete());
   CHECK(k->name.find("sm90a") != std::string::npos);
+}
+
+TEST_CASE("a cache that cannot be locked still serves hits and is written by nobody", "[cache]") {
+  TempDir dir;
+  std::string key;
+  {
+    Runtime rt(RuntimeOptions{dir.path(), true});
+    key = rt.compile(small_config())->cache_key;
+  }
+  // No lock file can be opened or made: a read-only or shared prebuilt cache, in effect.
+  fs::remove_all(dir.path() / "locks");
+  std::ofstream(dir.path() / "locks") << "not a directory";
+
+  Runtime rt(RuntimeOptions{dir.path(), true});
+  std::shared_ptr<const CompiledKernel> k;
+  REQUIRE_NOTHROW(k = rt.compile(small_config()));
+  CHECK(rt.stats().disk_hits == 1);
+  CHECK(rt.stats().compiles == 0);
+  CHECK(k->from_disk_cache);
+
+  // A miss compiles as usual but stores nothing, and says why.
+  KernelConfig other = small_config();
+  other.mask = Mask::none;
+  runtime::DiskCache cache(dir.path());
+  const runtime::BuildOutcome out =
+      runtime::build_kernel(other, &cache, runtime::StoreFailure::report);
+  CHECK(out.compiled);
+  CHECK_FALSE(out.stored);
+  CHECK(contains(out.store_error, (dir.path() / "locks").string()));
+  CHECK_FALSE(fs::exists(entry_dir(dir.path(), out.kernel->cache_key)));
+
+  // Nor does it remove a damaged entry it finds: that is a write too.
+  const fs::path cubin = entry_dir(dir.path(), key) / "kernel.cubin";
+  fs::resize_file(cubin, 10);
+  const runtime::BuildOutcome damaged =
+      runtime::build_kernel(small_config(), &cache, runtime::StoreFailure::report);
+  CHECK(damaged.corrupt_entry);
+  CHECK(damaged.compiled);
+  CHECK(fs::file_size(cubin) == 10);
+}
+
+TEST_CASE("build_kernel says when the compiled kernel could not be stored", "[cache]") {
+  TempDir dir;
+  // A file where the cache's v1/ directory belongs: fails for root too, unlike permissions.
+  std::ofstream(dir.path() / "v1") << "not a directory";
+  runtime::DiskCache cache(dir.path());
+  runtime::BuildOutcome out;
+  REQUIRE_NOTHROW(out =
+                      runtime::build_kernel(small_config(), &cache, runtime::StoreFailure::report));
+  CHECK(out.compiled);
+  CHECK(out.kernel->cubin.size() > 0);
+  CHECK_FALSE(out.stored);
+  CHECK(contains(out.store_error, (dir.path() / "v1").string()));
+
+  fs::remove(dir.path() / "v1");
+  out = runtime::build_kernel(small_config(), &cache, runtime::StoreFailure::report);
+  CHECK(out.stored);
+  CHECK(out.store_error.empty());
+  out = runtime::build_kernel(small_config(), &cache, runtime::StoreFailure::report);
+  CHECK(out.disk_hit);
+}
+
+TEST_CASE("the cache key holds the NVRTC library file, not only its major.minor", "[cache]") {
+  const runtime::NvrtcLibrary& lib = runtime::nvrtc_library();
+  REQUIRE_FALSE(lib.path.empty());
+  CHECK(fs::path(lib.path).is_absolute());
+  CHECK(fs::is_regular_file(lib.path));  // links resolved
+  CHECK(contains(fs::path(lib.path).filename().string(), "nvrtc"));
+  CHECK(lib.bytes == fs::file_size(lib.path));
+  CHECK(lib.mtime_ns != 0);
+  CHECK(&runtime::nvrtc_library() == &lib);  // looked up once
+
+  const codegen::KernelSource src = codegen::generate(small_config());
+  const std::string identity = runtime::nvrtc_identity();
+  CHECK(identity.rfind(runtime::nvrtc_version() + " ", 0) == 0);
+  CHECK(contains(identity, lib.path));
+  CHECK(runtime::cache_key(src) == runtime::cache_key(src, identity));
+  CHECK(runtime::cache_key(src) == runtime::cache_key(src));  // stable
+  // Same major.minor, another build of the library (a patch update): another key.
+  const std::string patched = runtime::nvrtc_version() + " " + lib.path + " " +
+                              std::to_string(lib.bytes + 1) + " " + std::to_string(lib.mtime_ns);
+  CHECK(runtime::cache_key(src, patched) != runtime::cache_key(src));
+}
+
+TEST_CASE("NVRTC output is the same from any working directory", "[cache][nvrtc]") {
+  TempDir a("ftattn-cwd-a"), b("ftattn-cwd-b");
+  const codegen::KernelSource src = codegen::generate(small_config());
+  runtime::NvrtcOutput in_a, in_b;
+  {
+    ScopedCwd cwd(a.path());
+    in_a = runtime::compile_with_nvrtc(src);
+  }
+  {
+    ScopedCwd cwd(b.path());
+    in_b = runtime::compile_with_nvrtc(src);
+  }
+  // One key, one binary: shared caches hold the same bytes and no user's directory.
+  CHECK(in_a.ptx == in_b.ptx);
+  CHECK(in_a.cubin == in_b.cubin);
+  CHECK_FALSE(contains(in_a.ptx, a.path().filename().string()));
+  CHECK_FALSE(contains(in_a.cubin, a.path().filename().string()));
 }

@@ -30,11 +30,19 @@ std::string human_age(std::filesystem::file_time_type written) {
   return fmt::format("{}d", seconds / 86400);
 }
 
+// "; 2 leftovers (unfinished, damaged or unreadable: cache clear removes them)", or nothing.
+std::string leftover_note(std::size_t leftovers) {
+  if (leftovers == 0) return "";
+  return fmt::format("; {} leftover{} (unfinished, damaged or unreadable: cache clear removes {})",
+                     leftovers, leftovers == 1 ? "" : "s", leftovers == 1 ? "it" : "them");
+}
+
 int run_ls(const GlobalOptions& global) {
   const runtime::DiskCache cache(cache_root(global));
-  const std::vector<runtime::CacheEntryInfo> entries = cache.list();
+  std::size_t leftovers = 0;
+  const std::vector<runtime::CacheEntryInfo> entries = cache.list(&leftovers);
   if (entries.empty()) {
-    fmt::print("no cache entries in {}\n", cache.root().string());
+    fmt::print("no cache entries in {}{}\n", cache.root().string(), leftover_note(leftovers));
     return 0;
   }
   std::size_t name_width = 4;
@@ -51,16 +59,21 @@ int run_ls(const GlobalOptions& global) {
                human_bytes(static_cast<double>(e.bytes)), human_age(e.written), compile);
     total += static_cast<double>(e.bytes);
   }
-  fmt::print("{} entr{}, {} in {}\n", entries.size(), entries.size() == 1 ? "y" : "ies",
-             human_bytes(total), cache.root().string());
+  fmt::print("{} entr{}, {} in {}{}\n", entries.size(), entries.size() == 1 ? "y" : "ies",
+             human_bytes(total), cache.root().string(), leftover_note(leftovers));
   return 0;
 }
 
 int run_clear(const GlobalOptions& global) {
   runtime::DiskCache cache(cache_root(global));
-  const std::size_t removed = cache.clear();
-  fmt::print("removed {} entr{} from {}\n", removed, removed == 1 ? "y" : "ies",
-             cache.root().string());
+  // Counted as ls counts, so the numbers match what ls showed.
+  const runtime::DiskCache::Cleared removed = cache.clear();
+  const std::string leftovers =
+      removed.leftovers == 0
+          ? ""
+          : fmt::format(" and {} leftover{}", removed.leftovers, removed.leftovers == 1 ? "" : "s");
+  fmt::print("removed {} entr{}{} from {}\n", removed.entries, removed.entries == 1 ? "y" : "ies",
+             leftovers, cache.root().string());
   return 0;
 }
 

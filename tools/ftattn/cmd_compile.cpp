@@ -2,8 +2,11 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <unordered_map>
 
+#include "ftattn/errors.hpp"
 #include "runtime/disk_cache.hpp"
+#include "runtime/kernel_builder.hpp"
 #include "tools/ftattn/commands.hpp"
 #include "tools/ftattn/config_flags.hpp"
 
@@ -17,20 +20,27 @@ int run_compile(const ConfigFlags& flags, const GlobalOptions& global) {
   std::vector<KernelConfig> configs;
   for (const KernelConfig& c : wanted) configs.push_back(resolve_for_compile(runtime, c));
 
-  const runtime::DiskCache cache(runtime.cache_dir());
+  // build_kernel rather than Runtime::compile: only it says whether the entry was stored, and
+  // the stored entry is what this command is for.
+  runtime::DiskCache cache(runtime.cache_dir());
+  std::unordered_map<KernelConfig, std::string> done;  // config -> its line of output
   for (const KernelConfig& config : configs) {
-    const Runtime::Stats before = runtime.stats();
-    const auto kernel = runtime.compile(config);
-    const Runtime::Stats after = runtime.stats();
-    std::string how;
-    if (after.compiles > before.compiles) {
-      how = fmt::format("compiled in {:.2f} s", kernel->compile_seconds);
-    } else if (after.disk_hits > before.disk_hits) {
-      how = "cache hit";
-    } else {
-      how = "cache hit (named twice)";
+    if (const auto seen = done.find(config); seen != done.end()) {
+      fmt::print("{}", seen->second);
+      continue;
     }
-    fmt::print("{}: {}\n  {}\n", kernel->name, how, cache.entry_dir(kernel->cache_key).string());
+    const runtime::BuildOutcome out =
+        runtime::build_kernel(config, &cache, runtime::StoreFailure::report);
+    const CompiledKernel& kernel = *out.kernel;
+    if (out.compiled && !out.stored) {
+      throw CacheError(
+          fmt::format("{} compiled but is not in the cache: {}", kernel.name, out.store_error));
+    }
+    const std::string how =
+        out.compiled ? fmt::format("compiled in {:.2f} s", kernel.compile_seconds) : "cache hit";
+    const std::string path = cache.entry_dir(kernel.cache_key).string();
+    fmt::print("{}: {}\n  {}\n", kernel.name, how, path);
+    done.emplace(config, fmt::format("{}: cache hit (named twice)\n  {}\n", kernel.name, path));
   }
   return 0;
 }

@@ -1,0 +1,194 @@
+// The disk cache as `ftattn compile` and `ftattn cache` meet it: stores that fail, caches that
+// cannot be locked or read, busy locks and leftovers. Runs the built CLI, each test on its own
+// cache dir.
+#include <sys/wait.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/disk_cache.hpp"
+#include "tests/support/temp_dir.hpp"
+
+#ifndef FTATTN_CLI_PATH
+#error "FTATTN_CLI_PATH must name the built ftattn executable"
+#endif
+
+namespace fs = std::filesystem;
+using ftattn::runtime::DiskCache;
+using ftattn::test::TempDir;
+
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// `ftattn --cache-dir <cache> <args>` through sh, after `prefix` (e.g. "ulimit -n 4;").
+// `tag` keeps the output files of concurrent runs apart.
+Result run_ftattn(const TempDir& dir, const fs::path& cache, const std::vector<std::string>& args,
+                  const std::string& prefix = "", const std::string& tag = "") {
+  const fs::path out = dir.path() / ("stdout" + tag + ".txt");
+  const fs::path err = dir.path() / ("stderr" + tag + ".txt");
+  // Redirected first: with `ulimit -n 4` the shell could no longer redirect.
+  std::string command = "exec >" + quote(out.string()) + " 2>" + quote(err.string()) + "; " +
+                        prefix + "exec " + quote(FTATTN_CLI_PATH) + " --cache-dir " +
+                        quote(cache.string());
+  for (const std::string& a : args) command += " " + quote(a);
+  const int status = std::system(("sh -c " + quote(command)).c_str());
+  Result r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+#define SHOW(r) \
+  INFO("exit " << (r).exit_code << "\nstdout:\n" << (r).out << "\nstderr:\n" << (r).err)
+
+const std::vector<std::string> kCompile = {"compile", "--arch",     "sm_80", "--precision",
+                                           "f16",     "--head-dim", "64"};
+
+// The entry path `compile` printed on its second line.
+fs::path printed_entry(const Result& r) {
+  const auto start = r.out.find("\n  ");
+  if (start == std::string::npos) return {};
+  const auto end = r.out.find('\n', start + 3);
+  return r.out.substr(start + 3, end - start - 3);
+}
+
+}  // namespace
+
+TEST_CASE("cli: compile fails, printing no entry, when the entry could not be stored",
+          "[cache][cli]") {
+  TempDir dir;
+  const fs::path cache = dir.path() / "cache";
+  fs::create_directories(cache);
+  // A file where v1/ belongs: unwritable for root too.
+  std::ofstream(cache / "v1") << "not a directory";
+  const Result r = run_ftattn(dir, cache, kCompile);
+  SHOW(r);
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.err, "not in the cache"));
+  CHECK(contains(r.err, (cache / "v1").string()));
+  CHECK_FALSE(contains(r.out, cache.string()));
+}
+
+TEST_CASE("cli: a read error is not damage: the entry survives ulimit -n 4", "[cache][cli]") {
+  TempDir dir;
+  const fs::path cache = dir.path() / "cache";
+  const Result first = run_ftattn(dir, cache, kCompile);
+  REQUIRE(first.exit_code == 0);
+  const fs::path entry = printed_entry(first);
+  REQUIRE(fs::exists(entry / "manifest.json"));
+
+  // The audit's repro: with 4 descriptors the manifest cannot be opened (EMFILE). Whatever else
+  // fails in that process, the good entry must not be taken for damaged and deleted.
+  const Result starved = run_ftattn(dir, cache, kCompile, "ulimit -n 4; ");
+  SHOW(starved);
+  REQUIRE(contains(starved.err, "Too many open files"));  // the run did meet EMFILE
+  CHECK_FALSE(contains(starved.err, "was damaged"));
+  CHECK(fs::exists(entry / "manifest.json"));
+  CHECK(fs::exists(entry / "kernel.cubin"));
+
+  const Result again = run_ftattn(dir, cache, kCompile);
+  SHOW(again);
+  CHECK(again.exit_code == 0);
+  CHECK(contains(again.out, "cache hit"));
+}
+
+TEST_CASE("cli: compile serves hits from a cache it cannot lock", "[cache][cli]") {
+  TempDir dir;
+  const fs::path cache = dir.path() / "cache";
+  REQUIRE(run_ftattn(dir, cache, kCompile).exit_code == 0);
+  fs::remove_all(cache / "locks");
+  std::ofstream(cache / "locks") << "not a directory";
+
+  const Result hit = run_ftattn(dir, cache, kCompile);
+  SHOW(hit);
+  CHECK(hit.exit_code == 0);
+  CHECK(contains(hit.out, "cache hit"));
+  CHECK(contains(hit.err, "cannot lock the disk cache"));
+
+  // A miss compiles but cannot be stored: for `compile`, an error.
+  std::vector<std::string> other = kCompile;
+  other.back() = "128";
+  const Result miss = run_ftattn(dir, cache, other);
+  SHOW(miss);
+  CHECK(miss.exit_code == 2);
+  CHECK(contains(miss.err, "not in the cache"));
+}
+
+TEST_CASE("cli: compile says so when another process holds the kernel's lock", "[cache][cli]") {
+  TempDir dir;
+  const fs::path cache = dir.path() / "cache";
+  const Result first = run_ftattn(dir, cache, kCompile);
+  REQUIRE(first.exit_code == 0);
+  const std::string name = first.out.substr(0, first.out.find(':'));
+  const std::string key = printed_entry(first).filename().string();
+  REQUIRE(ftattn::runtime::is_valid_cache_key(key));
+
+  DiskCache::KeyLock held = DiskCache(cache).lock(key);
+  REQUIRE(held.owns_lock());
+  auto waiter = std::async(std::launch::async,
+                           [&] { return run_ftattn(dir, cache, kCompile, "", "-waiter"); });
+  const bool blocked = waiter.wait_for(std::chrono::seconds(2)) == std::future_status::timeout;
+  held.unlock();
+  REQUIRE(waiter.wait_for(std::chrono::seconds(60)) == std::future_status::ready);
+  const Result r = waiter.get();
+  SHOW(r);
+  CHECK(blocked);
+  CHECK(r.exit_code == 0);
+  CHECK(contains(r.err, "ftattn: waiting for another process compiling " + name + " (lock " +
+                            (cache / "locks" / (key + ".lock")).string() + ")\n"));
+}
+
+TEST_CASE("cli: cache ls and cache clear count leftovers alike", "[cache][cli]") {
+  TempDir dir;
+  const fs::path cache = dir.path() / "cache";
+  REQUIRE(run_ftattn(dir, cache, kCompile).exit_code == 0);
+  // A crashed writer's temp dir and an entry that never got its manifest.
+  fs::create_directories(cache / "v1" / "tmp" / "0123.crashed");
+  const std::string half = std::string(32, 'a');
+  fs::create_directories(cache / "v1" / "aa" / half);
+
+  const Result ls = run_ftattn(dir, cache, {"cache", "ls"});
+  SHOW(ls);
+  CHECK(ls.exit_code == 0);
+  CHECK(contains(ls.out, "1 entry, "));
+  CHECK(contains(ls.out, "2 leftovers"));
+
+  const Result clear = run_ftattn(dir, cache, {"cache", "clear"});
+  SHOW(clear);
+  CHECK(clear.exit_code == 0);
+  CHECK(contains(clear.out, "removed 1 entry and 2 leftovers from "));
+
+  const Result empty = run_ftattn(dir, cache, {"cache", "ls"});
+  CHECK(contains(empty.out, "no cache entries"));
+  CHECK_FALSE(contains(empty.out, "leftover"));
+}
