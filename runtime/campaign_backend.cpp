@@ -34,7 +34,10 @@ class SourceBackend final : public TrialBackend {
           "a fault plan needs a config with injection points: fault_injection (source sites) or "
           "ir_inject (LLVM route, site ir); without them the campaign backend runs clean only");
     ProtectOptions protect;
-    protect.on_fault = on_fault_;
+    // Site ir's counting launches (iteration -1) count instances into the log without flipping:
+    // their counts must not set off a recompute.
+    const bool counting = plan && plan->site == FaultSite::ir && plan->iteration < 0;
+    protect.on_fault = counting ? OnFault::report : on_fault_;
     protect.thresholds = thresholds_;
     protect.inject = plan;
     // NaN bytes: an element the kernel fails to write shows up as beyond tolerance.

@@ -70,6 +70,9 @@ std::string FaultReport::summary() const {
   if (clean()) return "no faults detected";
   std::string s = fmt::format("{} detected, {} corrected", detected, corrected);
   if (recomputed_tiles > 0) s += fmt::format(", {} tiles recomputed", recomputed_tiles);
+  if (unresolved > 0)
+    s += fmt::format(" ({} detections in the recompute itself left uncorrected: not proven right)",
+                     unresolved);
   if (!events.empty()) {
     const FaultEvent& e = events.front();
     s += fmt::format("; first: {} at batch {}, head {}, row {}", to_string(e.stage), e.batch,

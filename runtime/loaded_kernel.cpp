@@ -86,7 +86,8 @@ class LoadedKernel final : public Kernel {
                   float* lse, CUstream stream, const unsigned char* block_mask,
                   const ProtectOptions& protect) const override {
     const KernelConfig& c = compiled_->config;
-    if (c.protection == Protection::none && !protect.inject) {  // nothing to read back
+    // Nothing to read back: no checks, no plan, no DMR counting mismatches into the log.
+    if (c.protection == Protection::none && !protect.inject && c.ir_harden == IrClass::none) {
       launch(problem, q, k, v, o, lse, stream, block_mask, protect);
       return {};
     }
@@ -113,9 +114,7 @@ class LoadedKernel final : public Kernel {
     // The shift's buffers, the checksum workspace and fault log, and decoupled's S and P are
     // the kernel object's own: a launch on another stream waits until the last one is done
     // with them (Runtime hands every caller of a config the same object).
-    const bool shared_buffers = shift_ != nullptr ||
-                                compiled_->config.protection != Protection::none ||
-                                protect.inject.has_value();
+    const bool shared_buffers = shift_ != nullptr || uses_fault_log(protect);
     const StreamOrder::Scope ordered(shared_buffers ? &order_ : nullptr, stream);
     enqueue_work(problem, params, stream, protect, reset_log);
   }
@@ -131,7 +130,7 @@ class LoadedKernel final : public Kernel {
       else
         enqueue_pasa_shift(shift_, c, problem, run, pasa_workspace_, stream);
     }
-    if (c.protection != Protection::none || protect.inject)
+    if (uses_fault_log(protect))
       protector_.prepare(prologue_, c, problem, run, stream, protect, prepared, reset_log);
     if (c.protection == Protection::decoupled) {  // three kernels over a global S and P
       decoupled_.launch(module_, compiled_->symbol, c, problem, run, stream);
@@ -161,6 +160,12 @@ class LoadedKernel final : public Kernel {
     void* args[] = {&run, &maps};
     runtime::launch(function_, grid, Dim3{static_cast<unsigned>(launch_threads(c)), 1, 1},
                     static_cast<unsigned>(c.shared_memory_bytes()), stream, args);
+  }
+
+  // Checks, a fault plan or DMR (ir_harden) write the fault log: prepare() sets it up.
+  bool uses_fault_log(const ProtectOptions& protect) const {
+    const KernelConfig& c = compiled_->config;
+    return c.protection != Protection::none || protect.inject || c.ir_harden != IrClass::none;
   }
 
   std::shared_ptr<const CompiledKernel> compiled_;

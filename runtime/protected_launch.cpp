@@ -107,8 +107,9 @@ void ProtectedLauncher::prepare(CUfunction prologue, const KernelConfig& config,
           config.ir_inject == IrClass::none ? ""
                                             : ", or plan FaultSite::ir for its IR-level ones"));
     if (f.bit < 0 || f.bit > 31) throw ConfigError("FaultPlan::bit must be in 0..31");
-    // A plan no thread matches would flip nothing and read as a masked fault.
-    if (f.cta < 0 || f.iteration < 0 || f.element < 0)
+    // A plan no thread matches would flip nothing and read as a masked fault. (Site ir's
+    // counting launches plan iteration -1: count the instances, flip none.)
+    if (f.cta < 0 || f.element < 0 || (f.iteration < 0 && f.site != FaultSite::ir))
       throw ConfigError(
           fmt::format("FaultPlan cta {}, iteration {} and element {} must be at least 0", f.cta,
                       f.iteration, f.element));
@@ -214,7 +215,12 @@ FaultReport ProtectedLauncher::settle(FaultReport report, OnFault on_fault,
   set_tiles(params, tiles);
   relaunch(params);
   FaultReport again = collect(stream);
-  report.recomputed_tiles = static_cast<int>(tiles.size() / 3);
+  // Decoupled's three kernels recompute the whole problem whatever the list says.
+  report.recomputed_tiles = config.protection == Protection::decoupled
+                                ? problem.batch * problem.heads_q *
+                                      ((problem.seqlen_q + config.block_m - 1) / config.block_m)
+                                : static_cast<int>(tiles.size() / 3);
+  report.unresolved = again.detected > again.corrected ? again.detected - again.corrected : 0;
   // What the relaunch itself detected stays visible.
   report.detected += again.detected;
   report.corrected += again.corrected;

@@ -273,6 +273,10 @@ class QuantizedKernel final : public Kernel {
   void enqueue_work(const Problem& problem, AttentionParams& p, CUstream stream,
                     const ProtectOptions& protect, bool reset_log) const {
     const KernelConfig& c = compiled_->config;
+    if (c.protection == Protection::none && protect.inject)  // as Kernel::run says
+      throw ConfigError(c.name() +
+                        " takes no fault plan: 8-bit kernels take one with a checksum "
+                        "scheme");
     if (c.protection != Protection::none) {
       protector_.prepare(nullptr, c, problem, p, stream, protect, nullptr, reset_log);
       const QuantizedLayout layout = QuantizedLayout::of(problem);

@@ -305,6 +305,12 @@ TEST_CASE("fault enums read and print the command line's spelling", "[protect]")
   r.events.push_back(FaultEvent{0, 3, 17, 42, FaultStage::output, true, 0.5f, 0.01f});
   CHECK(r.summary().find("2 detected, 1 corrected") != std::string::npos);
   CHECK(r.summary().find("output at batch 0, head 3, row 17, col 42") != std::string::npos);
+  CHECK(r.summary().find("not proven right") == std::string::npos);
+  // A recompute that itself detects and cannot correct says so.
+  r.recomputed_tiles = 1;
+  r.unresolved = 1;
+  CHECK(r.summary().find("1 tiles recomputed (1 detections in the recompute itself left "
+                         "uncorrected: not proven right)") != std::string::npos);
 }
 
 namespace {
