@@ -101,13 +101,20 @@ std::string_view to_string(Outcome o) {
       return "sdc";
     case Outcome::false_positive:
       return "false_positive";
+    case Outcome::miscorrected:
+      return "miscorrected";
   }
   throw ConfigError(fmt::format("invalid Outcome value {}", static_cast<int>(o)));
 }
 
 Outcome classify(const Observation& seen) {
   if (seen.detected == 0) return seen.within_tolerance ? Outcome::masked : Outcome::sdc;
-  if (!seen.within_tolerance) return Outcome::detected;
+  if (!seen.within_tolerance) {
+    // A report claiming every fault fixed makes recompute do nothing and tells the caller all is
+    // well; an uncorrected detection or a recompute at least says something was wrong.
+    const bool claims_all_fixed = seen.corrected >= seen.detected && seen.recomputed_tiles == 0;
+    return claims_all_fixed ? Outcome::miscorrected : Outcome::detected;
+  }
   // Detected and the output is fine: either something fixed it, or the alarm was needless.
   return seen.corrected > 0 || seen.recomputed_tiles > 0 ? Outcome::corrected
                                                          : Outcome::false_positive;
@@ -136,7 +143,8 @@ std::vector<float> element_tolerance(const std::vector<float>& clean,
   std::vector<float> tol(clean.size());
   for (size_t i = 0; i < clean.size(); ++i) {
     const double own = std::abs(static_cast<double>(clean[i]) - ref[i]);
-    // A non-finite fault-free value admits no tolerance: every deviation then counts.
+    // A non-finite fault-free value admits no tolerance: any change of it counts (deviation()
+    // lets the unchanged value pass).
     tol[i] = std::isfinite(own) ? std::max({static_cast<float>(own), ulp(ref[i], p), floor}) : 0.0f;
   }
   return tol;
@@ -145,8 +153,13 @@ std::vector<float> element_tolerance(const std::vector<float>& clean,
 Deviation deviation(const float* faulty, const float* clean, const float* tolerance, size_t n) {
   Deviation d;
   for (size_t i = 0; i < n; ++i) {
+    // An unchanged element is no deviation, even a non-finite one (Inf - Inf is NaN).
+    if (faulty[i] == clean[i] || (std::isnan(faulty[i]) && std::isnan(clean[i]))) continue;
     const float diff = std::abs(faulty[i] - clean[i]);
-    if (!(diff <= tolerance[i])) ++d.over;  // NaN fails too
+    // NaN fails the comparison; a finite value turned non-finite fails even an infinite
+    // tolerance.
+    const bool turned = std::isfinite(clean[i]) && !std::isfinite(faulty[i]);
+    if (turned || !(diff <= tolerance[i])) ++d.over;
     if (std::isnan(diff))
       d.max_abs = std::numeric_limits<double>::infinity();
     else
@@ -229,14 +242,37 @@ double Tally::share(Outcome o) const {
   return trials > 0 ? static_cast<double>(count(o)) / static_cast<double>(trials) : 0.0;
 }
 
-double wilson_upper_95(long long hits, long long n) {
-  if (n <= 0) return 1.0;
-  const double z = 1.6448536269514722;  // one-sided 95%
-  const double p = static_cast<double>(hits) / static_cast<double>(n);
-  const double nn = static_cast<double>(n);
-  const double center = p + z * z / (2 * nn);
-  const double spread = z * std::sqrt(p * (1 - p) / nn + z * z / (4 * nn * nn));
-  return std::min(1.0, (center + spread) / (1 + z * z / nn));
+namespace {
+
+// P(X <= k) for X ~ Binomial(n, p), 0 < p < 1, 0 <= k < n. Summed from k down: below the mode
+// the terms shrink geometrically, so the sum stops after O(sqrt(n)) negligible terms, and
+// lgamma keeps each term in range for n in the millions.
+double binomial_cdf(long long k, long long n, double p) {
+  const double nn = static_cast<double>(n), lp = std::log(p), lq = std::log1p(-p);
+  const double lfn = std::lgamma(nn + 1);
+  double sum = 0.0;
+  for (long long i = k; i >= 0; --i) {
+    const double x = static_cast<double>(i);
+    const double term =
+        std::exp(lfn - std::lgamma(x + 1) - std::lgamma(nn - x + 1) + x * lp + (nn - x) * lq);
+    sum += term;
+    if (x < nn * p && term <= 1e-17 * sum) break;  // an all-underflow tail too
+  }
+  return std::min(sum, 1.0);
+}
+
+}  // namespace
+
+double clopper_pearson_upper_95(long long hits, long long n) {
+  if (n <= 0 || hits >= n) return 1.0;
+  if (hits <= 0) return -std::expm1(std::log(0.05) / static_cast<double>(n));  // 1 - 0.05^(1/n)
+  // The CDF falls as p rises: bisect for P(X <= hits) = 0.05 above the observed rate.
+  double lo = static_cast<double>(hits) / static_cast<double>(n), hi = 1.0;
+  for (int i = 0; i < 200 && hi - lo > 1e-15 * hi; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (binomial_cdf(hits, n, mid) > 0.05 ? lo : hi) = mid;
+  }
+  return hi;
 }
 
 std::string_view to_string(Distribution d) {
@@ -357,7 +393,7 @@ std::string summary_table(const Tally& t) {
       fmt::format("{:<16} {:>8} {:>9} {:>16}\n", "outcome", "trials", "share", "95% upper bound");
   for (Outcome o : kOutcomes)
     out += fmt::format("{:<16} {:>8} {:>8.3f}% {:>15.3f}%\n", to_string(o), t.count(o),
-                       100.0 * t.share(o), 100.0 * wilson_upper_95(t.count(o), t.trials));
+                       100.0 * t.share(o), 100.0 * clopper_pearson_upper_95(t.count(o), t.trials));
   out += fmt::format("{:<16} {:>8}\n", "total", t.trials);
   return out;
 }
@@ -374,6 +410,34 @@ std::string trials_csv_row(const TrialResult& t) {
       t.plan.cta, t.plan.thread, t.plan.iteration, t.plan.element, t.plan.bit, to_string(t.outcome),
       t.report.detected, t.report.corrected, t.report.recomputed_tiles, t.deviation.over,
       t.deviation.max_abs, e ? static_cast<int>(e->stage) : 0, e ? e->row : -1, e ? e->col : -1);
+}
+
+std::string summary_csv_counts_header(bool legacy) {
+  return std::string("trials,masked,corrected,detected,sdc,false_positive,sdc_upper95,seconds") +
+         (legacy ? "" : ",miscorrected");
+}
+
+std::string summary_csv_counts(const Tally& t, double seconds, bool legacy) {
+  const long long miscorrected = t.count(Outcome::miscorrected);
+  std::string row = fmt::format("{},{},{},{},{},{},{:.3e},{:.2f}", t.trials,
+                                t.count(Outcome::masked), t.count(Outcome::corrected),
+                                t.count(Outcome::detected) + (legacy ? miscorrected : 0),
+                                t.count(Outcome::sdc), t.count(Outcome::false_positive),
+                                clopper_pearson_upper_95(t.count(Outcome::sdc), t.trials), seconds);
+  if (!legacy) row += fmt::format(",{}", miscorrected);
+  return row;
+}
+
+bool summary_csv_has_miscorrected(std::string_view header) {
+  while (!header.empty() && (header.back() == '\n' || header.back() == '\r'))
+    header.remove_suffix(1);
+  size_t begin = 0;
+  while (begin <= header.size()) {
+    const size_t end = std::min(header.find(',', begin), header.size());
+    if (header.substr(begin, end - begin) == "miscorrected") return true;
+    begin = end + 1;
+  }
+  return false;
 }
 
 }  // namespace ftattn::campaign

@@ -30,9 +30,14 @@ enum class Outcome {
   detected,        // detected, output beyond tolerance (the caller was told)
   sdc,             // silent data corruption: no detection, output beyond tolerance
   false_positive,  // detected, nothing corrected, output within tolerance anyway
+  // Every detection reported corrected (no tile recomputed), output beyond tolerance: the report
+  // says all was fixed, so the caller is misled. Apart from `detected`, where a detection left
+  // uncorrected tells the caller.
+  miscorrected,
 };
-inline constexpr std::array kOutcomes = {Outcome::masked, Outcome::corrected, Outcome::detected,
-                                         Outcome::sdc, Outcome::false_positive};
+inline constexpr std::array kOutcomes = {Outcome::masked,         Outcome::corrected,
+                                         Outcome::detected,       Outcome::sdc,
+                                         Outcome::false_positive, Outcome::miscorrected};
 std::string_view to_string(Outcome o);
 
 // Site names as the command line spells them ("scores", "row_sum", ...); parse_site throws
@@ -68,8 +73,10 @@ std::vector<float> element_tolerance(const std::vector<float>& clean,
 double accuracy_bar(Precision p);
 
 struct Deviation {
-  long long over = 0;    // elements beyond their tolerance (NaN/Inf counts as beyond)
-  double max_abs = 0.0;  // largest |faulty - clean| (inf when an element is not finite)
+  // Elements beyond their tolerance. An element equal to its fault-free value (both NaN
+  // included) never is; one that turned non-finite always is.
+  long long over = 0;
+  double max_abs = 0.0;  // largest |faulty - clean| (inf when an element turned non-finite)
   bool within() const { return over == 0; }
 };
 Deviation deviation(const float* faulty, const float* clean, const float* tolerance, size_t n);
@@ -102,7 +109,7 @@ InjectionSpace injection_space(const KernelConfig& config, const Problem& proble
 FaultPlan plan_trial(const InjectionSpace& space, FaultSite site, BitRange bits, uint64_t seed,
                      uint64_t index);
 
-// Counts per outcome, with a one-sided 95% Wilson upper bound on each rate (for an outcome never
+// Counts per outcome, with an exact one-sided 95% upper bound on each rate (for an outcome never
 // seen, this is what "0 of N" actually supports).
 struct Tally {
   std::array<long long, kOutcomes.size()> counts{};
@@ -111,7 +118,10 @@ struct Tally {
   long long count(Outcome o) const;
   double share(Outcome o) const;
 };
-double wilson_upper_95(long long hits, long long n);
+// Clopper-Pearson: the largest rate p with P(X <= hits | n, p) >= 5%, which covers the true rate
+// at least 95% of the time (Wilson's falls ~10% short at 0 of n): 0 of n gives 1 - 0.05^(1/n),
+// about 3/n.
+double clopper_pearson_upper_95(long long hits, long long n);
 
 // Input distributions of the false-alarm mode: standard normal, and the uniform and hybrid
 // (normal plus rare large outliers) generators of PASA, unbiased and biased (nonzero mean).
@@ -223,5 +233,12 @@ CampaignResult run_campaign(TrialBackend& backend, const InjectionSpace& space,
 std::string summary_table(const Tally& tally);
 std::string trials_csv_header();
 std::string trials_csv_row(const TrialResult& t);
+// The summary CSV's columns after the caller's own (config, ..., site, bits): trials, the counts,
+// sdc_upper95, seconds, then miscorrected, last so that readers of the older columns, by name or
+// position, keep working. `legacy`: the layout before miscorrected, for rows appended to a file
+// an older build began; detected then counts the miscorrected trials, as it did there.
+std::string summary_csv_counts_header(bool legacy = false);
+std::string summary_csv_counts(const Tally& tally, double seconds, bool legacy = false);
+bool summary_csv_has_miscorrected(std::string_view header);  // a summary CSV's first line
 
 }  // namespace ftattn::campaign

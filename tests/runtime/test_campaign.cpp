@@ -1,14 +1,24 @@
 // Campaign logic without a GPU: classification, the tolerance, trial planning, bit ranges,
 // tallies, and a whole campaign over a fake backend.
+#include <sys/wait.h>
+
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "ftattn/campaign.hpp"
 #include "ftattn/errors.hpp"
 #include "tests/support/configs.hpp"
+#include "tests/support/temp_dir.hpp"
+
+#ifndef FTATTN_CLI_PATH
+#error "FTATTN_CLI_PATH must name the built ftattn executable"
+#endif
 
 using namespace ftattn;
 using namespace ftattn::campaign;
@@ -31,9 +41,20 @@ TEST_CASE("classification follows detection, correction and the tolerance", "[ca
   CHECK(classify({1, 0, 3, true}) == Outcome::corrected);  // fixed by recompute
   CHECK(classify({1, 0, 0, true}) == Outcome::false_positive);
   CHECK(classify({1, 0, 0, false}) == Outcome::detected);
-  CHECK(classify({1, 1, 0, false}) == Outcome::detected);  // a wrong correction is still told
+  // Every detection reported corrected, yet the output is wrong: the report misleads.
+  CHECK(classify({1, 1, 0, false}) == Outcome::miscorrected);
+  CHECK(classify({3, 3, 0, false}) == Outcome::miscorrected);
+  // An uncorrected detection remains, or tiles were recomputed: the caller was told.
+  CHECK(classify({2, 1, 0, false}) == Outcome::detected);
+  CHECK(classify({1, 1, 2, false}) == Outcome::detected);
+  CHECK(classify({1, 0, 3, false}) == Outcome::detected);
   // A recorded correction of an output nobody can see wrong is not a false positive.
   CHECK(classify({3, 3, 0, true}) != Outcome::false_positive);
+  CHECK(to_string(Outcome::miscorrected) == "miscorrected");
+  std::set<std::string_view> names;
+  for (Outcome o : kOutcomes) names.insert(to_string(o));
+  CHECK(names.size() == kOutcomes.size());
+  CHECK(names.count("miscorrected") == 1);
 }
 
 TEST_CASE("ulp is the 16-bit spacing at the magnitude", "[campaign]") {
@@ -76,6 +97,35 @@ TEST_CASE("the tolerance is the kernel's own error with a one-ulp floor", "[camp
   d = deviation(moved.data(), base.data(), t.data(), 4);
   CHECK(d.over == 2);
   CHECK(std::isinf(d.max_abs));
+}
+
+TEST_CASE("an unchanged non-finite element is within tolerance, a new one is not", "[campaign]") {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // Fault-free Inf and NaN get tolerance 0 (element_tolerance); Inf - Inf is NaN.
+  const std::vector<float> clean = {inf, -inf, nan, 1.0f};
+  const std::vector<double> ref = {1.0, 1.0, 1.0, 1.0};
+  const std::vector<float> tol = element_tolerance(clean, ref, Precision::f16);
+  CHECK(tol[0] == 0.0f);
+  CHECK(tol[2] == 0.0f);
+  Deviation d = deviation(clean.data(), clean.data(), tol.data(), 4);
+  CHECK(d.within());
+  CHECK(d.max_abs == 0.0);
+  const std::vector<float> other_nan = {inf, -inf, -nan, 1.0f};  // any NaN is the same NaN
+  CHECK(deviation(other_nan.data(), clean.data(), tol.data(), 4).within());
+  // Changed non-finite elements still count.
+  std::vector<float> faulty = {-inf, -inf, nan, 1.0f};
+  CHECK(deviation(faulty.data(), clean.data(), tol.data(), 4).over == 1);
+  faulty = {1.0f, -inf, 2.0f, 1.0f};
+  d = deviation(faulty.data(), clean.data(), tol.data(), 4);
+  CHECK(d.over == 2);
+  CHECK(std::isinf(d.max_abs));
+  // A finite value turned non-finite is a deviation even under an infinite tolerance.
+  const std::vector<float> finite = {1.0f, 2.0f}, wide = {inf, inf};
+  for (float bad : {inf, -inf, nan}) {
+    const std::vector<float> turned = {bad, 2.0f};
+    CHECK(deviation(turned.data(), finite.data(), wide.data(), 2).over == 1);
+  }
 }
 
 TEST_CASE("bit ranges parse lo:hi or one bit and reject the rest", "[campaign]") {
@@ -222,14 +272,119 @@ TEST_CASE("tallies count and bound rates", "[campaign]") {
   CHECK(t.trials == 100);
   CHECK(t.share(Outcome::corrected) == Approx(0.1));
   CHECK(t.count(Outcome::sdc) == 0);
-  // Zero of 10,000: the bound is near 2.7e-4 (one-sided 95%), not 0.
-  CHECK(wilson_upper_95(0, 10000) == Approx(2.705e-4).epsilon(0.01));
-  CHECK(wilson_upper_95(50, 100) > 0.5);
-  CHECK(wilson_upper_95(50, 100) < 0.6);
-  CHECK(wilson_upper_95(0, 0) == 1.0);
+  // Zero of 10,000: the bound is 1 - 0.05^(1/10000) (one-sided 95%), not 0.
+  CHECK(clopper_pearson_upper_95(0, 10000) == Approx(2.9953e-4).epsilon(5e-4));
+  CHECK(clopper_pearson_upper_95(0, 0) == 1.0);
   const std::string table = summary_table(t);
   CHECK(table.find("corrected") != std::string::npos);
+  CHECK(table.find("miscorrected") != std::string::npos);
   CHECK(table.find("10.000%") != std::string::npos);
+  CHECK(table.find("2.951%") != std::string::npos);  // 0 of 100: 1 - 0.05^(1/100)
+}
+
+TEST_CASE("the 95% upper bound is the exact one-sided Clopper-Pearson bound", "[campaign]") {
+  // Reference values from an exact rational binomial sum bisected in Python (fractions), not
+  // from this code's lgamma sum.
+  struct Case {
+    long long k, n;
+    double upper;
+  };
+  for (const Case c :
+       {Case{0, 1, 0.95}, Case{0, 8, 0.312344}, Case{0, 10000, 2.99528e-4}, Case{1, 10, 0.394163},
+        Case{3, 10, 0.606624}, Case{9, 10, 0.994884}, Case{5, 100, 0.102253},
+        Case{50, 100, 0.586378}, Case{1, 1000, 4.73499e-3}, Case{14, 10000, 2.18779e-3}}) {
+    INFO(c.k << " of " << c.n);
+    CHECK(clopper_pearson_upper_95(c.k, c.n) == Approx(c.upper).epsilon(5e-5));
+  }
+  CHECK(clopper_pearson_upper_95(10, 10) == 1.0);
+  CHECK(clopper_pearson_upper_95(11, 10) == 1.0);
+  CHECK(clopper_pearson_upper_95(0, -1) == 1.0);
+  // Millions of trials: finite, above the rate, close to it (sigma of 500k of 1M is 5e-4).
+  const double big = clopper_pearson_upper_95(500000, 1000000);
+  CHECK(big > 0.5);
+  CHECK(big == Approx(0.5 + 1.6449 * 5e-4).epsilon(1e-4));
+  // Rises with hits, falls with trials.
+  CHECK(clopper_pearson_upper_95(2, 1000) > clopper_pearson_upper_95(1, 1000));
+  CHECK(clopper_pearson_upper_95(1, 2000) < clopper_pearson_upper_95(1, 1000));
+}
+
+TEST_CASE("the summary CSV's counts end with miscorrected, or keep an old file's layout",
+          "[campaign]") {
+  Tally t;
+  for (int i = 0; i < 6; ++i) t.add(Outcome::masked);
+  t.add(Outcome::detected);
+  t.add(Outcome::miscorrected);
+  t.add(Outcome::miscorrected);
+  t.add(Outcome::sdc);
+  const std::string header = summary_csv_counts_header();
+  CHECK(header ==
+        "trials,masked,corrected,detected,sdc,false_positive,sdc_upper95,seconds,"
+        "miscorrected");
+  const std::string row = summary_csv_counts(t, 1.5);
+  CHECK(row.rfind("10,6,0,1,1,0,", 0) == 0);
+  CHECK(row.size() > 7);
+  CHECK(row.substr(row.size() - 7) == ",1.50,2");
+  CHECK(std::count(row.begin(), row.end(), ',') == std::count(header.begin(), header.end(), ','));
+  // An older build's file: its columns, detected counting the miscorrected trials.
+  const std::string old_header = summary_csv_counts_header(true);
+  CHECK(old_header == "trials,masked,corrected,detected,sdc,false_positive,sdc_upper95,seconds");
+  const std::string old_row = summary_csv_counts(t, 1.5, true);
+  CHECK(old_row.rfind("10,6,0,3,1,0,", 0) == 0);
+  CHECK(std::count(old_row.begin(), old_row.end(), ',') ==
+        std::count(old_header.begin(), old_header.end(), ','));
+  CHECK(summary_csv_has_miscorrected("config,site," + header + "\r\n"));
+  CHECK(summary_csv_has_miscorrected("miscorrected,trials"));
+  CHECK_FALSE(summary_csv_has_miscorrected("config,site," + old_header));
+  CHECK_FALSE(summary_csv_has_miscorrected("config,miscorrected_x"));
+  CHECK_FALSE(summary_csv_has_miscorrected(""));
+}
+
+namespace {
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// `ftattn inject` on a machine without a GPU: the summary CSV is opened (and a new one gets its
+// header) before the device is looked for. Returns stderr.
+std::string inject_without_gpu(const test::TempDir& dir, const std::filesystem::path& summary) {
+  const std::filesystem::path err = dir.path() / "err.txt";
+  const std::string command = "FTATTN_LIBCUDA=" + (dir.path() / "none.so").string() + " " +
+                              FTATTN_CLI_PATH + " --cache-dir " + (dir.path() / "c").string() +
+                              " inject --head-dim 64 --site scores --trials 10 --summary-csv " +
+                              summary.string() + " >/dev/null 2>" + err.string();
+  const int status = std::system(command.c_str());
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) != 0);  // no GPU
+  return read_text(err);
+}
+
+}  // namespace
+
+TEST_CASE("cli inject: a new summary CSV gets miscorrected, an old one keeps its columns",
+          "[campaign][cli]") {
+  test::TempDir dir;
+  const std::filesystem::path fresh = dir.path() / "new.csv", old = dir.path() / "old.csv";
+  std::string err = inject_without_gpu(dir, fresh);
+  INFO(err);
+  CHECK(err.find("no CUDA driver") != std::string::npos);
+  CHECK(err.find("miscorrected") == std::string::npos);
+  CHECK(read_text(fresh) == "config,protection,precision,head_dim,mask,shape,site,bits," +
+                                summary_csv_counts_header() + "\n");
+  {
+    std::ofstream out(old);
+    out << "config,protection,precision,head_dim,mask,shape,site,bits,"
+        << summary_csv_counts_header(true) << "\n";
+  }
+  err = inject_without_gpu(dir, old);
+  INFO(err);
+  CHECK(err.find("has no miscorrected column") != std::string::npos);
+  CHECK(err.find("no CUDA driver") != std::string::npos);
+  // An appended file that already has the column says nothing.
+  CHECK(inject_without_gpu(dir, fresh).find("miscorrected") == std::string::npos);
 }
 
 TEST_CASE("the false-alarm distributions have the asked mean and spread", "[campaign]") {
@@ -281,6 +436,9 @@ class FakeBackend final : public TrialBackend {
     } else if (plan->bit >= 10) {  // detected, left wrong
       r.detected = 1;
       out[2] = std::numeric_limits<float>::quiet_NaN();
+    } else if (plan->bit == 1) {  // "corrected", left wrong
+      r.detected = r.corrected = 1;
+      out[0] += 0.5f;
     } else if (plan->bit == 0) {  // an alarm about nothing
       r.detected = 1;
     }
@@ -307,12 +465,13 @@ TEST_CASE("a campaign runs every trial and tallies what the backend did", "[camp
   CHECK(backend.runs == 640);
   CHECK(seen == 640);
   CHECK(r.tally.trials == 640);
-  long long expected[5] = {};
+  long long expected[kOutcomes.size()] = {};
   for (const TrialResult& t : r.trials) {
     const int b = t.plan.bit;
     const Outcome want = b >= 30   ? Outcome::corrected
                          : b >= 20 ? Outcome::sdc
                          : b >= 10 ? Outcome::detected
+                         : b == 1  ? Outcome::miscorrected
                          : b == 0  ? Outcome::false_positive
                                    : Outcome::masked;
     REQUIRE(t.outcome == want);
@@ -320,6 +479,7 @@ TEST_CASE("a campaign runs every trial and tallies what the backend did", "[camp
   }
   for (Outcome out : kOutcomes) CHECK(r.tally.count(out) == expected[static_cast<int>(out)]);
   CHECK(r.tally.count(Outcome::sdc) > 0);
+  CHECK(r.tally.count(Outcome::miscorrected) > 0);
   const std::string row = trials_csv_row(r.trials.front()), header = trials_csv_header();
   CHECK(std::count(row.begin(), row.end(), ',') == std::count(header.begin(), header.end(), ','));
   CHECK_THROWS_AS(run_campaign(backend, s, backend.clean, {1.0f}, o), Error);

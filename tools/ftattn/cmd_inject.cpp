@@ -90,30 +90,41 @@ std::string shape_text(const Problem& p) {
 }
 
 // One row per site (and per false-alarm distribution), appended; the header when the file is new.
+// The counts' columns are campaign.hpp's (miscorrected last).
 class SummaryCsv {
  public:
   explicit SummaryCsv(const std::string& path)
       : out_("--summary-csv", path, OutputFile::Mode::append) {
-    if (out_.is_open() && out_.fresh())
-      out_.stream() << "config,protection,precision,head_dim,mask,shape,site,bits,trials,masked,"
-                       "corrected,detected,sdc,false_positive,sdc_upper95,seconds\n";
+    if (!out_.is_open()) return;
+    if (out_.fresh()) {
+      out_.stream() << "config,protection,precision,head_dim,mask,shape,site,bits,"
+                    << campaign::summary_csv_counts_header() << "\n";
+      return;
+    }
+    // A file an older build began keeps its layout rather than mixing row lengths.
+    std::ifstream existing(path);
+    std::string header;
+    std::getline(existing, header);
+    legacy_ = !campaign::summary_csv_has_miscorrected(header);
+    if (legacy_)
+      std::cerr << fmt::format(
+          "ftattn: warning: {} has no miscorrected column (an older build's file): its new rows "
+          "count miscorrected trials as detected; give a new file to keep them apart\n",
+          path);
   }
   void add(const KernelConfig& c, const Problem& p, const std::string& site,
            const std::string& bits, const campaign::Tally& t, double seconds) {
     if (!out_.is_open()) return;
-    using campaign::Outcome;
-    out_.stream() << fmt::format(
-        "{},{},{},{},{},{}x{}x{},{},{},{},{},{},{},{},{},{:.3e},{:.2f}\n", c.name(),
-        to_string(c.protection), to_string(c.precision), c.head_dim, to_string(c.mask), p.batch,
-        p.heads_q, p.seqlen_q, site, bits, t.trials, t.count(Outcome::masked),
-        t.count(Outcome::corrected), t.count(Outcome::detected), t.count(Outcome::sdc),
-        t.count(Outcome::false_positive),
-        campaign::wilson_upper_95(t.count(Outcome::sdc), t.trials), seconds);
+    out_.stream() << fmt::format("{},{},{},{},{},{}x{}x{},{},{},{}\n", c.name(),
+                                 to_string(c.protection), to_string(c.precision), c.head_dim,
+                                 to_string(c.mask), p.batch, p.heads_q, p.seqlen_q, site, bits,
+                                 campaign::summary_csv_counts(t, seconds, legacy_));
   }
   void commit() { out_.commit(); }
 
  private:
   OutputFile out_;
+  bool legacy_ = false;  // the file's header predates the miscorrected column
 };
 
 int run_inject(const InjectOptions& o, const GlobalOptions& global) {
