@@ -22,11 +22,16 @@ int main() try {
               r.registers, r.spill_stores, r.spill_loads, r.dynamic_shared_bytes,
               r.threads_per_block);
   std::printf("--- generated source ---\n%s", kernel->source.c_str());
-  size_t mmas = 0;
-  for (size_t at = kernel->ptx.find("mma.sync"); at != std::string::npos;
-       at = kernel->ptx.find("mma.sync", at + 1))
-    ++mmas;
-  std::printf("--- PTX: %zu bytes, %zu mma.sync instructions ---\n", kernel->ptx.size(), mmas);
+  // Hopper's kernels issue warpgroup MMAs (wgmma), the others warp MMAs (mma.sync).
+  auto count = [&](const char* what) {
+    size_t n = 0;
+    for (size_t at = kernel->ptx.find(what); at != std::string::npos;
+         at = kernel->ptx.find(what, at + 1))
+      ++n;
+    return n;
+  };
+  std::printf("--- PTX: %zu bytes, %zu wgmma.mma_async and %zu mma.sync instructions ---\n",
+              kernel->ptx.size(), count("wgmma.mma_async"), count("mma.sync"));
   return 0;
 } catch (const ftattn::Error& e) {
   std::fprintf(stderr, "error: %s\n", e.what());

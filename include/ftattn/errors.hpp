@@ -43,8 +43,8 @@ class NoDeviceError : public Error {
   using Error::Error;
 };
 
-// A protected kernel detected a fault it could not correct, under OnFault::raise. `report()`
-// says where.
+// A protected kernel detected a fault it could not correct, under OnFault::raise. The message
+// is the kernel's name and FaultReport::summary(): counts and the first event's place.
 struct FaultReport;
 class FaultError : public Error {
  public:

@@ -41,8 +41,14 @@ int run_inspect(const InspectOptions& o, const GlobalOptions& global) {
   if (o.resources || !any) print_resources(kernel->resources);
   if (o.source) fmt::print("source\n{}", kernel->source);
   if (o.ptx) fmt::print("ptx\n{}", kernel->ptx);
-  if (o.sass) print_sass(kernel->cubin);
-  if (o.sass_digest) print_sass_digest(kernel->cubin);
+  // A missing digest must not read as "no difference" to a script comparing two builds.
+  bool shown = true;
+  if (o.sass) shown = print_sass(kernel->cubin) && shown;
+  if (o.sass_digest) shown = print_sass_digest(kernel->cubin) && shown;
+  if (!shown)
+    throw Error(
+        "the SASS asked for was not shown (see above): it needs the CUDA toolkit's cuobjdump or "
+        "nvdisasm, in the toolkit's bin folder or on PATH");
   return 0;
 }
 

@@ -39,8 +39,9 @@ void add_config_flags(CLI::App& cmd, ConfigFlags& f, Positional positional) {
   f.stages_opt = cmd.add_option("--stages", f.stages, "K/V shared-memory stages: 1, 2, 3");
   cmd.add_option("--precision", f.precision, "f16, bf16, int8, f16_pasa, fp8_e4m3 (default f16)");
   cmd.add_option("--protection", f.protection,
-                 "none, flash_abft, efta_detect, efta_correct (default none)");
-  cmd.add_option("--mask", f.mask, "none or causal (default none)");
+                 "none, flash_abft, efta_detect, efta_correct, decoupled (default none)");
+  cmd.add_option("--mask", f.mask,
+                 "none, causal, block_sparse or block_sparse_causal (default none)");
   cmd.add_option("--arch", f.arch, "sm_80, sm_86, sm_89, sm_90a, ... (default: the GPU's)");
   cmd.add_option("--backend", f.backend,
                  "nvrtc, or llvm: clang + the project's IR passes + NVPTX (default nvrtc)");
