@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "runtime/disk_cache.hpp"
+#include "tests/support/shell.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #ifndef FTATTN_CLI_PATH
@@ -22,6 +23,9 @@
 
 namespace fs = std::filesystem;
 using ftattn::runtime::DiskCache;
+using ftattn::test::contains;
+using ftattn::test::read_file;
+using ftattn::test::shell_quote;
 using ftattn::test::TempDir;
 
 namespace {
@@ -32,23 +36,6 @@ struct Result {
   std::string err;
 };
 
-std::string quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
 // `ftattn --cache-dir <cache> <args>` through sh, after `prefix` (e.g. "ulimit -n 4;").
 // `tag` keeps the output files of concurrent runs apart.
 Result run_ftattn(const TempDir& dir, const fs::path& cache, const std::vector<std::string>& args,
@@ -56,15 +43,15 @@ Result run_ftattn(const TempDir& dir, const fs::path& cache, const std::vector<s
   const fs::path out = dir.path() / ("stdout" + tag + ".txt");
   const fs::path err = dir.path() / ("stderr" + tag + ".txt");
   // Redirected first: with `ulimit -n 4` the shell could no longer redirect.
-  std::string command = "exec >" + quote(out.string()) + " 2>" + quote(err.string()) + "; " +
-                        prefix + "exec " + quote(FTATTN_CLI_PATH) + " --cache-dir " +
-                        quote(cache.string());
-  for (const std::string& a : args) command += " " + quote(a);
-  const int status = std::system(("sh -c " + quote(command)).c_str());
+  std::string command = "exec >" + shell_quote(out.string()) + " 2>" + shell_quote(err.string()) +
+                        "; " + prefix + "exec " + shell_quote(FTATTN_CLI_PATH) + " --cache-dir " +
+                        shell_quote(cache.string());
+  for (const std::string& a : args) command += " " + shell_quote(a);
+  const int status = std::system(("sh -c " + shell_quote(command)).c_str());
   Result r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(out);
-  r.err = slurp(err);
+  r.out = read_file(out);
+  r.err = read_file(err);
   return r;
 }
 

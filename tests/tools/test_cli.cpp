@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/shell.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #ifndef FTATTN_CLI_PATH
@@ -22,6 +23,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using ftattn::test::contains;
+using ftattn::test::read_file;
+using ftattn::test::shell_quote;
 using ftattn::test::TempDir;
 
 struct CliResult {
@@ -30,25 +34,6 @@ struct CliResult {
   std::string err;
   std::string all() const { return out + err; }
 };
-
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'') {
-      out += "'\\''";
-    } else {
-      out += c;
-    }
-  }
-  return out + "'";
-}
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Runs the CLI with `args` in `dir`'s context: env assignments ("NAME=value") go first.
 CliResult run_cli(const TempDir& dir, const std::vector<std::string>& args,
@@ -80,10 +65,6 @@ std::vector<std::string> with_cache(const TempDir& dir, std::vector<std::string>
 // machine without a GPU even where one is present.
 std::string no_driver_env(const TempDir& dir) {
   return "FTATTN_LIBCUDA=" + (dir.path() / "no-such-libcuda.so.1").string();
-}
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
 }
 
 // The default at head dim 128 on sm_90a: the wgmma skeleton (kernel/fwd_sm90.cuh).
