@@ -86,7 +86,8 @@ TEST_CASE("cli: compile fails, printing no entry, when the entry could not be st
   CHECK_FALSE(contains(r.out, cache.string()));
 }
 
-TEST_CASE("cli: a read error is not damage: the entry survives ulimit -n 4", "[cache][cli]") {
+TEST_CASE("cli: a read error is not damage: the entry survives a descriptor limit",
+          "[cache][cli]") {
   TempDir dir;
   const fs::path cache = dir.path() / "cache";
   const Result first = run_ftattn(dir, cache, kCompile);
@@ -94,14 +95,21 @@ TEST_CASE("cli: a read error is not damage: the entry survives ulimit -n 4", "[c
   const fs::path entry = printed_entry(first);
   REQUIRE(fs::exists(entry / "manifest.json"));
 
-  // The audit's repro: with 4 descriptors the manifest cannot be opened (EMFILE). Whatever else
-  // fails in that process, the good entry must not be taken for damaged and deleted.
-  const Result starved = run_ftattn(dir, cache, kCompile, "ulimit -n 4; ");
-  SHOW(starved);
-  REQUIRE(contains(starved.err, "Too many open files"));  // the run did meet EMFILE
-  CHECK_FALSE(contains(starved.err, "was damaged"));
-  CHECK(fs::exists(entry / "manifest.json"));
-  CHECK(fs::exists(entry / "kernel.cubin"));
+  // The audit's repro: with a few descriptors the entry's files cannot be opened (EMFILE).
+  // Where the limit bites first (the loader, the cache, NVRTC) depends on the machine, so a
+  // range of limits is tried; whatever else fails, the good entry is never taken for damaged.
+  int met = 0;  // runs that got past the loader and met EMFILE
+  for (int limit = 4; limit <= 24; limit += 2) {
+    const Result starved =
+        run_ftattn(dir, cache, kCompile, "ulimit -n " + std::to_string(limit) + "; ");
+    SHOW(starved);
+    met += contains(starved.err, "Too many open files") &&
+           !contains(starved.err, "error while loading shared libraries");
+    CHECK_FALSE(contains(starved.err, "was damaged"));
+    CHECK(fs::exists(entry / "manifest.json"));
+    CHECK(fs::exists(entry / "kernel.cubin"));
+  }
+  CHECK(met > 0);  // some limit did starve the process after it started
 
   const Result again = run_ftattn(dir, cache, kCompile);
   SHOW(again);
