@@ -8,8 +8,8 @@ ChecksumAtoms checksum_atoms(Protection p) {
       return {0, 1};
     case Protection::efta_detect:  // its ones column shares the one V atom
       return {1, 1};
-    case Protection::efta_correct:
-      return {2, 2};
+    case Protection::efta_correct:  // and its weighted row checksum
+      return {2, 1};
     default:
       return {};
   }

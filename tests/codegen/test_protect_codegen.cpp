@@ -157,7 +157,7 @@ TEST_CASE("EFTA on the wgmma skeleton: GEMM I and II carry the checksum tiles",
           CHECK(three == (d == 64 && !(prot == Protection::efta_correct && m == Mask::causal)));
           const int gemm1_steps = (ws ? 4 : 2) * (d / 16),
                     gemm2_steps = (ws ? 3 : 2) * (c.block_n / 16);
-          if (gemm1 == gemm2) {  // 128-key blocks at head dim 128 under efta_detect: both n136
+          if (gemm1 == gemm2) {  // 128-key blocks at head dim 128 under EFTA: both n136
             CHECK(count(out.ptx, gemm1) == gemm1_steps + gemm2_steps);
           } else {
             CHECK(count(out.ptx, gemm1) == gemm1_steps);
@@ -218,8 +218,8 @@ TEST_CASE("protected tiles take more shared memory: checksum rows and columns",
   CHECK(c.shared_memory_bytes() == none);
   c.protection = Protection::efta_detect;  // 8 K rows; its one V atom fits the row padding
   CHECK(c.shared_memory_bytes() == (64 + 2 * 128 + 8) * (128 + 8) * 2);
-  c.protection = Protection::efta_correct;  // 16 K rows
-  CHECK(c.shared_memory_bytes() == (64 + 2 * 128 + 16) * (128 + 24) * 2);
+  c.protection = Protection::efta_correct;  // 16 K rows; its one V atom fits the row padding
+  CHECK(c.shared_memory_bytes() == (64 + 2 * 128 + 16) * (128 + 8) * 2);
 }
 
 TEST_CASE("the checksum workspace layout is aligned and sized per head", "[protect]") {

@@ -8,6 +8,7 @@
 #include <tuple>
 #include <vector>
 
+#include "codegen/checksum_atoms.hpp"
 #include "codegen/swizzle_atom.hpp"
 #include "ftattn/codegen.hpp"
 #include "runtime/nvrtc_compiler.hpp"
@@ -264,7 +265,7 @@ TEST_CASE("head dim 32 units: GEMM II m64n32 and its checksum tiles, no spills a
         INFO(c.name());
         const codegen::KernelSource src = codegen::generate(c);
         const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
-        const int v_atoms = prot == Protection::efta_correct ? 2 : prot == Protection::none ? 0 : 1;
+        const int v_atoms = codegen::checksum_atoms(prot).v;
         const std::string gemm2 = "wgmma.mma_async.sync.aligned.m64n" +
                                   std::to_string(32 + 8 * v_atoms) + "k16.f32.f16.f16";
         CHECK(test::count(out.ptx, gemm2) >= 2 * (c.block_n / 16));
@@ -434,7 +435,7 @@ TEST_CASE("warp_specialized units: producer and consumers, no spills, no seriali
             const KernelConfig c = test::tile_config(d, 128, n, 8, 2, kSm90a, p, m, prot);
             const WsUnit u = check_ws_unit(c, "attention_fwd_ws_sm90");
             const std::string wgmma = "wgmma.mma_async.sync.aligned.m64n";
-            const int v_atoms = prot == Protection::efta_correct ? 2 : 1;
+            const int v_atoms = codegen::checksum_atoms(prot).v;
             CHECK(test::count(u.out.ptx, wgmma + std::to_string(n + 8) + "k16.f32.") >=
                   4 * (d / 16));
             CHECK(test::count(u.out.ptx, wgmma + std::to_string(d + 8 * v_atoms) + "k16.f32.") >=

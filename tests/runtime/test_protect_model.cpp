@@ -7,6 +7,7 @@
 #include <random>
 
 #include "ftattn/pasa.hpp"
+#include "ftattn/protect/locate.cuh"
 #include "ftattn/protect_model.hpp"
 #include "ftattn/quantize_model.hpp"
 
@@ -217,10 +218,7 @@ TEST_CASE("fp8 efta_correct: a flipped score is located only with the weighted s
   // multiplied by E4M3 Q in FP32. The kernel's rule (protect::locate): ratio = e2 / e1 * n must be
   // an integer j in 1 .. n within 0.2. With the weighted sum in hi only its rounding, 2^-11 of
   // |Q| . sum |K|, moves the ratio by whole units for faults the check (2e-6 of that) sees.
-  auto locate = [](double e1, double e2, int n) {
-    const double ratio = e2 / e1 * n, j = std::rint(ratio);
-    return std::abs(ratio - j) > 0.2 || j < 1 || j > n ? -1 : static_cast<int>(j) - 1;
-  };
+  auto locate = [](float e1, float e2, int n) { return ftattn::protect::locate_index(e1, e2, n); };
   auto f16 = [](float x) {
     return static_cast<float>(ftattn::pasa::round_to(x, ftattn::Precision::f16));
   };
@@ -285,6 +283,105 @@ TEST_CASE("fp8 efta_correct: a flipped score is located only with the weighted s
   CHECK(mislocated == 0);
   CHECK(located > seen * 9 / 10);
   CHECK(mislocated_hi_only > 0);  // why the lo row exists
+}
+
+TEST_CASE("16-bit efta_correct: an O flip is located by the row's weighted sum in hi + lo",
+          "[protect]") {
+  // protect/checksum.cuh: each V row's plain sum and, for efta_correct, its sum weighted by
+  // output_weight, both as f16 hi + lo, multiplied by the f16 P into FP32 beside O. The kernel
+  // (fwd_sm80.cuh, check_output) alarms over tol_output * (growth * values + B), corrects over
+  // tol_output * (2 growth + 1) * B with B = l * max sum |v|, and locates by locate_index. The
+  // layout before had per-thread checksums (32 of the row's elements each) with the weighted one
+  // in f16 alone, whose rounding moved the located element for flips the check saw: it then
+  // reported them corrected and left two elements wrong.
+  auto f16 = [](float x) {
+    return static_cast<float>(ftattn::pasa::round_to(x, ftattn::Precision::f16));
+  };
+  auto flip = [](float x, int bit) {
+    return std::bit_cast<float>(std::bit_cast<uint32_t>(x) ^ (1u << bit));
+  };
+  using ftattn::protect::locate_index;
+  using ftattn::protect::output_weight;
+  constexpr float tol_output = 1.5e-7f, floor = 1e-6f;  // f16's default (protected_launch.cpp)
+  constexpr int d = 128, keys = 512, group = 32;
+  constexpr float growth = keys / 128.f + 16;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  // A check of `n` values x against plain and weighted references; weight(i): element i's.
+  struct Tally {
+    int seen = 0, located = 0, mislocated = 0;
+  } row, per_group;
+  auto check = [&](Tally& tally, const std::vector<float>& x, int bad, float ref, float wref,
+                   float bound, auto&& weight, int n) {
+    float sum = 0.f, magnitude = 0.f, wsum = 0.f;
+    for (int i = 0; i < n; ++i) {
+      sum += x[i];
+      magnitude += std::abs(x[i]);
+      wsum += weight(i) * x[i];
+    }
+    const float e1 = ref - sum;
+    const float values = std::min(magnitude + std::abs(ref), 2 * bound);
+    if (std::abs(e1) <= tol_output * (growth * values + bound) + floor) return;  // not seen
+    if (std::abs(e1) <= tol_output * (2 * growth + 1) * bound + floor) return;   // detected only
+    ++tally.seen;
+    const int at = locate_index(e1, wref - wsum, n);
+    tally.located += at == bad;
+    tally.mislocated += at >= 0 && at != bad;
+  };
+  for (int trial = 0; trial < 40; ++trial) {
+    std::vector<float> p(keys), v(keys * d);
+    float l = 0.f;
+    for (int k = 0; k < keys; ++k) l += p[k] = f16(std::exp2(std::min(0.f, normal(rng) * 2.f)));
+    for (float& x : v) x = f16(normal(rng));
+    // O, the row's checksums (hi + lo, weighted hi + lo) and the per-thread ones of the layout
+    // before (group t: columns 8 nt + 2t + c, element j = 2 nt + c, weighted in hi alone).
+    std::vector<float> o(d, 0.f), gref(4, 0.f), gwref(4, 0.f);
+    float ref = 0.f, wref = 0.f, vmax = 0.f;
+    std::vector<float> gvmax(4, 0.f);
+    for (int k = 0; k < keys; ++k) {
+      float plain = 0.f, weighted = 0.f, magnitude = 0.f;
+      std::vector<float> gp(4, 0.f), gw(4, 0.f), ga(4, 0.f);
+      for (int c = 0; c < d; ++c) {
+        const float x = v[k * d + c];
+        const int t = (c % 8) / 2, j = 2 * (c / 8) + c % 2;
+        o[c] += p[k] * x;
+        plain += x;
+        weighted += output_weight(c, d) * x;
+        magnitude += std::abs(x);
+        gp[t] += x;
+        gw[t] += (j + 1) / float(group) * x;
+        ga[t] += std::abs(x);
+      }
+      ref += p[k] * (f16(plain) + f16(plain - f16(plain)));
+      wref += p[k] * (f16(weighted) + f16(weighted - f16(weighted)));
+      vmax = std::max(vmax, magnitude);
+      for (int t = 0; t < 4; ++t) {
+        gref[t] += p[k] * (f16(gp[t]) + f16(gp[t] - f16(gp[t])));
+        gwref[t] += p[k] * f16(gw[t]);
+        gvmax[t] = std::max(gvmax[t], ga[t]);
+      }
+    }
+    for (int bit = 10; bit <= 30; ++bit) {
+      const int bad = (trial * 37 + bit * 11) % d;
+      std::vector<float> x = o;
+      x[bad] = flip(x[bad], bit);
+      check(
+          row, x, bad, ref, wref, l * vmax, [&](int c) { return output_weight(c, d); }, d);
+      const int t = (bad % 8) / 2;
+      std::vector<float> mine(group);
+      for (int j = 0; j < group; ++j) mine[j] = x[(j / 2) * 8 + 2 * t + j % 2];
+      check(
+          per_group, mine, 2 * (bad / 8) + bad % 2, gref[t], gwref[t], l * gvmax[t],
+          [&](int j) { return (j + 1) / float(group); }, group);
+    }
+  }
+  INFO("by rows: " << row.seen << " seen, " << row.located << " located, " << row.mislocated
+                   << " mislocated; per thread, weighted in hi alone: " << per_group.seen
+                   << " seen, " << per_group.mislocated << " mislocated");
+  REQUIRE(row.seen > 300);
+  CHECK(row.mislocated == 0);
+  CHECK(row.located > row.seen * 95 / 100);
+  CHECK(per_group.mislocated > 0);  // why the weighted sum has its lo half
 }
 
 namespace {

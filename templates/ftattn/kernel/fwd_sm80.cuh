@@ -358,8 +358,8 @@ __device__ __forceinline__ float q_rows_norm(u32 sQ, int warp_row, int lane) {
   return q_norm;
 }
 
-// GEMM II check: the O checksum columns against the O elements they sum (per thread for EFTA,
-// per row for Flash-ABFT); efta_correct rebuilds a single faulty element.
+// GEMM II check: each row of O against its checksum column (protect/checksum.cuh); efta_correct
+// locates a single faulty element by the row's weighted checksum and rebuilds it.
 //
 // The rounding the check must tolerate is FP32 accumulation, about 2^-23 of the running sums per
 // MMA step, and the hi + lo split of the checksum operand, 2^-22 (f16) of each key's term. Their
@@ -370,9 +370,10 @@ __device__ __forceinline__ float q_rows_norm(u32 sQ, int warp_row, int lane) {
 // the threshold follows the values, growing with the key blocks, plus B once for the split:
 //   tol = tol_output * ((blocks + 16) * min(sum |o| + |checksum|, 2 B) + B) + floor.
 // Where nothing cancels (PASA's biased inputs) sum |o| and |checksum| reach B and this is the old
-// bound. Locating needs the weighted discrepancy to be clean to 1/(2 * 32) of e1, so correction
-// waits for a discrepancy over the threshold with the values at their bound (2 B); between the
-// two, the fault is detected and reported (recompute fixes it).
+// bound. Locating needs the weighted discrepancy to be clean to 1/(2 head_dim) of e1, so
+// correction waits for a discrepancy over the threshold with the values at their bound (2 B);
+// between the two, the fault is detected and reported (recompute fixes it). A CPU model of the
+// check (test_protect_model.cpp) locates every flip it corrects there.
 // `row_of(mt, r)` is the global query row of this thread's row half r of tile mt. `kLazy`: sum |o|
 // only where a row of the warp fails against |checksum| (below).
 template <class T, bool kLazy = false, int kMT, int kOT, int kAtoms, class RowOf>
@@ -397,16 +398,23 @@ __device__ __forceinline__ void check_output(const AttentionParams& p, float (&o
   // hides their epilogue. Elsewhere it cost the mma.sync f16_pasa kernel with Flash-ABFT 32 bytes
   // of spills in its causal loop.
   float e1[kMT][2], ref[kMT][2];
+  [[maybe_unused]] float weighted_ref[kMT][2];
   bool clean = true;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float sum = thread_row_sum(o[mt], r);
-      if constexpr (Protect::row_check) sum = quad_sum(sum);
-      ref[mt][r] = oc[mt][0][2 * r] + oc[mt][0][2 * r + 1];
-      if constexpr (Protect::ones_in_odd_groups)
-        ref[mt][r] = __shfl_sync(0xffffffffu, ref[mt][r], lane & ~1);
+      const float sum = quad_sum(thread_row_sum(o[mt], r));
+      // This lane's column group of the checksum tile as one value (hi + lo), and the quad's
+      // plain and weighted checksums from the lanes that hold them (protect/checksum.cuh).
+      const float group = oc[mt][0][2 * r] + oc[mt][0][2 * r + 1];
+      if constexpr (Protect::correct) {
+        // One lane's plain checksum for the whole quad: the quad decides on the repair together.
+        ref[mt][r] = __shfl_sync(0xffffffffu, group, lane & ~3);
+        weighted_ref[mt][r] = __shfl_sync(0xffffffffu, group, Protect::weighted_lane(lane));
+      } else {
+        ref[mt][r] = __shfl_sync(0xffffffffu, group, Protect::plain_lane(lane));
+      }
       const float bound = fabsf(l[mt][r]) * v_bound;
       e1[mt][r] = ref[mt][r] - sum;
       const float least = fminf(fabsf(ref[mt][r]), 2 * bound);
@@ -419,21 +427,20 @@ __device__ __forceinline__ void check_output(const AttentionParams& p, float (&o
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const float bound = fabsf(l[mt][r]) * v_bound;
-      float magnitude = thread_row_sum<true>(o[mt], r);
-      if constexpr (Protect::row_check) magnitude = quad_sum(magnitude);
+      const float magnitude = quad_sum(thread_row_sum<true>(o[mt], r));
       // Capped at the bound they cannot exceed, so that a non-finite element still alarms.
       const float values = fminf(magnitude + fabsf(ref[mt][r]), 2 * bound);
       const float tol = tol_at(values, bound);
       const int row = row_of(mt, r);
       if (!(fabsf(e1[mt][r]) <= tol) && row < p.seqlen_q) {
-        int bad = -1;
+        int column = -1;
         if constexpr (Protect::correct)
           if (!(fabsf(e1[mt][r]) <= p.tol_output * (2 * growth + 1) * bound + p.tol_floor))
-            bad = protect::correct_row(o[mt], r, e1[mt][r], ref[mt][r], oc[mt][kAtoms - 1][2 * r]);
-        if (!Protect::row_check || lane % 4 == 0)
-          record_fault(p.fault_log, batch, head, row,
-                       bad >= 0 ? protect::row_group_column(bad, quad_t) : -1, fault_stage_output,
-                       bad >= 0, fabsf(e1[mt][r]), tol);
+            column = protect::correct_output_row(o[mt], r, e1[mt][r], ref[mt][r],
+                                                 weighted_ref[mt][r], lane);
+        if (quad_t == 0)
+          record_fault(p.fault_log, batch, head, row, column, fault_stage_output, column >= 0,
+                       fabsf(e1[mt][r]), tol);
       }
     }
 }
@@ -916,12 +923,7 @@ __device__ __forceinline__ void attention_fwd_sm80(const AttentionParams& p) {
       const float sum = quad_sum(row_sum[mt][r]);
       float l = sum;
       if constexpr (Protect::k_atoms > 0) {
-        // The ones column: efta_detect's odd column groups, efta_correct's second atom.
-        float ones;
-        if constexpr (Protect::ones_in_odd_groups)
-          ones = __shfl_sync(0xffffffffu, oc[mt][0][2 * r], lane | 1);
-        else
-          ones = oc[mt][1][2 * r + 1];
+        const float ones = __shfl_sync(0xffffffffu, oc[mt][0][2 * r], Protect::ones_lane(lane));
         l = detail::efta_row_sum<T>(p, sum, ones,
                                     __uint_as_float(sm80::ld_shared_u32(lower_bound_at(mt, r))),
                                     global_row(mt, r), row_max[mt][r], lane, batch, head);

@@ -438,18 +438,14 @@ __device__ __forceinline__ void efta_report_alarms(const AttentionParams& p,
 }
 
 // Row half r's sum of the 16-bit P that GEMM II multiplied into O: the ones column of its checksum
-// tiles `oc` (odd column groups of the first, or efta_correct's second atom), in every lane.
+// tile `oc` (protect/checksum.cuh), in every lane.
 template <class T, int kCT>
 __device__ __forceinline__ float ones_column(const float (&oc)[kCT][4], int r, int lane) {
-  if constexpr (T::Protect::ones_in_odd_groups) {
-    // Shuffled from a copy: a shuffle of the accumulator register itself made ptxas serialise
-    // every wgmma of the kernel (C7511).
-    float even = oc[0][2 * r];
-    asm volatile("" : "+f"(even));
-    return __shfl_sync(0xffffffffu, even, lane | 1);
-  } else {
-    return oc[1][2 * r + 1];
-  }
+  // Shuffled from a copy: a shuffle of the accumulator register itself made ptxas serialise
+  // every wgmma of the kernel (C7511).
+  float even = oc[0][2 * r];
+  asm volatile("" : "+f"(even));
+  return __shfl_sync(0xffffffffu, even, T::Protect::ones_lane(lane));
 }
 
 // The row-sum fault site where l is the ones column (Flash-ABFT's injection builds): the flip of
@@ -487,8 +483,7 @@ __device__ __forceinline__ void check_ones_row_sum(const AttentionParams& p, flo
 }
 
 // The epilogue's l of row half r under EFTA: this thread's share of the FP32 sum `row_sum`
-// against the ones column of GEMM II's checksum tiles `oc` (efta_detect's odd column groups,
-// efta_correct's second atom), checked by efta_row_sum.
+// against the ones column of GEMM II's checksum tile `oc`, checked by efta_row_sum.
 template <class T, int kCT>
 __device__ __forceinline__ float efta_checked_row_sum(const AttentionParams& p,
                                                       const float (&oc)[kCT][4], int r,

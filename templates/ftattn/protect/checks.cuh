@@ -5,6 +5,7 @@
 #include "ftattn/common/faults.cuh"
 #include "ftattn/precision/bf16.cuh"
 #include "ftattn/precision/f16.cuh"
+#include "ftattn/protect/locate.cuh"
 
 namespace ftattn::protect {
 
@@ -83,9 +84,8 @@ __device__ __forceinline__ void rebuild(float* x, int bad, float ref) {
     if (i == bad) x[i] = ref - others;
 }
 
-// Where the single faulty element of a thread's group is, from the plain (e1) and weighted (e2)
-// discrepancies with weights (j + 1) / n; -1 when the ratio is not a clean index (two faults, a
-// hit checksum, or a discrepancy too small to locate). A non-finite element locates itself.
+// Where the single faulty element of a thread's group is (locate_index), from the plain (e1) and
+// weighted (e2) discrepancies; a non-finite element locates itself.
 template <int N>
 __device__ __forceinline__ int locate(const float* x, float e1, float e2) {
   int bad = -1, non_finite = 0;
@@ -97,10 +97,7 @@ __device__ __forceinline__ int locate(const float* x, float e1, float e2) {
     }
   if (non_finite == 1) return bad;
   if (non_finite > 1) return -1;
-  const float ratio = e2 / e1 * N;
-  const float j = rintf(ratio);
-  if (!finite(ratio) || fabsf(ratio - j) > 0.2f || j < 1.f || j > float(N)) return -1;
-  return static_cast<int>(j) - 1;
+  return locate_index(e1, e2, N);
 }
 
 // efta_correct's single-error repair of one row of an MMA accumulator tile set (S or O): this
@@ -130,6 +127,59 @@ __device__ __forceinline__ int correct_row(float (&x)[NT][4], int r, float e1, f
 // The column within its block of value `j` of a thread's row group (quad_t: lane % 4).
 __device__ __forceinline__ int row_group_column(int j, int quad_t) {
   return (j / 2) * 8 + 2 * quad_t + j % 2;
+}
+
+// efta_correct's single-error repair of row half r of O, which a quad holds: this thread's 2 * NT
+// values of it at columns row_group_column(j, lane % 4), checked against the row's plain checksum
+// `ref` (discrepancy e1 = ref - the row's sum) and weighted one (weights output_weight). The lane
+// that holds the located element rebuilds it from the checksum and the row's other elements.
+// Returns the column, in every lane of the quad, or -1. Only this lane's quad need be here: the
+// shuffles name it alone, and every value the quad's lanes decide on is the same in all four.
+template <int NT>
+__device__ __forceinline__ int correct_output_row(float (&x)[NT][4], int r, float e1, float ref,
+                                                  float weighted_ref, int lane) {
+  constexpr int n = 2 * NT, head_dim = 8 * NT;
+  const unsigned quad = 0xfu << (lane & ~3);
+  const int quad_t = lane % 4;
+  auto quad_total = [&](float v) {
+    v += __shfl_xor_sync(quad, v, 1);
+    return v + __shfl_xor_sync(quad, v, 2);
+  };
+  float wsum = 0.f, non_finite = 0.f;
+  int mine = -1;
+#pragma unroll
+  for (int j = 0; j < n; ++j) {
+    const float v = x[j / 2][2 * r + j % 2];
+    wsum += output_weight(row_group_column(j, quad_t), head_dim) * v;
+    if (!finite(v)) {
+      non_finite += 1.f;
+      mine = j;
+    }
+  }
+  non_finite = quad_total(non_finite);
+  int column;
+  if (non_finite > 0.f) {  // a non-finite element locates itself, when it is the only one
+    if (non_finite != 1.f) return -1;
+    column = mine >= 0 ? row_group_column(mine, quad_t) : -1;
+    column = max(column, __shfl_xor_sync(quad, column, 1));
+    column = max(column, __shfl_xor_sync(quad, column, 2));
+  } else {
+    column = locate_index(e1, weighted_ref - quad_total(wsum), head_dim);
+    if (column < 0) return -1;
+  }
+  // Rebuilt as the checksum less the others, not as x + e1: a flipped exponent makes the row's
+  // sum, and so e1, too large for x + e1 to keep the element's digits.
+  const bool owner = (column % 8) / 2 == quad_t;
+  const int bad = 2 * (column / 8) + column % 2;
+  float others = 0.f;
+#pragma unroll
+  for (int j = 0; j < n; ++j)
+    if (!(owner && j == bad)) others += x[j / 2][2 * r + j % 2];
+  others = quad_total(others);
+#pragma unroll
+  for (int j = 0; j < n; ++j)
+    if (owner && j == bad) x[j / 2][2 * r + j % 2] = ref - others;
+  return column;
 }
 
 }  // namespace ftattn::protect

@@ -8,12 +8,14 @@
 //                 8, so each thread's checksum covers exactly the S elements it holds); the
 //                 "unified" product check then verifies GEMM I, the max subtraction and exp:
 //                 prod P over a thread's elements == 2^(checksum * scale - n * max). V gets the
-//                 matching strided checksum columns (checked against O at the end) plus a column
-//                 of ones, whose accumulator is the row sum of the f16 P: it checks l, and SNVR's
-//                 range check LB <= l <= n (LB from per-block maxima) backs it up.
-//   efta_correct  Also weighted checksums (weights (j + 1) / n over the thread's j-th element):
-//                 a failed check locates the element from the ratio of the two discrepancies
-//                 and rebuilds it from the checksum, for S (before the softmax) and for O.
+//                 row sum of V as a checksum column (checked against each row of O at the end)
+//                 plus a column of ones, whose accumulator is the row sum of the f16 P: it checks
+//                 l, and SNVR's range check LB <= l <= n (LB from per-block maxima) backs it up.
+//   efta_correct  Also weighted checksums: for S the strided ones with weights (j + 1) / n over
+//                 the thread's j-th element, for O one per row with weights (c + 1) / head_dim
+//                 over column c. A failed check locates the element from the ratio of the two
+//                 discrepancies and rebuilds it from the checksum, for S (before the softmax) and
+//                 for O (at the end).
 //
 // The checksums of a KV head are computed once per call by checksum_prologue() (EFTA's
 // "checksum generation", hoisted out of every CTA) into the workspace of protect/workspace.cuh.
@@ -37,15 +39,25 @@ template <Scheme S>
 struct Checksum {
   static constexpr bool enabled = true;
   static constexpr bool correct = S == Scheme::efta_correct;
-  // One output check per row (the quad's sum against one checksum) where nothing is located.
-  static constexpr bool row_check = !correct;
   static constexpr int k_atoms = S == Scheme::flash_abft ? 0 : (correct ? 2 : 1);
-  static constexpr int v_atoms = correct ? 2 : 1;
-  // A single V atom (Flash-ABFT, efta_detect): even column groups hold rowsum(V) (hi, lo), odd
-  // ones the ones column (1, 0), so one 8-wide MMA tile per 16 keys carries both. Flash-ABFT's
-  // wgmma kernels take l from it (fwd_ws_sm90.cuh); on mma.sync, where it changed ptxas's spills
-  // at 255 registers and ran 0.96-0.98x causal, l stays the FP32 sum.
-  static constexpr bool ones_in_odd_groups = S != Scheme::efta_correct;
+  // One V atom, one 8-wide MMA tile per 16 keys, its column groups (thread group t of a quad
+  // holds columns 2t and 2t + 1):
+  //   t = 0, 2   rowsum(V) as (hi, lo);
+  //   t = 1      the ones column (1, 0);
+  //   t = 3      the ones column again, or efta_correct's weighted row sum
+  //              sum_c (c + 1) / head_dim V[c] as (hi, lo).
+  // So each lane reads what it lacks from its quad with one shuffle at the end. efta_correct had
+  // per-thread checksums in two atoms, with the weighted one in f16 alone: its rounding (2^-11)
+  // moved the located element for flips the check saw, which were then reported corrected and
+  // left two elements wrong. Flash-ABFT's wgmma kernels take l from the ones column
+  // (fwd_ws_sm90.cuh); on mma.sync, where it changed ptxas's spills at 255 registers and ran
+  // 0.96-0.98x causal, l stays the FP32 sum.
+  static constexpr int v_atoms = 1;
+  // The lanes of this lane's quad that hold the plain checksum, the ones column and the weighted
+  // checksum.
+  __device__ static int plain_lane(int lane) { return lane & ~1; }
+  __device__ static int ones_lane(int lane) { return correct ? (lane & ~3) | 1 : lane | 1; }
+  __device__ static int weighted_lane(int lane) { return lane | 3; }
 };
 
 // Grid (key blocks, kv heads, batch), T::threads threads: the checksums of one key block.
@@ -106,62 +118,41 @@ __device__ __forceinline__ void checksum_prologue(const AttentionParams& p) {
   for (int pass = 0; pass < passes; ++pass) {  // the same trip count in every lane
     const int kk = pass * keys_per_pass + static_cast<int>(threadIdx.x) / lanes;
     const int key = key0 + kk;
-    float g1[4] = {0.f, 0.f, 0.f, 0.f}, g2[4] = {0.f, 0.f, 0.f, 0.f}, ga[4] = {0.f, 0.f, 0.f, 0.f};
+    // The key's row sums: plain, weighted by column (efta_correct) and of magnitudes. A lane sums
+    // its chunks, then the four lanes meet by shuffles (three values per level).
+    float g1 = 0.f, g2 = 0.f, ga = 0.f;
     // Chunks past the keys were loaded as zeros: they add nothing.
 #pragma unroll
     for (int j = 0; j < per_lane; ++j) {
       const int chunk = j * lanes + lane_in_key;
       const uint4_ c = loaded[pass][j];
       const u32 words[4] = {c.x, c.y, c.z, c.w};
-      const float w0 = (2 * chunk + 1) / float(2 * chunks),
-                  w1 = (2 * chunk + 2) / float(2 * chunks);
 #pragma unroll
       for (int t = 0; t < 4; ++t) {
         float x0, x1;
         unpack2<bf16>(words[t], x0, x1);
-        g1[t] += x0 + x1;
-        if constexpr (!Pr::row_check) g2[t] += w0 * x0 + w1 * x1;
-        ga[t] += fabsf(x0) + fabsf(x1);
+        g1 += x0 + x1;
+        if constexpr (Pr::correct) {
+          const int column = chunk * 8 + 2 * t;  // protect::output_weight's
+          g2 += output_weight(column, D) * x0 + output_weight(column + 1, D) * x1;
+        }
+        ga += fabsf(x0) + fabsf(x1);
       }
     }
-    // Row checks need only the key's totals: a lane adds its four groups before the shuffles
-    // (two values per level instead of twelve).
-    if constexpr (Pr::row_check) {
 #pragma unroll
-      for (int t = 1; t < 4; ++t) g1[0] += g1[t], ga[0] += ga[t];
-#pragma unroll
-      for (int off = 1; off < lanes; off *= 2) {
-        g1[0] += __shfl_xor_sync(0xffffffffu, g1[0], off);
-        ga[0] += __shfl_xor_sync(0xffffffffu, ga[0], off);
-      }
-    } else {
-#pragma unroll
-      for (int off = 1; off < lanes; off *= 2)
-#pragma unroll
-        for (int t = 0; t < 4; ++t) {
-          g1[t] += __shfl_xor_sync(0xffffffffu, g1[t], off);
-          g2[t] += __shfl_xor_sync(0xffffffffu, g2[t], off);
-          ga[t] += __shfl_xor_sync(0xffffffffu, ga[t], off);
-        }
+    for (int off = 1; off < lanes; off *= 2) {
+      g1 += __shfl_xor_sync(0xffffffffu, g1, off);
+      if constexpr (Pr::correct) g2 += __shfl_xor_sync(0xffffffffu, g2, off);
+      ga += __shfl_xor_sync(0xffffffffu, ga, off);
     }
     if (kk < N && lane_in_key == 0) {
       u32* out = vc + kk * 4 * Pr::v_atoms;
-      const float one = key < p.seqlen_k ? 1.f : 0.f;
-      if constexpr (Pr::row_check) {
-        const u32 total = split_hi_lo<P>(g1[0]);
+      const u32 total = split_hi_lo<P>(g1), ones = P::pack(key < p.seqlen_k ? 1.f : 0.f, 0.f);
+      out[0] = out[2] = total;
+      out[1] = ones;
+      out[3] = Pr::correct ? split_hi_lo<P>(g2) : ones;
 #pragma unroll
-        for (int t = 0; t < 4; ++t) {
-          out[t] = Pr::ones_in_odd_groups && t % 2 == 1 ? P::pack(one, 0.f) : total;
-          abs_max[t] = fmaxf(abs_max[t], ga[0]);
-        }
-      } else {
-#pragma unroll
-        for (int t = 0; t < 4; ++t) {
-          out[t] = split_hi_lo<P>(g1[t]);
-          out[4 + t] = P::pack(Pr::correct ? g2[t] : 0.f, one);
-          abs_max[t] = fmaxf(abs_max[t], ga[t]);
-        }
-      }
+      for (int t = 0; t < 4; ++t) abs_max[t] = fmaxf(abs_max[t], ga);
     }
   }
   if (lane_in_key == 0)

@@ -39,7 +39,6 @@ namespace ftattn::protect {
 
 struct Fp8Abft : None {
   static constexpr bool enabled = true;
-  static constexpr bool row_check = true;
   static constexpr int f16_rows = 8;
   static constexpr float checksum_scale = 0.0625f;  // 2^-4
 };
@@ -48,7 +47,6 @@ template <bool Correct>
 struct Fp8Efta : Fp8Abft {
   static constexpr bool efta = true;
   static constexpr bool correct = Correct;
-  static constexpr bool row_check = !Correct;
   // K: hi, lo, magnitude (+ correct: weighted hi and lo) tiles of the strided sums. The weighted
   // sum needs its lo half: at hi only, its rounding (2^-11 of |Q| . sum |K|) moved the located
   // index by whole units for faults the check sees (a CPU simulation mislocated 235 of 2,585).

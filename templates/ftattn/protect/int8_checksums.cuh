@@ -35,7 +35,6 @@ namespace ftattn::protect {
 
 struct Int8Abft : None {
   static constexpr bool enabled = true;
-  static constexpr bool row_check = true;
   static constexpr int digit_rows = 8;  // one n8 tile of V^T rows
 };
 
@@ -44,7 +43,6 @@ struct Int8Efta : None {
   static constexpr bool enabled = true;
   static constexpr bool efta = true;
   static constexpr bool correct = Correct;
-  static constexpr bool row_check = !Correct;
   // K rows per key block: 2 digit tiles of the strided sums (+ 3 of the weighted ones).
   static constexpr int k_rows = Correct ? 40 : 16;
   // V^T rows: detect, Int8Abft's tile with a ones row; correct, 2 digit tiles of the strided

@@ -7,9 +7,7 @@ namespace ftattn::protect {
 
 struct None {
   static constexpr bool enabled = false;
-  static constexpr bool row_check = false;
   static constexpr bool correct = false;
-  static constexpr bool ones_in_odd_groups = false;
   static constexpr int k_atoms = 0;     // checksum tiles appended to K (GEMM I)
   static constexpr int v_atoms = 0;     // checksum tiles appended to V (GEMM II)
   static constexpr int digit_rows = 0;  // 8-bit skeleton: checksum rows appended to V^T

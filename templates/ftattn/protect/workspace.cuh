@@ -5,7 +5,8 @@
 //   V checksums  keys x (8 * v_atoms) 16-bit values: extra columns appended to each V row
 //   K checksums  n_blocks x (8 * k_atoms) x head_dim 16-bit values: extra rows of each K tile
 //   K norms      n_blocks x 4 floats: per thread group t, the sum of |k|_2 over its keys
-//   V maxima     4 floats: per thread group t, max over keys of sum |v| over its columns
+//   V maxima     4 floats: per thread group t, max over keys of sum |v| over the row (the same
+//                in all four: every scheme checks O by rows)
 // where keys = n_blocks * block_n, and thread group t of an MMA quad owns the columns
 // {8l + 2t, 8l + 2t + 1} of every 8-wide tile.
 #pragma once
