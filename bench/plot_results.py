@@ -176,13 +176,14 @@ def llvm_campaign(folder):
     data = (rows(folder, "llvm_campaign.csv") or []) + (rows(folder, "llvm_campaign_mma.csv") or [])
     if not data:
         return
-    outcomes = ["masked", "corrected", "detected", "false_positive", "sdc"]
+    # miscorrected: summaries written since 2026-11-29; older files count those trials as detected.
+    outcomes = ["masked", "corrected", "detected", "false_positive", "sdc", "miscorrected"]
     labels, shares = [], []
     for r in data:
         n = int(r["trials"])
         dmr = "harden" in r["config"]
         labels.append(f"{r['site'][3:]}\n{'DMR' if dmr else r['protection']}")
-        shares.append([100 * int(r[o]) / n for o in outcomes])
+        shares.append([100 * int(r.get(o) or 0) / n for o in outcomes])
     fig, ax = plt.subplots(figsize=(10, 4))
     bottom = [0.0] * len(data)
     for j, o in enumerate(outcomes):

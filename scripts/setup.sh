@@ -3,19 +3,35 @@
 # provides NVRTC and the Driver API headers. Safe to run again: it installs only what is missing.
 set -euo pipefail
 
-# LLVM and clang 22 (pinned): the LLVM route's front end, passes and NVPTX back end.
 packages=(cmake ninja-build g++ make python3 catch2 nlohmann-json3-dev libcli11-dev libfmt-dev
-          libxxhash-dev llvm-22-dev clang-22 libclang-22-dev)
+          libxxhash-dev)
+# LLVM and clang 22 (pinned): the LLVM route's front end, passes and NVPTX back end. Optional:
+# without them the build leaves the route out (CMakeLists.txt), so a distribution that does not
+# package LLVM 22 still builds everything else.
+llvm_packages=(llvm-22-dev clang-22 libclang-22-dev)
 missing=()
-for p in "${packages[@]}"; do
+for p in "${packages[@]}" "${llvm_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
 if ((${#missing[@]})); then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  echo "setup: installing ${missing[*]}"
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  install=()
+  for p in "${missing[@]}"; do
+    if [[ " ${llvm_packages[*]} " == *" $p "* ]] &&
+      ! apt-cache policy "$p" 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+      echo "setup: $p is not packaged here: the build leaves the LLVM route out" \
+        "(backend nvrtc only; add LLVM's apt repository for it)" >&2
+      continue
+    fi
+    install+=("$p")
+  done
+  if ((${#install[@]})); then
+    echo "setup: installing ${install[*]}"
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+      "${install[@]}"
+  fi
 fi
 
 cuda_home="${CUDA_HOME:-/usr/local/cuda}"
