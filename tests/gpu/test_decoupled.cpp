@@ -153,6 +153,35 @@ TEST_CASE("decoupled: planted faults are detected and corrected", "[gpu][decoupl
     }
 }
 
+TEST_CASE("decoupled: low-bit flips of the row statistics leave every row right",
+          "[gpu][decoupled]") {
+  // The softmax's tie-break after a mismatch shuffles across the warp. Its lanes once reduced l to
+  // sums that differed in the last bit, so a flip of l's low bits split the warp there, and the
+  // lanes that went on shuffled with absent ones: whole rows came out wrong, some unreported (781
+  // of 10,000 row-sum flips in a campaign on the H200).
+  Runtime& rt = shared_runtime();
+  const Problem pr = Problem::bhsd(1, 2, 2, 256, 256, 64);
+  for (FaultSite site : {FaultSite::row_sum, FaultSite::row_max})
+    for (int thread : {9, 41, 70, 127})
+      for (int iteration : {0, 1})
+        for (int bit = 0; bit < 10; ++bit) {
+          FaultPlan plan;
+          plan.site = site;
+          plan.cta = 1;
+          plan.thread = thread;
+          plan.iteration = iteration;
+          plan.element = 0;
+          plan.bit = bit;
+          const Planted r =
+              run_planted(rt, decoupled(64, Precision::f16, Mask::none, true), pr, plan);
+          INFO(campaign::site_name(site)
+               << " thread " << thread << " iteration " << iteration << " bit " << bit << ": "
+               << describe(r.report) << " / " << r.check.summary());
+          CHECK(r.check.passed);
+          CHECK(r.report.corrected == r.report.detected);
+        }
+}
+
 TEST_CASE("decoupled: a workspace that cannot fit is a ConfigError", "[gpu][decoupled]") {
   Runtime& rt = shared_runtime();
   // 64 heads x 64k x 64k x 6 bytes = 1.5 TiB of S and P.

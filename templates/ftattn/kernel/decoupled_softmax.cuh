@@ -76,13 +76,19 @@ __device__ __forceinline__ void softmax_kernel(const DecoupledParams& dp) {
         if (hit_sum) l = flip_bit(l, p.fault.bit);
       }
     }
+    // Each pair of lanes combines the lower lane's (m, l) with the higher one's in that order, so
+    // both get the same bits: ptxas may fuse a product into the add (add.f32 allows it), and with
+    // each lane's own value first the two lanes' sums differed in the last bit.
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) {
       const float m_o = v_shfl_xor(m, off), l_o = v_shfl_xor(l, off);
-      const float m_new = v_max(m, m_o);
+      const bool low = (lane & off) == 0;
+      const float m_1 = low ? m : m_o, l_1 = low ? l : l_o, m_2 = low ? m_o : m,
+                  l_2 = low ? l_o : l;
+      const float m_new = v_max(m_1, m_2);
       if (m_new != neg_inf)
-        l = v_add(v_mul(l, v_ex2(v_mul(v_sub(m, m_new), kLog2e))),
-                  v_mul(l_o, v_ex2(v_mul(v_sub(m_o, m_new), kLog2e))));
+        l = v_add(v_mul(l_1, v_ex2(v_mul(v_sub(m_1, m_new), kLog2e))),
+                  v_mul(l_2, v_ex2(v_mul(v_sub(m_2, m_new), kLog2e))));
       m = m_new;
     }
   };
@@ -91,7 +97,10 @@ __device__ __forceinline__ void softmax_kernel(const DecoupledParams& dp) {
   row_stats(true, m_a, l_a);
   row_stats(false, m_b, l_b);
   float m = m_a, l = l_a;
-  if (!same_bits(m_a, m_b) || !same_bits(l_a, l_b)) {  // the same on every lane
+  // The whole warp takes the tie-break if any lane sees a mismatch: its shuffles need every lane.
+  // (Lanes whose sums differed in the last bit once split here, and the lanes that went on shuffled
+  // with absent ones: a flip of l's low bits then left whole rows wrong, some unreported.)
+  if (__any_sync(0xffffffffu, !same_bits(m_a, m_b) || !same_bits(l_a, l_b))) {
     float m_c, l_c;
     row_stats(false, m_c, l_c);
     const bool agree = (same_bits(m_c, m_a) && same_bits(l_c, l_a)) ||
