@@ -397,13 +397,19 @@ __device__ __forceinline__ void check_output(const AttentionParams& p, float (&o
   // (protect::scores_within). The warp-specialised kernels take it: with one CTA per SM nothing
   // hides their epilogue. Elsewhere it cost the mma.sync f16_pasa kernel with Flash-ABFT 32 bytes
   // of spills in its causal loop.
-  float e1[kMT][2], ref[kMT][2];
+  float e1[kMT][2], ref[kMT][2], row_l[kMT][2];
   [[maybe_unused]] float weighted_ref[kMT][2];
   bool clean = true;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
+      // efta_correct's repair shuffles across the quad, so every value its branches test must be
+      // the quad's: l from one lane too (a fault in one lane's rescale or max can leave that
+      // lane's l, checked against its own SNVR bound, apart from the others').
+      row_l[mt][r] = l[mt][r];
+      if constexpr (Protect::correct)
+        row_l[mt][r] = __shfl_sync(0xffffffffu, row_l[mt][r], lane & ~3);
       const float sum = quad_sum(thread_row_sum(o[mt], r));
       // This lane's column group of the checksum tile as one value (hi + lo), and the quad's
       // plain and weighted checksums from the lanes that hold them (protect/checksum.cuh).
@@ -415,7 +421,7 @@ __device__ __forceinline__ void check_output(const AttentionParams& p, float (&o
       } else {
         ref[mt][r] = __shfl_sync(0xffffffffu, group, Protect::plain_lane(lane));
       }
-      const float bound = fabsf(l[mt][r]) * v_bound;
+      const float bound = fabsf(row_l[mt][r]) * v_bound;
       e1[mt][r] = ref[mt][r] - sum;
       const float least = fminf(fabsf(ref[mt][r]), 2 * bound);
       clean &= fabsf(e1[mt][r]) <= tol_at(least, bound);
@@ -426,7 +432,7 @@ __device__ __forceinline__ void check_output(const AttentionParams& p, float (&o
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const float bound = fabsf(l[mt][r]) * v_bound;
+      const float bound = fabsf(row_l[mt][r]) * v_bound;
       const float magnitude = quad_sum(thread_row_sum<true>(o[mt], r));
       // Capped at the bound they cannot exceed, so that a non-finite element still alarms.
       const float values = fminf(magnitude + fabsf(ref[mt][r]), 2 * bound);
