@@ -1,14 +1,11 @@
 // The disk cache as `ftattn compile` and `ftattn cache` meet it: stores that fail, caches that
 // cannot be locked or read, busy locks and leftovers. Runs the built CLI, each test on its own
 // cache dir.
-#include <sys/wait.h>
-
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <future>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,46 +20,31 @@
 
 namespace fs = std::filesystem;
 using ftattn::runtime::DiskCache;
+using ftattn::test::CliRun;
 using ftattn::test::contains;
-using ftattn::test::read_file;
 using ftattn::test::shell_quote;
 using ftattn::test::TempDir;
 
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-// `ftattn --cache-dir <cache> <args>` through sh, after `prefix` (e.g. "ulimit -n 4;").
+// `ftattn --cache-dir <cache> <args>` through sh, after `prefix` (e.g. "ulimit -n 4;"), which
+// run_cli places after the redirections: with `ulimit -n 4` the shell could no longer redirect.
 // `tag` keeps the output files of concurrent runs apart.
-Result run_ftattn(const TempDir& dir, const fs::path& cache, const std::vector<std::string>& args,
+CliRun run_ftattn(const TempDir& dir, const fs::path& cache, const std::vector<std::string>& args,
                   const std::string& prefix = "", const std::string& tag = "") {
-  const fs::path out = dir.path() / ("stdout" + tag + ".txt");
-  const fs::path err = dir.path() / ("stderr" + tag + ".txt");
-  // Redirected first: with `ulimit -n 4` the shell could no longer redirect.
-  std::string command = "exec >" + shell_quote(out.string()) + " 2>" + shell_quote(err.string()) +
-                        "; " + prefix + "exec " + shell_quote(FTATTN_CLI_PATH) + " --cache-dir " +
-                        shell_quote(cache.string());
-  for (const std::string& a : args) command += " " + shell_quote(a);
-  const int status = std::system(("sh -c " + shell_quote(command)).c_str());
-  Result r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = read_file(out);
-  r.err = read_file(err);
-  return r;
+  return ftattn::test::run_cli(
+      FTATTN_CLI_PATH, dir.path(),
+      "--cache-dir " + shell_quote(cache.string()) + " " + ftattn::test::shell_words(args),
+      {.before = prefix, .tag = tag});
 }
 
-#define SHOW(r) \
-  INFO("exit " << (r).exit_code << "\nstdout:\n" << (r).out << "\nstderr:\n" << (r).err)
+#define SHOW(r) INFO(ftattn::test::describe(r))
 
 const std::vector<std::string> kCompile = {"compile", "--arch",     "sm_80", "--precision",
                                            "f16",     "--head-dim", "64"};
 
 // The entry path `compile` printed on its second line.
-fs::path printed_entry(const Result& r) {
+fs::path printed_entry(const CliRun& r) {
   const auto start = r.out.find("\n  ");
   if (start == std::string::npos) return {};
   const auto end = r.out.find('\n', start + 3);
@@ -78,7 +60,7 @@ TEST_CASE("cli: compile fails, printing no entry, when the entry could not be st
   fs::create_directories(cache);
   // A file where v1/ belongs: unwritable for root too.
   std::ofstream(cache / "v1") << "not a directory";
-  const Result r = run_ftattn(dir, cache, kCompile);
+  const CliRun r = run_ftattn(dir, cache, kCompile);
   SHOW(r);
   CHECK(r.exit_code == 2);
   CHECK(contains(r.err, "not in the cache"));
@@ -90,7 +72,7 @@ TEST_CASE("cli: a read error is not damage: the entry survives a descriptor limi
           "[cache][cli]") {
   TempDir dir;
   const fs::path cache = dir.path() / "cache";
-  const Result first = run_ftattn(dir, cache, kCompile);
+  const CliRun first = run_ftattn(dir, cache, kCompile);
   REQUIRE(first.exit_code == 0);
   const fs::path entry = printed_entry(first);
   REQUIRE(fs::exists(entry / "manifest.json"));
@@ -100,7 +82,7 @@ TEST_CASE("cli: a read error is not damage: the entry survives a descriptor limi
   // range of limits is tried; whatever else fails, the good entry is never taken for damaged.
   int met = 0;  // runs that got past the loader and met EMFILE
   for (int limit = 3; limit <= 32; ++limit) {
-    const Result starved =
+    const CliRun starved =
         run_ftattn(dir, cache, kCompile, "ulimit -n " + std::to_string(limit) + "; ");
     SHOW(starved);
     met += contains(starved.err, "Too many open files") &&
@@ -114,7 +96,7 @@ TEST_CASE("cli: a read error is not damage: the entry survives a descriptor limi
   // certain (a forked child with its own limit).
   if (met == 0) WARN("no limit got past the loader and then met EMFILE on this machine");
 
-  const Result again = run_ftattn(dir, cache, kCompile);
+  const CliRun again = run_ftattn(dir, cache, kCompile);
   SHOW(again);
   CHECK(again.exit_code == 0);
   CHECK(contains(again.out, "cache hit"));
@@ -127,7 +109,7 @@ TEST_CASE("cli: compile serves hits from a cache it cannot lock", "[cache][cli]"
   fs::remove_all(cache / "locks");
   std::ofstream(cache / "locks") << "not a directory";
 
-  const Result hit = run_ftattn(dir, cache, kCompile);
+  const CliRun hit = run_ftattn(dir, cache, kCompile);
   SHOW(hit);
   CHECK(hit.exit_code == 0);
   CHECK(contains(hit.out, "cache hit"));
@@ -136,7 +118,7 @@ TEST_CASE("cli: compile serves hits from a cache it cannot lock", "[cache][cli]"
   // A miss compiles but cannot be stored: for `compile`, an error.
   std::vector<std::string> other = kCompile;
   other.back() = "128";
-  const Result miss = run_ftattn(dir, cache, other);
+  const CliRun miss = run_ftattn(dir, cache, other);
   SHOW(miss);
   CHECK(miss.exit_code == 2);
   CHECK(contains(miss.err, "not in the cache"));
@@ -145,7 +127,7 @@ TEST_CASE("cli: compile serves hits from a cache it cannot lock", "[cache][cli]"
 TEST_CASE("cli: compile says so when another process holds the kernel's lock", "[cache][cli]") {
   TempDir dir;
   const fs::path cache = dir.path() / "cache";
-  const Result first = run_ftattn(dir, cache, kCompile);
+  const CliRun first = run_ftattn(dir, cache, kCompile);
   REQUIRE(first.exit_code == 0);
   const std::string name = first.out.substr(0, first.out.find(':'));
   const std::string key = printed_entry(first).filename().string();
@@ -158,7 +140,7 @@ TEST_CASE("cli: compile says so when another process holds the kernel's lock", "
   const bool blocked = waiter.wait_for(std::chrono::seconds(2)) == std::future_status::timeout;
   held.unlock();
   REQUIRE(waiter.wait_for(std::chrono::seconds(60)) == std::future_status::ready);
-  const Result r = waiter.get();
+  const CliRun r = waiter.get();
   SHOW(r);
   CHECK(blocked);
   CHECK(r.exit_code == 0);
@@ -175,18 +157,18 @@ TEST_CASE("cli: cache ls and cache clear count leftovers alike", "[cache][cli]")
   const std::string half = std::string(32, 'a');
   fs::create_directories(cache / "v1" / "aa" / half);
 
-  const Result ls = run_ftattn(dir, cache, {"cache", "ls"});
+  const CliRun ls = run_ftattn(dir, cache, {"cache", "ls"});
   SHOW(ls);
   CHECK(ls.exit_code == 0);
   CHECK(contains(ls.out, "1 entry, "));
   CHECK(contains(ls.out, "2 leftovers"));
 
-  const Result clear = run_ftattn(dir, cache, {"cache", "clear"});
+  const CliRun clear = run_ftattn(dir, cache, {"cache", "clear"});
   SHOW(clear);
   CHECK(clear.exit_code == 0);
   CHECK(contains(clear.out, "removed 1 entry and 2 leftovers from "));
 
-  const Result empty = run_ftattn(dir, cache, {"cache", "ls"});
+  const CliRun empty = run_ftattn(dir, cache, {"cache", "ls"});
   CHECK(contains(empty.out, "no cache entries"));
   CHECK_FALSE(contains(empty.out, "leftover"));
 }

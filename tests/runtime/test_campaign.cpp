@@ -1,7 +1,5 @@
 // Campaign logic without a GPU: classification, the tolerance, trial planning, bit ranges,
 // tallies, and a whole campaign over a fake backend.
-#include <sys/wait.h>
-
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
@@ -9,11 +7,11 @@
 #include <limits>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "ftattn/campaign.hpp"
 #include "ftattn/errors.hpp"
 #include "tests/support/configs.hpp"
+#include "tests/support/shell.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #ifndef FTATTN_CLI_PATH
@@ -341,25 +339,20 @@ TEST_CASE("the summary CSV's counts end with miscorrected, or keep an old file's
 
 namespace {
 
-std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // `ftattn inject` on a machine without a GPU: the summary CSV is opened (and a new one gets its
 // header) before the device is looked for. Returns stderr.
 std::string inject_without_gpu(const test::TempDir& dir, const std::filesystem::path& summary) {
-  const std::filesystem::path err = dir.path() / "err.txt";
-  const std::string command = "FTATTN_LIBCUDA=" + (dir.path() / "none.so").string() + " " +
-                              FTATTN_CLI_PATH + " --cache-dir " + (dir.path() / "c").string() +
-                              " inject --head-dim 64 --site scores --trials 10 --summary-csv " +
-                              summary.string() + " >/dev/null 2>" + err.string();
-  const int status = std::system(command.c_str());
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) != 0);  // no GPU
-  return read_text(err);
+  const test::CliRun r =
+      test::run_cli(FTATTN_CLI_PATH, dir.path(),
+                    "--cache-dir " + test::shell_quote((dir.path() / "c").string()) +
+                        " inject --head-dim 64 --site scores --trials 10 --summary-csv " +
+                        test::shell_quote(summary.string()),
+                    {.env = {"FTATTN_LIBCUDA=" + (dir.path() / "none.so").string()},
+                     .streams = test::Streams::stderr_only});
+  UNSCOPED_INFO(test::describe(r));
+  CHECK(r.exit_code != -1);  // exited
+  CHECK(r.exit_code != 0);   // no GPU
+  return r.err;
 }
 
 }  // namespace
@@ -372,8 +365,8 @@ TEST_CASE("cli inject: a new summary CSV gets miscorrected, an old one keeps its
   INFO(err);
   CHECK(err.find("no CUDA driver") != std::string::npos);
   CHECK(err.find("miscorrected") == std::string::npos);
-  CHECK(read_text(fresh) == "config,protection,precision,head_dim,mask,shape,site,bits," +
-                                summary_csv_counts_header() + "\n");
+  CHECK(test::read_file(fresh) == "config,protection,precision,head_dim,mask,shape,site,bits," +
+                                      summary_csv_counts_header() + "\n");
   {
     std::ofstream out(old);
     out << "config,protection,precision,head_dim,mask,shape,site,bits,"

@@ -1,7 +1,5 @@
 // The ftattn CLI as a user meets it: run the built binary, check exit codes and output. Every
 // test gets its own cache dir so none touches the user's cache or another test's entries.
-#include <sys/wait.h>
-
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
@@ -23,35 +21,18 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using ftattn::test::CliRun;
 using ftattn::test::contains;
 using ftattn::test::read_file;
-using ftattn::test::shell_quote;
 using ftattn::test::TempDir;
 
-struct CliResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-  std::string all() const { return out + err; }
-};
-
 // Runs the CLI with `args` in `dir`'s context: env assignments ("NAME=value") go first.
-CliResult run_cli(const TempDir& dir, const std::vector<std::string>& args,
-                  const std::vector<std::string>& env = {}) {
-  const fs::path out_file = dir.path() / "stdout.txt";
-  const fs::path err_file = dir.path() / "stderr.txt";
-  std::string command = "env";
-  for (const std::string& e : env) command += " " + shell_quote(e);
-  command += " " + shell_quote(FTATTN_CLI_PATH);
-  for (const std::string& a : args) command += " " + shell_quote(a);
-  command += " >" + shell_quote(out_file.string()) + " 2>" + shell_quote(err_file.string());
-  const int status = std::system(command.c_str());
-  CliResult r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = read_file(out_file);
-  r.err = read_file(err_file);
+CliRun run_cli(const TempDir& dir, const std::vector<std::string>& args,
+               const std::vector<std::string>& env = {}) {
+  const CliRun r = ftattn::test::run_cli(FTATTN_CLI_PATH, dir.path(),
+                                         ftattn::test::shell_words(args), {.env = env});
   // Shown with every later failing assertion of the test, to see what the CLI said.
-  UNSCOPED_INFO("command: " << command << "\nstdout:\n" << r.out << "\nstderr:\n" << r.err);
+  UNSCOPED_INFO(ftattn::test::describe(r));
   return r;
 }
 
@@ -74,7 +55,7 @@ const std::string kName = "ftattn_fwd_sm90a_f16_d128_m192n128_w12s2_none_none";
 
 TEST_CASE("cli: unknown precision fails with the valid values", "[cli]") {
   TempDir dir;
-  const CliResult r =
+  const CliRun r =
       run_cli(dir, with_cache(dir, {"inspect", "--head-dim", "128", "--precision", "fp32"}));
   CHECK(r.exit_code == 2);
   CHECK(contains(r.err, "ftattn: error: "));
@@ -86,40 +67,40 @@ TEST_CASE("cli: unknown precision fails with the valid values", "[cli]") {
 
 TEST_CASE("cli: unsupported head_dim and arch are config errors", "[cli]") {
   TempDir dir;
-  const CliResult hd =
+  const CliRun hd =
       run_cli(dir, with_cache(dir, {"compile", "--head-dim", "80", "--arch", "sm_90a"}));
   CHECK(hd.exit_code == 2);
   CHECK(contains(hd.err, "head_dim"));
   CHECK(contains(hd.err, "80"));
 
-  const CliResult arch =
+  const CliRun arch =
       run_cli(dir, with_cache(dir, {"inspect", "--head-dim", "128", "--arch", "sm_81"}));
   CHECK(arch.exit_code == 2);
   CHECK(contains(arch.err, "sm_81"));
 
-  const CliResult missing = run_cli(dir, with_cache(dir, {"inspect", "--arch", "sm_80"}));
+  const CliRun missing = run_cli(dir, with_cache(dir, {"inspect", "--arch", "sm_80"}));
   CHECK(missing.exit_code == 2);
   CHECK(contains(missing.err, "--head-dim"));
 }
 
 TEST_CASE("cli: usage errors exit non-zero with one error line", "[cli]") {
   TempDir dir;
-  const CliResult sub = run_cli(dir, with_cache(dir, {"frobnicate"}));
+  const CliRun sub = run_cli(dir, with_cache(dir, {"frobnicate"}));
   CHECK(sub.exit_code != 0);
   CHECK(contains(sub.err, "ftattn: error: "));
 
-  const CliResult flag = run_cli(dir, with_cache(dir, {"inspect", "--head-dim", "128", "--bogus"}));
+  const CliRun flag = run_cli(dir, with_cache(dir, {"inspect", "--head-dim", "128", "--bogus"}));
   CHECK(flag.exit_code != 0);
   CHECK(contains(flag.err, "--bogus"));
 
-  const CliResult none = run_cli(dir, with_cache(dir, {}));
+  const CliRun none = run_cli(dir, with_cache(dir, {}));
   CHECK(none.exit_code != 0);
 
-  const CliResult help = run_cli(dir, {"--help"});
+  const CliRun help = run_cli(dir, {"--help"});
   CHECK(help.exit_code == 0);
   CHECK(contains(help.out, "inspect"));
 
-  const CliResult version = run_cli(dir, {"--version"});
+  const CliRun version = run_cli(dir, {"--version"});
   CHECK(version.exit_code == 0);
   CHECK(contains(version.out, "ftattn"));
 }
@@ -131,34 +112,34 @@ TEST_CASE("cli: count flags out of range name the bound", "[cli]") {
     args.insert(args.end(), more.begin(), more.end());
     return with_cache(dir, args);
   };
-  const CliResult zero = run_cli(dir, with(run, {"--seqlen", "0"}));
+  const CliRun zero = run_cli(dir, with(run, {"--seqlen", "0"}));
   CHECK(zero.exit_code == 2);
   CHECK(contains(zero.err, "--seqlen: 0 is too small: give a whole number of at least 1"));
   // CLI11's own range check printed DBL_MAX in full.
   CHECK_FALSE(contains(zero.err, "1797693"));
 
-  const CliResult fraction = run_cli(dir, with(run, {"--seqlen", "1.5"}));
+  const CliRun fraction = run_cli(dir, with(run, {"--seqlen", "1.5"}));
   CHECK(fraction.exit_code == 2);
   CHECK(contains(fraction.err, "'1.5' is not a whole number"));
 
-  const CliResult huge = run_cli(dir, with(run, {"--seqlen", "99999999999"}));
+  const CliRun huge = run_cli(dir, with(run, {"--seqlen", "99999999999"}));
   CHECK(huge.exit_code == 2);
   CHECK(contains(huge.err, "99999999999 is too large: give at most 2147483647"));
 
-  const CliResult iters = run_cli(dir, with(run, {"--seqlen", "64", "--iters", "-1"}));
+  const CliRun iters = run_cli(dir, with(run, {"--seqlen", "64", "--iters", "-1"}));
   CHECK(iters.exit_code == 2);
   CHECK(contains(iters.err, "--iters: -1 is too small: give a whole number of at least 0"));
 
   // tune took any --iters, and with none timed it read before the start of its timings.
-  const CliResult tune = run_cli(dir, with_cache(dir, {"tune", "--iters", "0"}));
+  const CliRun tune = run_cli(dir, with_cache(dir, {"tune", "--iters", "0"}));
   CHECK(tune.exit_code == 2);
   CHECK(contains(tune.err, "--iters: 0 is too small: give a whole number of at least 1"));
 
-  const CliResult jobs = run_cli(dir, with_cache(dir, {"tune", "--jobs", "-2"}));
+  const CliRun jobs = run_cli(dir, with_cache(dir, {"tune", "--jobs", "-2"}));
   CHECK(jobs.exit_code == 2);
   CHECK(contains(jobs.err, "--jobs: -2 is too small"));
 
-  const CliResult warmup = run_cli(dir, with_cache(dir, {"bench", "--warmup", "-1"}));
+  const CliRun warmup = run_cli(dir, with_cache(dir, {"bench", "--warmup", "-1"}));
   CHECK(warmup.exit_code == 2);
   CHECK(contains(warmup.err, "--warmup: -1 is too small"));
 }
@@ -172,12 +153,12 @@ TEST_CASE("cli: numbers with leading zeros and seeds out of range are refused", 
     return run_cli(dir, with_cache(dir, args));
   };
   // CLI11 read "0100" as octal 64 after the range check had read 100.
-  const CliResult octal = accuracy({"--seqlen", "0100"});
+  const CliRun octal = accuracy({"--seqlen", "0100"});
   CHECK(octal.exit_code == 2);
   CHECK(contains(octal.err, "--seqlen: '0100' has a leading zero"));
   // "-1" wrapped to 2^64 - 1, and numbers past 2^64 saturated to it.
   for (const std::string seed : {"-1", "18446744073709551616", "012", "x"}) {
-    const CliResult r = accuracy({"--seqlen", "16", "--seed", seed});
+    const CliRun r = accuracy({"--seqlen", "16", "--seed", seed});
     CHECK(r.exit_code == 2);
     CHECK(contains(r.err, "--seed: '" + seed + "' is not a seed"));
   }
@@ -188,7 +169,7 @@ TEST_CASE("cli: lists and shapes with empty items or numbers past int are refuse
   TempDir dir;
   const std::string no_gpu = no_driver_env(dir);
   auto expect = [&](std::vector<std::string> args, const std::string& message) {
-    const CliResult r = run_cli(dir, with_cache(dir, args), {no_gpu});
+    const CliRun r = run_cli(dir, with_cache(dir, args), {no_gpu});
     CHECK(r.exit_code == 2);
     CHECK(contains(r.err, message));
     // Refused as a usage error, before the GPU is looked for.
@@ -232,12 +213,12 @@ TEST_CASE("cli: output files are checked before any work and kept whole on failu
             "--csv"}}) {
     std::vector<std::string> args = command;
     args.insert(args.end(), {flag, missing});
-    const CliResult r = run_cli(dir, with_cache(dir, args), {no_gpu});
+    const CliRun r = run_cli(dir, with_cache(dir, args), {no_gpu});
     CHECK(r.exit_code == 2);
     CHECK(contains(r.err, flag + ": cannot write '" + missing + "'"));
     CHECK_FALSE(contains(r.err, "no CUDA driver"));  // said before the GPU is looked for
   }
-  const CliResult folder =
+  const CliRun folder =
       run_cli(dir, with_cache(dir, {"bench", "--json", dir.path().string()}), {no_gpu});
   CHECK(folder.exit_code == 2);
   CHECK(contains(folder.err, "is a folder: give a file name"));
@@ -247,7 +228,7 @@ TEST_CASE("cli: output files are checked before any work and kept whole on failu
   const fs::path old = dir.path() / "results" / "old.csv";
   fs::create_directories(old.parent_path());
   std::ofstream(old) << "earlier results\n";
-  const CliResult failed = run_cli(
+  const CliRun failed = run_cli(
       dir, with_cache(dir, {"bench", "--shapes", "64,2,128,1", "--csv", old.string()}), {no_gpu});
   CHECK(failed.exit_code == 2);
   CHECK(contains(failed.err, "no CUDA driver"));
@@ -263,7 +244,7 @@ TEST_CASE("cli: accuracy checks its problem, model and distribution", "[cli]") {
     return run_cli(dir, with_cache(dir, args));
   };
   auto expect = [&](std::vector<std::string> more, const std::string& message) {
-    const CliResult r = accuracy(more);
+    const CliRun r = accuracy(more);
     CHECK(r.exit_code == 2);
     CHECK(contains(r.err, message));
   };
@@ -297,19 +278,19 @@ TEST_CASE("cli: accuracy checks its problem, model and distribution", "[cli]") {
 TEST_CASE("cli: a bad canonical name is named in the error", "[cli]") {
   TempDir dir;
   const std::string bad = "ftattn_fwd_sm90a_f16_d128_m128n64_w4s2_sideways_none";
-  const CliResult positional = run_cli(dir, with_cache(dir, {"inspect", bad}));
+  const CliRun positional = run_cli(dir, with_cache(dir, {"inspect", bad}));
   CHECK(positional.exit_code == 2);
   CHECK(contains(positional.err, bad));
 
-  const CliResult flag = run_cli(dir, with_cache(dir, {"compile", "--config", "not_a_kernel"}));
+  const CliRun flag = run_cli(dir, with_cache(dir, {"compile", "--config", "not_a_kernel"}));
   CHECK(flag.exit_code == 2);
   CHECK(contains(flag.err, "not_a_kernel"));
 }
 
 TEST_CASE("cli: inspect shows name, resources, source and PTX", "[cli]") {
   TempDir dir;
-  const CliResult r = run_cli(dir, with_cache(dir, {"inspect", "--head-dim", "128", "--arch",
-                                                    "sm_90a", "--source", "--resources", "--ptx"}));
+  const CliRun r = run_cli(dir, with_cache(dir, {"inspect", "--head-dim", "128", "--arch", "sm_90a",
+                                                 "--source", "--resources", "--ptx"}));
   REQUIRE(r.exit_code == 0);
   CHECK(contains(r.out, kName));
   CHECK(contains(r.out, "registers"));
@@ -319,7 +300,7 @@ TEST_CASE("cli: inspect shows name, resources, source and PTX", "[cli]") {
 
   // The same kernel by canonical name: read from the cache this time; no flags: header and
   // resources only.
-  const CliResult again = run_cli(dir, with_cache(dir, {"inspect", kName}));
+  const CliRun again = run_cli(dir, with_cache(dir, {"inspect", kName}));
   REQUIRE(again.exit_code == 0);
   CHECK(contains(again.out, kName));
   CHECK(contains(again.out, "from cache"));
@@ -331,8 +312,8 @@ TEST_CASE("cli: inspect shows name, resources, source and PTX", "[cli]") {
   // (their parsing: tests/codegen/test_generate.cpp). The fp8 wgmma kernel at head dim 128 had
   // its wgmmas serialised (C7512) while capped for three CTAs; at two it has none, either way.
   for (int pass = 0; pass < 2; ++pass) {
-    const CliResult fp8 = run_cli(dir, with_cache(dir, {"inspect", "--precision", "fp8_e4m3",
-                                                        "--head-dim", "128", "--arch", "sm_90a"}));
+    const CliRun fp8 = run_cli(dir, with_cache(dir, {"inspect", "--precision", "fp8_e4m3",
+                                                     "--head-dim", "128", "--arch", "sm_90a"}));
     REQUIRE(fp8.exit_code == 0);
     CHECK(contains(fp8.out, pass == 0 ? "compiled in" : "from cache"));
     CHECK(contains(fp8.out, "registers"));
@@ -340,7 +321,7 @@ TEST_CASE("cli: inspect shows name, resources, source and PTX", "[cli]") {
   }
 
   // No --arch and no GPU: sm_90a is assumed, and the user is told.
-  const CliResult assumed =
+  const CliRun assumed =
       run_cli(dir, with_cache(dir, {"inspect", "--head-dim", "128"}), {no_driver_env(dir)});
   CHECK(assumed.exit_code == 0);
   CHECK(contains(assumed.out, kName));
@@ -348,18 +329,18 @@ TEST_CASE("cli: inspect shows name, resources, source and PTX", "[cli]") {
 
   // --sass needs the toolkit's disassemblers; without them it says so and fails, so that a
   // script comparing two builds' digests does not read two empty ones as equal.
-  const CliResult sass = run_cli(dir, with_cache(dir, {"inspect", kName, "--sass"}));
+  const CliRun sass = run_cli(dir, with_cache(dir, {"inspect", kName, "--sass"}));
   const bool have_tool = !contains(sass.err, "no cuobjdump or nvdisasm found");
   CHECK(sass.exit_code == (have_tool ? 0 : 2));
   CHECK((have_tool ? contains(sass.out, "sass (") : contains(sass.err, "was not shown")));
   // --sass-digest likewise: one line per function of the cubin, the kernel's among them.
-  const CliResult digest = run_cli(dir, with_cache(dir, {"inspect", kName, "--sass-digest"}));
+  const CliRun digest = run_cli(dir, with_cache(dir, {"inspect", kName, "--sass-digest"}));
   CHECK(digest.exit_code == (have_tool ? 0 : 2));
   CHECK((have_tool ? contains(digest.out, std::string("sass-digest ") + kName)
                    : contains(digest.err, "was not shown")));
 
   // Knob flags override the fields of a given name.
-  const CliResult bf16 =
+  const CliRun bf16 =
       run_cli(dir, with_cache(dir, {"inspect", "--config", kName, "--precision", "bf16"}));
   CHECK(bf16.exit_code == 0);
   CHECK(contains(bf16.out, "ftattn_fwd_sm90a_bf16_d128_m192n128_w12s2_none_none"));
@@ -370,11 +351,11 @@ TEST_CASE("cli: compile fills the cache, cache ls, clear and path", "[cli]") {
   const std::vector<std::string> config = {"compile", "--head-dim", "64",    "--arch",
                                            "sm_80",   "--mask",     "causal"};
   const auto t0 = std::chrono::steady_clock::now();
-  const CliResult first = run_cli(dir, with_cache(dir, config));
+  const CliRun first = run_cli(dir, with_cache(dir, config));
   const auto t1 = std::chrono::steady_clock::now();
   REQUIRE(first.exit_code == 0);
   CHECK(contains(first.out, "compiled in"));
-  const CliResult second = run_cli(dir, with_cache(dir, config));
+  const CliRun second = run_cli(dir, with_cache(dir, config));
   const auto t2 = std::chrono::steady_clock::now();
   REQUIRE(second.exit_code == 0);
   CHECK(contains(second.out, "cache hit"));
@@ -388,44 +369,44 @@ TEST_CASE("cli: compile fills the cache, cache ls, clear and path", "[cli]") {
   const std::string name = second.out.substr(0, second.out.find(':'));
   CHECK(name.rfind("ftattn_fwd_sm80_f16_d64_", 0) == 0);
 
-  const CliResult ls = run_cli(dir, with_cache(dir, {"cache", "ls"}));
+  const CliRun ls = run_cli(dir, with_cache(dir, {"cache", "ls"}));
   REQUIRE(ls.exit_code == 0);
   CHECK(contains(ls.out, name));
 
-  const CliResult clear = run_cli(dir, with_cache(dir, {"cache", "clear"}));
+  const CliRun clear = run_cli(dir, with_cache(dir, {"cache", "clear"}));
   REQUIRE(clear.exit_code == 0);
   CHECK(contains(clear.out, "removed 1 "));
 
-  const CliResult empty = run_cli(dir, with_cache(dir, {"cache", "ls"}));
+  const CliRun empty = run_cli(dir, with_cache(dir, {"cache", "ls"}));
   REQUIRE(empty.exit_code == 0);
   CHECK_FALSE(contains(empty.out, name));
   CHECK(contains(empty.out, "no cache entries"));
 
   const std::string root = (dir.path() / "cache").string();
-  const CliResult path = run_cli(dir, with_cache(dir, {"cache", "path"}));
+  const CliRun path = run_cli(dir, with_cache(dir, {"cache", "path"}));
   CHECK(path.exit_code == 0);
   CHECK(path.out == root + "\n");
 
   // The environment variable is the default root; --cache-dir also works after the subcommand.
   const std::string env_root = (dir.path() / "from-env").string();
-  const CliResult env_path = run_cli(dir, {"cache", "path"}, {"FTATTN_CACHE_DIR=" + env_root});
+  const CliRun env_path = run_cli(dir, {"cache", "path"}, {"FTATTN_CACHE_DIR=" + env_root});
   CHECK(env_path.out == env_root + "\n");
-  const CliResult late = run_cli(dir, {"cache", "path", "--cache-dir", root});
+  const CliRun late = run_cli(dir, {"cache", "path", "--cache-dir", root});
   CHECK(late.out == root + "\n");
 }
 
 TEST_CASE("cli: run without a GPU is an error that says so", "[cli]") {
   TempDir dir;
-  const CliResult r = run_cli(dir,
-                              with_cache(dir, {"run", "--head-dim", "128", "--batch", "1",
-                                               "--heads", "2", "--seqlen", "128"}),
-                              {no_driver_env(dir)});
+  const CliRun r = run_cli(dir,
+                           with_cache(dir, {"run", "--head-dim", "128", "--batch", "1", "--heads",
+                                            "2", "--seqlen", "128"}),
+                           {no_driver_env(dir)});
   CHECK(r.exit_code == 2);
   CHECK(contains(r.err, "ftattn: error: "));
   CHECK((contains(r.err, "no CUDA driver") || contains(r.err, "no CUDA device")));
 
   // A run without a head_dim is refused before the GPU is looked for.
-  const CliResult no_hd =
+  const CliRun no_hd =
       run_cli(dir, with_cache(dir, {"run", "--batch", "1", "--heads", "2", "--seqlen", "128"}));
   CHECK(no_hd.exit_code == 2);
   CHECK(contains(no_hd.err, "head_dim"));
@@ -433,7 +414,7 @@ TEST_CASE("cli: run without a GPU is an error that says so", "[cli]") {
 
 TEST_CASE("cli: bench --interleave without a GPU is an error that says so", "[cli]") {
   TempDir dir;
-  const CliResult r =
+  const CliRun r =
       run_cli(dir,
               with_cache(dir, {"bench", "--interleave", "--precisions", "f16", "--protection",
                                "none,flash_abft", "--shapes", "128,2,256,1"}),
@@ -441,7 +422,7 @@ TEST_CASE("cli: bench --interleave without a GPU is an error that says so", "[cl
   CHECK(r.exit_code == 2);
   CHECK((contains(r.err, "no CUDA driver") || contains(r.err, "no CUDA device")));
   // The flag is the bench's own: another command refuses it.
-  const CliResult other = run_cli(dir, with_cache(dir, {"compile", "--interleave"}));
+  const CliRun other = run_cli(dir, with_cache(dir, {"compile", "--interleave"}));
   CHECK(other.exit_code == 2);
   CHECK(contains(other.err, "--interleave"));
 }
@@ -453,19 +434,19 @@ TEST_CASE("cli: run and bench take --prepare-kv, and without a GPU say so", "[cl
                                  "128", "--batch", "1", "--heads", "2", "--seqlen", "256"},
         std::vector<std::string>{"bench", "--prepare-kv", "--precisions", "f16_pasa", "--shapes",
                                  "128,2,256,1"}}) {
-    const CliResult r = run_cli(dir, with_cache(dir, args), {no_driver_env(dir)});
+    const CliRun r = run_cli(dir, with_cache(dir, args), {no_driver_env(dir)});
     INFO(args[0] << ": " << r.err);
     CHECK(r.exit_code == 2);
     CHECK((contains(r.err, "no CUDA driver") || contains(r.err, "no CUDA device")));
   }
-  const CliResult other = run_cli(dir, with_cache(dir, {"compile", "--prepare-kv"}));
+  const CliRun other = run_cli(dir, with_cache(dir, {"compile", "--prepare-kv"}));
   CHECK(other.exit_code == 2);
   CHECK(contains(other.err, "--prepare-kv"));
 }
 
 TEST_CASE("cli: demo without a GPU compiles, inspects and says nothing ran", "[cli]") {
   TempDir dir;
-  const CliResult r = run_cli(dir, with_cache(dir, {"demo"}), {no_driver_env(dir)});
+  const CliRun r = run_cli(dir, with_cache(dir, {"demo"}), {no_driver_env(dir)});
   REQUIRE(r.exit_code == 0);
   CHECK(contains(r.out, "ftattn_fwd_sm90a_f16_d128_"));
   CHECK(contains(r.out, "ftattn_fwd_sm80_f16_d128_"));

@@ -1,14 +1,9 @@
 // `ftattn inject` as a user meets it without a GPU: bad flags exit 2 with a reason that says
 // what to change, checked before the device is; a good command line says no GPU was found.
-#include <sys/wait.h>
-
 #include <catch2/catch.hpp>
-#include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
-#include <vector>
 
+#include "tests/support/shell.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #ifndef FTATTN_CLI_PATH
@@ -17,29 +12,21 @@
 
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string err;
-};
+using ftattn::test::CliRun;
+using ftattn::test::shell_quote;
 
 // Runs the CLI as on a machine without a GPU (the driver library points nowhere).
-Result inject(const ftattn::test::TempDir& dir, const std::string& args) {
-  const std::string err = (dir.path() / "err.txt").string();
-  const std::string command = "FTATTN_LIBCUDA=" + (dir.path() / "none.so").string() + " " +
-                              FTATTN_CLI_PATH + " --cache-dir " + (dir.path() / "c").string() +
-                              " inject " + args + " >/dev/null 2>" + err;
-  const int status = std::system(command.c_str());
-  Result r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream in(err);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  r.err = ss.str();
-  UNSCOPED_INFO("command: " << command << "\nstderr: " << r.err);
+CliRun inject(const ftattn::test::TempDir& dir, const std::string& args) {
+  const CliRun r = ftattn::test::run_cli(
+      FTATTN_CLI_PATH, dir.path(),
+      "--cache-dir " + shell_quote((dir.path() / "c").string()) + " inject " + args,
+      {.env = {"FTATTN_LIBCUDA=" + (dir.path() / "none.so").string()},
+       .streams = ftattn::test::Streams::stderr_only});
+  UNSCOPED_INFO(ftattn::test::describe(r));
   return r;
 }
 
-bool says(const Result& r, const std::string& text) {
+bool says(const CliRun& r, const std::string& text) {
   return r.exit_code == 2 && r.err.find(text) != std::string::npos;
 }
 
@@ -61,7 +48,7 @@ TEST_CASE("cli inject: bad flags say what to change", "[cli][campaign]") {
   CHECK(says(inject(dir, "--head-dim 64 --calibrate 2 --thresholds output"), "check=value"));
   CHECK(says(inject(dir, "--head-dim 64 --calibrate 2 --thresholds output=1e-7x"), "check=value"));
   // A good calibration command line gets as far as the device.
-  const Result ok = inject(dir,
+  const CliRun ok = inject(dir,
                            "--head-dim 64 --protection efta_correct --calibrate 2 --thresholds "
                            "output=1e-7,row_sum=2e-4");
   CHECK(ok.exit_code != 0);
@@ -70,7 +57,7 @@ TEST_CASE("cli inject: bad flags say what to change", "[cli][campaign]") {
 
 TEST_CASE("cli inject: a good command line needs a GPU and says so", "[cli][campaign]") {
   ftattn::test::TempDir dir;
-  const Result r = inject(dir,
+  const CliRun r = inject(dir,
                           "--head-dim 64 --protection decoupled --site scores,probs,output "
                           "--trials 10 --bits 20:30 --false-alarms 5");
   CHECK(says(r, "no CUDA driver"));

@@ -1,13 +1,11 @@
 // ftattn accuracy without a GPU: the host FA(FP16-FP32) model reproduces PASA's overflow cases
 // (Table 4: 100% NaN at Uniform(30, 0.5) and Hybrid(30, 10)) and stays accurate on N(0, 1); a
 // kernel run compiles its config, says nothing was launched and exits 3; bad input exits 2.
-#include <sys/wait.h>
-
 #include <catch2/catch.hpp>
-#include <cstdlib>
 #include <fstream>
-#include <sstream>
+#include <string>
 
+#include "tests/support/shell.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #ifndef FTATTN_CLI_PATH
@@ -16,27 +14,20 @@
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out;
-};
+using ftattn::test::CliRun;
+using ftattn::test::contains;
 
-// No driver: behaves as on a machine without a GPU even where one is present.
-Result accuracy(const ftattn::test::TempDir& dir, const std::string& args) {
-  const auto out = dir.path() / "out.txt";
-  const std::string cmd = "env FTATTN_LIBCUDA=" + (dir.path() / "none.so").string() + " " +
-                          FTATTN_CLI_PATH + " --cache-dir " + (dir.path() / "cache").string() +
-                          " accuracy " + args + " >" + out.string() + " 2>&1";
-  const int status = std::system(cmd.c_str());
-  std::ifstream in(out);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  UNSCOPED_INFO(cmd << "\n" << ss.str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ss.str()};
-}
-
-bool has(const std::string& text, const std::string& needle) {
-  return text.find(needle) != std::string::npos;
+// No driver: behaves as on a machine without a GPU even where one is present. Output is stdout
+// and stderr together.
+CliRun accuracy(const ftattn::test::TempDir& dir, const std::string& args) {
+  const CliRun r = ftattn::test::run_cli(
+      FTATTN_CLI_PATH, dir.path(),
+      "--cache-dir " + ftattn::test::shell_quote((dir.path() / "cache").string()) + " accuracy " +
+          args,
+      {.env = {"FTATTN_LIBCUDA=" + (dir.path() / "none.so").string()},
+       .streams = ftattn::test::Streams::merged});
+  UNSCOPED_INFO(ftattn::test::describe(r));
+  return r;
 }
 
 }  // namespace
@@ -44,22 +35,22 @@ bool has(const std::string& text, const std::string& needle) {
 TEST_CASE("accuracy: FP16 scores overflow on PASA's cases, not on N(0, 1)", "[cli][accuracy]") {
   ftattn::test::TempDir dir;
   const std::string small = " --heads 1 --seqlen 128 --head-dim 128 --model fp16-scores";
-  Result r = accuracy(dir, "--dist pasa-uniform" + small);
-  CHECK(r.code == 0);
-  CHECK(has(r.out, "pasa-uniform x0 30 Am 0.5"));
-  CHECK(has(r.out, "NaN/Inf 100.00%"));
+  CliRun r = accuracy(dir, "--dist pasa-uniform" + small);
+  CHECK(r.exit_code == 0);
+  CHECK(contains(r.out, "pasa-uniform x0 30 Am 0.5"));
+  CHECK(contains(r.out, "NaN/Inf 100.00%"));
   r = accuracy(dir, "--dist pasa-hybrid" + small);
-  CHECK(r.code == 0);
-  CHECK(has(r.out, "pasa-hybrid x0 30 Am 10"));
-  CHECK(has(r.out, "NaN/Inf 100.00%"));
+  CHECK(r.exit_code == 0);
+  CHECK(contains(r.out, "pasa-hybrid x0 30 Am 10"));
+  CHECK(contains(r.out, "NaN/Inf 100.00%"));
   // x0 = 5: E[S] = d x0^2 = 3200 fits FP16, and so does every score.
   r = accuracy(dir, "--dist pasa-uniform --x0 5" + small);
-  CHECK(has(r.out, "NaN/Inf 0.00%"));
+  CHECK(contains(r.out, "NaN/Inf 0.00%"));
   const auto csv = dir.path() / "acc.csv";
   r = accuracy(dir, "--dist normal --csv " + csv.string() + small);
-  CHECK(r.code == 0);
-  CHECK(has(r.out, "NaN/Inf 0.00%"));
-  CHECK(has(r.out, "cosine 1.0000"));
+  CHECK(r.exit_code == 0);
+  CHECK(contains(r.out, "NaN/Inf 0.00%"));
+  CHECK(contains(r.out, "cosine 1.0000"));
   std::ifstream in(csv);
   std::string header, line;
   std::getline(in, header);
@@ -70,26 +61,27 @@ TEST_CASE("accuracy: FP16 scores overflow on PASA's cases, not on N(0, 1)", "[cl
 
 TEST_CASE("accuracy: kernels compile without a GPU, bad input is refused", "[cli][accuracy]") {
   ftattn::test::TempDir dir;
-  Result r = accuracy(dir, "--precision int8 --head-dim 64 --arch sm_80 --heads 1 --seqlen 64");
-  CHECK(r.code == 3);
-  CHECK(has(r.out, "ftattn_fwd_sm80_int8_d64_"));
-  CHECK(has(r.out, "no GPU, so nothing was launched"));
+  CliRun r = accuracy(dir, "--precision int8 --head-dim 64 --arch sm_80 --heads 1 --seqlen 64");
+  CHECK(r.exit_code == 3);
+  CHECK(contains(r.out, "ftattn_fwd_sm80_int8_d64_"));
+  CHECK(contains(r.out, "no GPU, so nothing was launched"));
   r = accuracy(dir, "--precision f16_pasa --dist pasa-hybrid --arch sm_90a --heads 1 --seqlen 64");
-  CHECK(r.code == 3);
-  CHECK(has(r.out, "ftattn_fwd_sm90a_f16-pasa_d128_"));
+  CHECK(r.exit_code == 3);
+  CHECK(contains(r.out, "ftattn_fwd_sm90a_f16-pasa_d128_"));
   r = accuracy(dir,
                "--precision f16_pasa --protection efta_detect --arch sm_80 --heads 1 --seqlen 64");
-  CHECK(r.code == 3);
-  CHECK(has(r.out, "ftattn_fwd_sm80_f16-pasa_d128_"));
+  CHECK(r.exit_code == 3);
+  CHECK(contains(r.out, "ftattn_fwd_sm80_f16-pasa_d128_"));
   r = accuracy(dir, "--precision f16_pasa --protection decoupled --arch sm_80");
-  CHECK(r.code == 2);
-  CHECK(has(r.out, "use protection none, flash_abft, efta_detect or efta_correct with f16_pasa"));
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.out,
+                 "use protection none, flash_abft, efta_detect or efta_correct with f16_pasa"));
   r = accuracy(dir, "--dist cauchy");
-  CHECK(r.code == 2);
+  CHECK(r.exit_code == 2);
   r = accuracy(dir, "--model fp32");
-  CHECK(r.code == 2);
-  CHECK(has(r.out, "unknown --model 'fp32': use fp16-scores"));
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.out, "unknown --model 'fp32': use fp16-scores"));
   r = accuracy(dir, "--precision fp8_e4m3 --arch sm_80 --head-dim 64");
-  CHECK(r.code == 2);
-  CHECK(has(r.out, "needs sm_89"));
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.out, "needs sm_89"));
 }
