@@ -1,6 +1,7 @@
 // The checksum arithmetic of the protection schemes on small tiles, with the papers' errors
 // fixed and pinned (shared/notes/seed-ft.md: 2.4 and 3.x).
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -285,103 +286,198 @@ TEST_CASE("fp8 efta_correct: a flipped score is located only with the weighted s
   CHECK(mislocated_hi_only > 0);  // why the lo row exists
 }
 
-TEST_CASE("16-bit efta_correct: an O flip is located by the row's weighted sum in hi + lo",
-          "[protect]") {
-  // protect/checksum.cuh: each V row's plain sum and, for efta_correct, its sum weighted by
-  // output_weight, both as f16 hi + lo, multiplied by the f16 P into FP32 beside O. The kernel
-  // (fwd_sm80.cuh, check_output) alarms over tol_output * (growth * values + B), corrects over
-  // tol_output * (2 growth + 1) * B with B = l * max sum |v|, and locates by locate_index. The
-  // layout before had per-thread checksums (32 of the row's elements each) with the weighted one
-  // in f16 alone, whose rounding moved the located element for flips the check saw: it then
-  // reported them corrected and left two elements wrong.
-  auto f16 = [](float x) {
-    return static_cast<float>(ftattn::pasa::round_to(x, ftattn::Precision::f16));
-  };
-  auto flip = [](float x, int bit) {
-    return std::bit_cast<float>(std::bit_cast<uint32_t>(x) ^ (1u << bit));
-  };
-  using ftattn::protect::locate_index;
-  using ftattn::protect::output_weight;
-  constexpr float tol_output = 1.5e-7f, floor = 1e-6f;  // f16's default (protected_launch.cpp)
-  constexpr int d = 128, keys = 512, group = 32;
-  constexpr float growth = keys / 128.f + 16;
-  std::mt19937 rng(5);
-  std::normal_distribution<float> normal;
-  // A check of `n` values x against plain and weighted references; weight(i): element i's.
-  struct Tally {
-    int seen = 0, located = 0, mislocated = 0;
-  } row, per_group;
-  auto check = [&](Tally& tally, const std::vector<float>& x, int bad, float ref, float wref,
-                   float bound, auto&& weight, int n) {
-    float sum = 0.f, magnitude = 0.f, wsum = 0.f;
-    for (int i = 0; i < n; ++i) {
-      sum += x[i];
-      magnitude += std::abs(x[i]);
-      wsum += weight(i) * x[i];
-    }
-    const float e1 = ref - sum;
-    const float values = std::min(magnitude + std::abs(ref), 2 * bound);
-    if (std::abs(e1) <= tol_output * (growth * values + bound) + floor) return;  // not seen
-    if (std::abs(e1) <= tol_output * (2 * growth + 1) * bound + floor) return;   // detected only
-    ++tally.seen;
-    const int at = locate_index(e1, wref - wsum, n);
-    tally.located += at == bad;
-    tally.mislocated += at >= 0 && at != bad;
-  };
-  for (int trial = 0; trial < 40; ++trial) {
-    std::vector<float> p(keys), v(keys * d);
-    float l = 0.f;
-    for (int k = 0; k < keys; ++k) l += p[k] = f16(std::exp2(std::min(0.f, normal(rng) * 2.f)));
-    for (float& x : v) x = f16(normal(rng));
-    // O, the row's checksums (hi + lo, weighted hi + lo) and the per-thread ones of the layout
-    // before (group t: columns 8 nt + 2t + c, element j = 2 nt + c, weighted in hi alone).
-    std::vector<float> o(d, 0.f), gref(4, 0.f), gwref(4, 0.f);
-    float ref = 0.f, wref = 0.f, vmax = 0.f;
-    std::vector<float> gvmax(4, 0.f);
+namespace {
+
+float to_f16(float x) {
+  return static_cast<float>(ftattn::pasa::round_to(x, ftattn::Precision::f16));
+}
+
+float flip_bit(float x, int bit) {
+  return std::bit_cast<float>(std::bit_cast<uint32_t>(x) ^ (1u << bit));
+}
+
+// One row of 16-bit efta_correct's output check (protect/checksum.cuh): P in f16 over `keys` keys
+// of f16 V, O and the checksums accumulated in FP32. The checksums are each V row's plain sum,
+// its sum weighted by output_weight and by its square, each as f16 hi + lo. `group_*`: the
+// per-thread layout before (group t: columns 8 nt + 2t + c, element j = 2 nt + c), its weighted
+// checksum in f16 alone. `split_at`: O and every checksum as they stood after that many keys, for
+// faults in the rescale between blocks.
+struct OutputRow {
+  static constexpr int head_dim = 128, keys = 512, group = 32;
+  std::vector<float> o = std::vector<float>(head_dim, 0.f);
+  float l = 0.f, ref = 0.f, wref = 0.f, sref = 0.f, vmax = 0.f;
+  std::vector<float> group_ref = std::vector<float>(4, 0.f),
+                     group_wref = std::vector<float>(4, 0.f),
+                     group_vmax = std::vector<float>(4, 0.f);
+  std::vector<float> o_at_split = o;
+  float ref_at_split = 0.f, wref_at_split = 0.f, sref_at_split = 0.f;
+
+  OutputRow(std::mt19937& rng, int split_at = 0) {
+    using ftattn::protect::output_weight;
+    std::normal_distribution<float> normal;
+    auto hi_lo = [](float x) { return to_f16(x) + to_f16(x - to_f16(x)); };
     for (int k = 0; k < keys; ++k) {
-      float plain = 0.f, weighted = 0.f, magnitude = 0.f;
-      std::vector<float> gp(4, 0.f), gw(4, 0.f), ga(4, 0.f);
-      for (int c = 0; c < d; ++c) {
-        const float x = v[k * d + c];
+      if (k == split_at) {
+        o_at_split = o;
+        ref_at_split = ref, wref_at_split = wref, sref_at_split = sref;
+      }
+      const float p = to_f16(std::exp2(std::min(0.f, normal(rng) * 2.f)));
+      l += p;
+      float plain = 0.f, weighted = 0.f, squared = 0.f, magnitude = 0.f;
+      float gp[4] = {}, gw[4] = {}, ga[4] = {};
+      for (int c = 0; c < head_dim; ++c) {
+        const float x = to_f16(normal(rng));
+        const float w = output_weight(c, head_dim);
         const int t = (c % 8) / 2, j = 2 * (c / 8) + c % 2;
-        o[c] += p[k] * x;
+        o[c] += p * x;
         plain += x;
-        weighted += output_weight(c, d) * x;
+        weighted += w * x;
+        squared += w * w * x;
         magnitude += std::abs(x);
         gp[t] += x;
         gw[t] += (j + 1) / float(group) * x;
         ga[t] += std::abs(x);
       }
-      ref += p[k] * (f16(plain) + f16(plain - f16(plain)));
-      wref += p[k] * (f16(weighted) + f16(weighted - f16(weighted)));
+      ref += p * hi_lo(plain);
+      wref += p * hi_lo(weighted);
+      sref += p * hi_lo(squared);
       vmax = std::max(vmax, magnitude);
       for (int t = 0; t < 4; ++t) {
-        gref[t] += p[k] * (f16(gp[t]) + f16(gp[t] - f16(gp[t])));
-        gwref[t] += p[k] * f16(gw[t]);
-        gvmax[t] = std::max(gvmax[t], ga[t]);
+        group_ref[t] += p * hi_lo(gp[t]);
+        group_wref[t] += p * to_f16(gw[t]);
+        group_vmax[t] = std::max(group_vmax[t], ga[t]);
       }
     }
+  }
+};
+
+// The kernel's output check (fwd_sm80.cuh, check_output) of `x` against the checksums: alarms
+// over tol_output * (growth * values + B), corrects over tol_output * (2 growth + 1) * B with
+// B = l * max sum |v|, where it locates by the ratios. f16's defaults (protected_launch.cpp).
+struct OutputCheck {
+  static constexpr float tol_output = 1.5e-7f, floor = 1e-6f;
+  static constexpr float growth = OutputRow::keys / 128.f + 16;
+  enum Verdict { clean, detected, to_locate };
+  static Verdict verdict(const std::vector<float>& x, float ref, float bound) {
+    float sum = 0.f, magnitude = 0.f;
+    for (float v : x) sum += v, magnitude += std::abs(v);
+    const float e1 = ref - sum;
+    const float values = std::min(magnitude + std::abs(ref), 2 * bound);
+    if (std::abs(e1) <= tol_output * (growth * values + bound) + floor) return clean;
+    if (std::abs(e1) <= tol_output * (2 * growth + 1) * bound + floor) return detected;
+    return to_locate;
+  }
+  // e1, e2 (weights `weight(i)`) and e3 (their squares) of `x` against the references.
+  template <class Weight>
+  static std::array<float, 3> discrepancies(const std::vector<float>& x, float ref, float wref,
+                                            float sref, Weight&& weight) {
+    float sum = 0.f, wsum = 0.f, ssum = 0.f;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float w = weight(static_cast<int>(i));
+      sum += x[i], wsum += w * x[i], ssum += w * w * x[i];
+    }
+    return {ref - sum, wref - wsum, sref - ssum};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("16-bit efta_correct: an O flip is located by the row's weighted sum in hi + lo",
+          "[protect]") {
+  // The layout before had per-thread checksums (32 of the row's elements each) with the weighted
+  // one in f16 alone, whose rounding moved the located element for flips the check saw: it then
+  // reported them corrected and left two elements wrong.
+  using ftattn::protect::locate_index;
+  using ftattn::protect::locate_output_column;
+  using ftattn::protect::output_weight;
+  constexpr int d = OutputRow::head_dim, group = OutputRow::group;
+  std::mt19937 rng(5);
+  struct Tally {
+    int seen = 0, located = 0, mislocated = 0;
+  } row, by_squares, per_group;
+  auto tally = [](Tally& t, int at, int bad) {
+    ++t.seen;
+    t.located += at == bad;
+    t.mislocated += at >= 0 && at != bad;
+  };
+  for (int trial = 0; trial < 40; ++trial) {
+    const OutputRow r(rng);
     for (int bit = 10; bit <= 30; ++bit) {
       const int bad = (trial * 37 + bit * 11) % d;
-      std::vector<float> x = o;
-      x[bad] = flip(x[bad], bit);
-      check(
-          row, x, bad, ref, wref, l * vmax, [&](int c) { return output_weight(c, d); }, d);
+      std::vector<float> x = r.o;
+      x[bad] = flip_bit(x[bad], bit);
+      if (OutputCheck::verdict(x, r.ref, r.l * r.vmax) == OutputCheck::to_locate) {
+        const auto e = OutputCheck::discrepancies(x, r.ref, r.wref, r.sref,
+                                                  [&](int c) { return output_weight(c, d); });
+        tally(row, locate_index(e[0], e[1], d), bad);
+        tally(by_squares, locate_output_column(e[0], e[1], e[2], d), bad);
+      }
       const int t = (bad % 8) / 2;
       std::vector<float> mine(group);
       for (int j = 0; j < group; ++j) mine[j] = x[(j / 2) * 8 + 2 * t + j % 2];
-      check(
-          per_group, mine, 2 * (bad / 8) + bad % 2, gref[t], gwref[t], l * gvmax[t],
-          [&](int j) { return (j + 1) / float(group); }, group);
+      if (OutputCheck::verdict(mine, r.group_ref[t], r.l * r.group_vmax[t]) ==
+          OutputCheck::to_locate) {
+        const auto e = OutputCheck::discrepancies(mine, r.group_ref[t], r.group_wref[t], 0.f,
+                                                  [](int j) { return (j + 1) / float(group); });
+        tally(per_group, locate_index(e[0], e[1], group), 2 * (bad / 8) + bad % 2);
+      }
     }
   }
   INFO("by rows: " << row.seen << " seen, " << row.located << " located, " << row.mislocated
-                   << " mislocated; per thread, weighted in hi alone: " << per_group.seen
-                   << " seen, " << per_group.mislocated << " mislocated");
+                   << " mislocated; with the squares: " << by_squares.located
+                   << " located; per thread, weighted in hi alone: " << per_group.seen << " seen, "
+                   << per_group.mislocated << " mislocated");
   REQUIRE(row.seen > 300);
   CHECK(row.mislocated == 0);
   CHECK(row.located > row.seen * 95 / 100);
+  // The squared weights reject no single flip the weighted ratio locates.
+  CHECK(by_squares.located == row.located);
+  CHECK(by_squares.mislocated == 0);
   CHECK(per_group.mislocated > 0);  // why the weighted sum has its lo half
+}
+
+TEST_CASE("16-bit efta_correct: a lane's rescale fault is not repaired as one O element",
+          "[protect]") {
+  // A fault in one lane's rescale factor between key blocks scales what that lane holds of the
+  // row then, its 32 columns of O and its column group of the checksum tile, so e1 and e2 are
+  // sums over many elements. With the weighted ratio alone such a fault was sometimes located at
+  // one element and "corrected" (H200 campaigns: 52 of 10,000 rescale flips, f16 without a mask);
+  // the square-weighted checksum (the atom's column group 2) must reject those.
+  using ftattn::protect::locate_index;
+  using ftattn::protect::locate_output_column;
+  using ftattn::protect::output_weight;
+  constexpr int d = OutputRow::head_dim;
+  std::mt19937 rng(17);
+  int seen = 0, by_ratio = 0, by_squares = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int split = 64 * (1 + trial % 7);
+    const OutputRow r(rng, split);
+    // Lane t of the quad holds columns 8 nt + 2t + c and the checksum tile's group t: plain (0),
+    // the ones (1, l: left as it is), squared (2) and weighted (3).
+    const int t = trial % 4;
+    for (int bit = 0; bit <= 30; ++bit) {
+      const float factor = flip_bit(1.f, bit);
+      if (!std::isfinite(factor)) continue;
+      std::vector<float> x = r.o;
+      for (int c = 0; c < d; ++c)
+        if ((c % 8) / 2 == t) x[c] += (factor - 1.f) * r.o_at_split[c];
+      const float ref = r.ref + (t == 0 ? (factor - 1.f) * r.ref_at_split : 0.f);
+      const float sref = r.sref + (t == 2 ? (factor - 1.f) * r.sref_at_split : 0.f);
+      const float wref = r.wref + (t == 3 ? (factor - 1.f) * r.wref_at_split : 0.f);
+      if (OutputCheck::verdict(x, ref, r.l * r.vmax) != OutputCheck::to_locate) continue;
+      ++seen;
+      const auto e = OutputCheck::discrepancies(x, ref, wref, sref,
+                                                [&](int c) { return output_weight(c, d); });
+      by_ratio += locate_index(e[0], e[1], d) >= 0;
+      by_squares += locate_output_column(e[0], e[1], e[2], d) >= 0;
+    }
+  }
+  INFO(seen << " rescale faults over the correction threshold: " << by_ratio
+            << " located as one element by the weighted ratio, " << by_squares
+            << " with the squares too");
+  REQUIRE(seen > 1000);
+  CHECK(by_ratio > 0);  // the aliasing the squares are for
+  CHECK(by_squares == 0);
 }
 
 namespace {

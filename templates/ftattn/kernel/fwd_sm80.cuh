@@ -398,7 +398,7 @@ __device__ __forceinline__ void check_output(const AttentionParams& p, float (&o
   // hides their epilogue. Elsewhere it cost the mma.sync f16_pasa kernel with Flash-ABFT 32 bytes
   // of spills in its causal loop.
   float e1[kMT][2], ref[kMT][2], row_l[kMT][2];
-  [[maybe_unused]] float weighted_ref[kMT][2];
+  [[maybe_unused]] float weighted_ref[kMT][2], squared_ref[kMT][2];
   bool clean = true;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
@@ -412,14 +412,14 @@ __device__ __forceinline__ void check_output(const AttentionParams& p, float (&o
         row_l[mt][r] = __shfl_sync(0xffffffffu, row_l[mt][r], lane & ~3);
       const float sum = quad_sum(thread_row_sum(o[mt], r));
       // This lane's column group of the checksum tile as one value (hi + lo), and the quad's
-      // plain and weighted checksums from the lanes that hold them (protect/checksum.cuh).
+      // plain and weighted checksums from the lanes that hold them (protect/checksum.cuh). Under
+      // efta_correct one lane's plain checksum serves the whole quad: the quad decides on the
+      // repair together.
       const float group = oc[mt][0][2 * r] + oc[mt][0][2 * r + 1];
+      ref[mt][r] = __shfl_sync(0xffffffffu, group, Protect::plain_lane(lane));
       if constexpr (Protect::correct) {
-        // One lane's plain checksum for the whole quad: the quad decides on the repair together.
-        ref[mt][r] = __shfl_sync(0xffffffffu, group, lane & ~3);
         weighted_ref[mt][r] = __shfl_sync(0xffffffffu, group, Protect::weighted_lane(lane));
-      } else {
-        ref[mt][r] = __shfl_sync(0xffffffffu, group, Protect::plain_lane(lane));
+        squared_ref[mt][r] = __shfl_sync(0xffffffffu, group, Protect::squared_lane(lane));
       }
       const float bound = fabsf(row_l[mt][r]) * v_bound;
       e1[mt][r] = ref[mt][r] - sum;
@@ -442,8 +442,9 @@ __device__ __forceinline__ void check_output(const AttentionParams& p, float (&o
         int column = -1;
         if constexpr (Protect::correct)
           if (!(fabsf(e1[mt][r]) <= p.tol_output * (2 * growth + 1) * bound + p.tol_floor))
-            column = protect::correct_output_row(o[mt], r, e1[mt][r], ref[mt][r],
-                                                 weighted_ref[mt][r], lane);
+            column = protect::correct_output_row(
+                o[mt], r, e1[mt][r], {ref[mt][r], weighted_ref[mt][r], squared_ref[mt][r]},
+                bound * (1.f + 1e-2f), lane);
         if (quad_t == 0)
           record_fault(p.fault_log, batch, head, row, column, fault_stage_output, column >= 0,
                        fabsf(e1[mt][r]), tol);

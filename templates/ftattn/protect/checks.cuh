@@ -129,15 +129,23 @@ __device__ __forceinline__ int row_group_column(int j, int quad_t) {
   return (j / 2) * 8 + 2 * quad_t + j % 2;
 }
 
+// A row of O's checksums under efta_correct: plain, weighted by output_weight and by its square.
+struct OutputRowChecksums {
+  float plain, weighted, squared;
+};
+
 // efta_correct's single-error repair of row half r of O, which a quad holds: this thread's 2 * NT
-// values of it at columns row_group_column(j, lane % 4), checked against the row's plain checksum
-// `ref` (discrepancy e1 = ref - the row's sum) and weighted one (weights output_weight). The lane
-// that holds the located element rebuilds it from the checksum and the row's other elements.
+// values of it at columns row_group_column(j, lane % 4), checked against the row's checksums `c`
+// (discrepancy e1 = c.plain - the row's sum; locate_output_column). The lane that holds the
+// located element rebuilds it from the checksum and the row's other elements, unless the rebuilt
+// value exceeds `bound` (l max sum |v|, which bounds every element of the row): a fault spread
+// over many elements, the ratios aliasing one, then leaves a discrepancy no element can hold.
 // Returns the column, in every lane of the quad, or -1. Only this lane's quad need be here: the
 // shuffles name it alone, and every value the quad's lanes decide on is the same in all four.
 template <int NT>
-__device__ __forceinline__ int correct_output_row(float (&x)[NT][4], int r, float e1, float ref,
-                                                  float weighted_ref, int lane) {
+__device__ __forceinline__ int correct_output_row(float (&x)[NT][4], int r, float e1,
+                                                  const OutputRowChecksums& c, float bound,
+                                                  int lane) {
   constexpr int n = 2 * NT, head_dim = 8 * NT;
   const unsigned quad = 0xfu << (lane & ~3);
   const int quad_t = lane % 4;
@@ -145,12 +153,14 @@ __device__ __forceinline__ int correct_output_row(float (&x)[NT][4], int r, floa
     v += __shfl_xor_sync(quad, v, 1);
     return v + __shfl_xor_sync(quad, v, 2);
   };
-  float wsum = 0.f, non_finite = 0.f;
+  float wsum = 0.f, ssum = 0.f, non_finite = 0.f;
   int mine = -1;
 #pragma unroll
   for (int j = 0; j < n; ++j) {
     const float v = x[j / 2][2 * r + j % 2];
-    wsum += output_weight(row_group_column(j, quad_t), head_dim) * v;
+    const float w = output_weight(row_group_column(j, quad_t), head_dim);
+    wsum += w * v;
+    ssum += w * w * v;
     if (!finite(v)) {
       non_finite += 1.f;
       mine = j;
@@ -164,7 +174,8 @@ __device__ __forceinline__ int correct_output_row(float (&x)[NT][4], int r, floa
     column = max(column, __shfl_xor_sync(quad, column, 1));
     column = max(column, __shfl_xor_sync(quad, column, 2));
   } else {
-    column = locate_index(e1, weighted_ref - quad_total(wsum), head_dim);
+    column = locate_output_column(e1, c.weighted - quad_total(wsum), c.squared - quad_total(ssum),
+                                  head_dim);
     if (column < 0) return -1;
   }
   // Rebuilt as the checksum less the others, not as x + e1: a flipped exponent makes the row's
@@ -175,10 +186,11 @@ __device__ __forceinline__ int correct_output_row(float (&x)[NT][4], int r, floa
 #pragma unroll
   for (int j = 0; j < n; ++j)
     if (!(owner && j == bad)) others += x[j / 2][2 * r + j % 2];
-  others = quad_total(others);
+  const float rebuilt = c.plain - quad_total(others);  // the same in every lane of the quad
+  if (!(fabsf(rebuilt) <= bound)) return -1;
 #pragma unroll
   for (int j = 0; j < n; ++j)
-    if (owner && j == bad) x[j / 2][2 * r + j % 2] = ref - others;
+    if (owner && j == bad) x[j / 2][2 * r + j % 2] = rebuilt;
   return column;
 }
 

@@ -12,10 +12,11 @@
 //                 plus a column of ones, whose accumulator is the row sum of the f16 P: it checks
 //                 l, and SNVR's range check LB <= l <= n (LB from per-block maxima) backs it up.
 //   efta_correct  Also weighted checksums: for S the strided ones with weights (j + 1) / n over
-//                 the thread's j-th element, for O one per row with weights (c + 1) / head_dim
-//                 over column c. A failed check locates the element from the ratio of the two
-//                 discrepancies and rebuilds it from the checksum, for S (before the softmax) and
-//                 for O (at the end).
+//                 the thread's j-th element, for O two per row, with weights w_c = (c + 1) /
+//                 head_dim over column c and with w_c^2. A failed check locates the element from
+//                 the ratio of the discrepancies (for O, both ratios must agree on it) and
+//                 rebuilds it from the checksum, for S (before the softmax) and for O (at the
+//                 end).
 //
 // The checksums of a KV head are computed once per call by checksum_prologue() (EFTA's
 // "checksum generation", hoisted out of every CTA) into the workspace of protect/workspace.cuh.
@@ -42,10 +43,12 @@ struct Checksum {
   static constexpr int k_atoms = S == Scheme::flash_abft ? 0 : (correct ? 2 : 1);
   // One V atom, one 8-wide MMA tile per 16 keys, its column groups (thread group t of a quad
   // holds columns 2t and 2t + 1):
-  //   t = 0, 2   rowsum(V) as (hi, lo);
+  //   t = 0      rowsum(V) as (hi, lo);
   //   t = 1      the ones column (1, 0);
-  //   t = 3      the ones column again, or efta_correct's weighted row sum
-  //              sum_c (c + 1) / head_dim V[c] as (hi, lo).
+  //   t = 2      rowsum(V) again, or efta_correct's row sum weighted by the squares,
+  //              sum_c w_c^2 V[c] with w_c = (c + 1) / head_dim, as (hi, lo);
+  //   t = 3      the ones column again, or efta_correct's weighted row sum sum_c w_c V[c] as
+  //              (hi, lo).
   // So each lane reads what it lacks from its quad with one shuffle at the end. efta_correct had
   // per-thread checksums in two atoms, with the weighted one in f16 alone: its rounding (2^-11)
   // moved the located element for flips the check saw, which were then reported corrected and
@@ -54,9 +57,10 @@ struct Checksum {
   // 0.96-0.98x causal, l stays the FP32 sum.
   static constexpr int v_atoms = 1;
   // The lanes of this lane's quad that hold the plain checksum, the ones column and the weighted
-  // checksum.
-  __device__ static int plain_lane(int lane) { return lane & ~1; }
+  // checksums.
+  __device__ static int plain_lane(int lane) { return correct ? lane & ~3 : lane & ~1; }
   __device__ static int ones_lane(int lane) { return correct ? (lane & ~3) | 1 : lane | 1; }
+  __device__ static int squared_lane(int lane) { return (lane & ~3) | 2; }
   __device__ static int weighted_lane(int lane) { return lane | 3; }
 };
 
@@ -118,9 +122,9 @@ __device__ __forceinline__ void checksum_prologue(const AttentionParams& p) {
   for (int pass = 0; pass < passes; ++pass) {  // the same trip count in every lane
     const int kk = pass * keys_per_pass + static_cast<int>(threadIdx.x) / lanes;
     const int key = key0 + kk;
-    // The key's row sums: plain, weighted by column (efta_correct) and of magnitudes. A lane sums
-    // its chunks, then the four lanes meet by shuffles (three values per level).
-    float g1 = 0.f, g2 = 0.f, ga = 0.f;
+    // The key's row sums: plain, weighted by column and by its square (efta_correct) and of
+    // magnitudes. A lane sums its chunks, then the four lanes meet by shuffles.
+    float g1 = 0.f, g2 = 0.f, g3 = 0.f, ga = 0.f;
     // Chunks past the keys were loaded as zeros: they add nothing.
 #pragma unroll
     for (int j = 0; j < per_lane; ++j) {
@@ -134,7 +138,9 @@ __device__ __forceinline__ void checksum_prologue(const AttentionParams& p) {
         g1 += x0 + x1;
         if constexpr (Pr::correct) {
           const int column = chunk * 8 + 2 * t;  // protect::output_weight's
-          g2 += output_weight(column, D) * x0 + output_weight(column + 1, D) * x1;
+          const float w0 = output_weight(column, D), w1 = output_weight(column + 1, D);
+          g2 += w0 * x0 + w1 * x1;
+          g3 += w0 * w0 * x0 + w1 * w1 * x1;
         }
         ga += fabsf(x0) + fabsf(x1);
       }
@@ -142,14 +148,18 @@ __device__ __forceinline__ void checksum_prologue(const AttentionParams& p) {
 #pragma unroll
     for (int off = 1; off < lanes; off *= 2) {
       g1 += __shfl_xor_sync(0xffffffffu, g1, off);
-      if constexpr (Pr::correct) g2 += __shfl_xor_sync(0xffffffffu, g2, off);
+      if constexpr (Pr::correct) {
+        g2 += __shfl_xor_sync(0xffffffffu, g2, off);
+        g3 += __shfl_xor_sync(0xffffffffu, g3, off);
+      }
       ga += __shfl_xor_sync(0xffffffffu, ga, off);
     }
     if (kk < N && lane_in_key == 0) {
       u32* out = vc + kk * 4 * Pr::v_atoms;
       const u32 total = split_hi_lo<P>(g1), ones = P::pack(key < p.seqlen_k ? 1.f : 0.f, 0.f);
-      out[0] = out[2] = total;
+      out[0] = total;
       out[1] = ones;
+      out[2] = Pr::correct ? split_hi_lo<P>(g3) : total;
       out[3] = Pr::correct ? split_hi_lo<P>(g2) : ones;
 #pragma unroll
       for (int t = 0; t < 4; ++t) abs_max[t] = fmaxf(abs_max[t], ga);

@@ -22,4 +22,19 @@ inline int locate_index(float e1, float e2, int n) {
 // efta_correct's weight of O's column c in its weighted row checksum (protect/checksum.cuh).
 inline float output_weight(int column, int head_dim) { return (column + 1) / float(head_dim); }
 
+// efta_correct's O column at fault among `head_dim`, from the discrepancies of the row's plain
+// (e1), weighted (e2, weights w_c = output_weight) and square-weighted (e3, weights w_c^2)
+// checksums; -1 where they disagree. One faulty element c gives e2 / e1 = w_c and e3 / e1 = w_c^2.
+// A fault spread over many elements (a lane's rescale factor scales its 32 of the row) can put
+// e2 / e1 near some w_c by chance, and was then repaired as that element, leaving the row wrong;
+// e3 / e1 must then fall near w_c^2 too, as it does for one element and seldom for many.
+inline int locate_output_column(float e1, float e2, float e3, int head_dim) {
+  const int column = locate_index(e1, e2, head_dim);
+  if (column < 0) return -1;
+  const float w = output_weight(column, head_dim);
+  // In the units of locate_index's window: its ratio is e2 / e1 * head_dim.
+  const float off = (e3 / e1 - w * w) * head_dim;
+  return fabsf(off) <= 0.2f ? column : -1;
+}
+
 }  // namespace ftattn::protect
