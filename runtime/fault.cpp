@@ -62,6 +62,8 @@ std::string_view to_string(FaultStage s) {
       return "row_sum";
     case FaultStage::output:
       return "output";
+    case FaultStage::row_max:
+      return "row_max";
   }
   return "?";
 }

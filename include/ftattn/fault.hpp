@@ -27,7 +27,7 @@ std::string_view to_string(FaultSite s);
 FaultSite parse_fault_site(std::string_view text);
 
 // Where a detection happened.
-enum class FaultStage { scores = 1, probs = 2, row_sum = 3, output = 4 };
+enum class FaultStage { scores = 1, probs = 2, row_sum = 3, output = 4, row_max = 5 };
 std::string_view to_string(FaultStage s);
 
 // One bit flip at a chosen place. Takes effect only in kernels compiled with fault_injection.

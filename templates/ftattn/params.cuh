@@ -42,6 +42,7 @@ enum FaultStageId : int {
   fault_stage_probs = 2,    // exp product check
   fault_stage_row_sum = 3,  // row-sum range check
   fault_stage_output = 4,   // GEMM II / output checksum
+  fault_stage_row_max = 5,  // the quad's copies of a row's running max disagree
 };
 
 // Device-side fault log: counters, then the first `capacity` records.

@@ -284,10 +284,24 @@ __device__ __forceinline__ float snvr_lower_bound(float lower, float rescale, fl
 // covers with FP32 accumulation on top, so a fault the check misses moves l, and the row's
 // output, by about an ulp of a 16-bit output at most. SNVR's range LB <= l <= (unmasked keys)
 // decides which of the two is wrong when they disagree; lane 0 of the quad reports.
+//
+// Each lane of the quad keeps its own copy of the running max (the block maxima it takes are the
+// quad's), so a fault in one copy weights that lane's keys apart from the rest for the remainder
+// of the row, and does so alike in O, its checksums and l: no check sees it, and on the H200
+// 10-13% of 16-bit efta_correct's max flips were silent, each moving the whole row. Fault-free,
+// the four copies are equal bit for bit; a fault healed by a later, larger block max leaves the
+// lane's rescale apart instead, which the output check sees. So the copies must agree here.
 template <class T>
 __device__ __forceinline__ float efta_row_sum(const AttentionParams& p, float sum, float ones,
                                               float lb, int row, float row_max, int lane, int batch,
                                               int head) {
+  const float lead = __shfl_sync(0xffffffffu, row_max, lane & ~3);
+  float gap = row_max == lead ? 0.f : fabsf(row_max - lead);
+  if (!(gap <= 3.402823466e38f)) gap = -neg_inf();  // a NaN copy
+  gap = fmaxf(gap, __shfl_xor_sync(0xffffffffu, gap, 1));
+  gap = fmaxf(gap, __shfl_xor_sync(0xffffffffu, gap, 2));
+  if (gap > 0.f && row < p.seqlen_q && lane % 4 == 0)
+    record_fault(p.fault_log, batch, head, row, -1, fault_stage_row_max, false, gap, 0.f);
   const int diag = p.seqlen_k - p.seqlen_q;
   const int keys = T::causal ? max(0, min(p.seqlen_k, row + diag + 1)) : p.seqlen_k;
   float l = ones;
