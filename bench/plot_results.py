@@ -172,19 +172,12 @@ def build_ab_tiles(folder, name):
     save(fig, folder, name + ".png")
 
 
-def llvm_campaign(folder):
-    data = (rows(folder, "llvm_campaign.csv") or []) + (rows(folder, "llvm_campaign_mma.csv") or [])
-    if not data:
-        return
+def campaign_bars(folder, data, labels, title, out):
+    """Each summary row's outcomes as a stacked bar of shares of its trials."""
     # miscorrected: summaries written since 2026-11-29; older files count those trials as detected.
     outcomes = ["masked", "corrected", "detected", "false_positive", "sdc", "miscorrected"]
-    labels, shares = [], []
-    for r in data:
-        n = int(r["trials"])
-        dmr = "harden" in r["config"]
-        labels.append(f"{r['site'][3:]}\n{'DMR' if dmr else r['protection']}")
-        shares.append([100 * int(r.get(o) or 0) / n for o in outcomes])
-    fig, ax = plt.subplots(figsize=(10, 4))
+    shares = [[100 * int(r.get(o) or 0) / int(r["trials"]) for o in outcomes] for r in data]
+    fig, ax = plt.subplots(figsize=(max(10, len(data) * 0.8), 4))
     bottom = [0.0] * len(data)
     for j, o in enumerate(outcomes):
         ys = [s[j] for s in shares]
@@ -193,9 +186,28 @@ def llvm_campaign(folder):
     ax.set_xticks(range(len(data)))
     ax.set_xticklabels(labels, fontsize=7)
     ax.set_ylabel("% of trials")
-    ax.set_title("IR-level fault injection, 5,000 flips per bar")
+    ax.set_title(title)
     ax.legend(fontsize=7, loc="lower right")
-    save(fig, folder, "llvm_campaign.png")
+    save(fig, folder, out)
+
+
+def llvm_campaign(folder):
+    data = (rows(folder, "llvm_campaign.csv") or []) + (rows(folder, "llvm_campaign_mma.csv") or [])
+    if not data:
+        return
+    labels = [f"{r['site'][3:]}\n{'DMR' if 'harden' in r['config'] else r['protection']}"
+              for r in data]
+    campaign_bars(folder, data, labels, "IR-level fault injection, 5,000 flips per bar",
+                  "llvm_campaign.png")
+
+
+def build_campaign(folder, name, sites, title):
+    """A campaign summary with a `build` column (two builds, same run): the given sites' bars."""
+    data = [r for r in rows(folder, name + ".csv") or [] if r["site"] in sites]
+    if not data:
+        return
+    labels = [f"{r['build']}\n{r['precision']} {r['mask']}\n{r['site']}" for r in data]
+    campaign_bars(folder, data, labels, title, name + ".png")
 
 
 def overhead_runs(folder, name, runs, scheme="flash_abft"):
@@ -403,6 +415,8 @@ def main():
                    main_rounds("early_token_ab.csv") + main_rounds("gemm1_parts_ab.csv") +
                    main_rounds("flash_abft_staged_tile_ab.csv"), ("flash_abft",))
     llvm_campaign(folder)
+    build_campaign(folder, "campaign_efta_correct_max_agreement", ("rescale", "row_max"),
+                   "efta_correct, 10,000 flips per bar: main before and the build of 2026-11-29")
 
 
 if __name__ == "__main__":
