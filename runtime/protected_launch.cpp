@@ -241,6 +241,12 @@ FaultReport ProtectedLauncher::collect(CUstream stream) const {
     std::vector<unsigned char> raw(sizeof(FaultLog) + n * sizeof(FaultRecord));
     log_.download(raw.data(), raw.size());
     const auto* records = reinterpret_cast<const FaultRecord*>(raw.data() + sizeof(FaultLog));
+    // The kernels' stage ids (params.cuh) are the host's FaultStage values.
+    static_assert(static_cast<int>(FaultStage::scores) == fault_stage_scores &&
+                  static_cast<int>(FaultStage::probs) == fault_stage_probs &&
+                  static_cast<int>(FaultStage::row_sum) == fault_stage_row_sum &&
+                  static_cast<int>(FaultStage::output) == fault_stage_output &&
+                  static_cast<int>(FaultStage::row_max) == fault_stage_row_max);
     for (unsigned i = 0; i < n; ++i) {
       const FaultRecord& r = records[i];
       report.events.push_back(FaultEvent{r.batch, r.head, r.row, r.col,

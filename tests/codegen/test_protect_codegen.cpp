@@ -306,6 +306,13 @@ TEST_CASE("fault enums read and print the command line's spelling", "[protect]")
   CHECK(r.summary().find("2 detected, 1 corrected") != std::string::npos);
   CHECK(r.summary().find("output at batch 0, head 3, row 17, col 42") != std::string::npos);
   CHECK(r.summary().find("not proven right") == std::string::npos);
+  // The quad's copies of a row's running max that disagree (EFTA, 16-bit) have a stage of their
+  // own, named as the site is.
+  FaultReport max_apart;
+  max_apart.detected = 1;
+  max_apart.events.push_back(FaultEvent{1, 0, 5, -1, FaultStage::row_max, false, 0.25f, 0.f});
+  CHECK(max_apart.summary().find("first: row_max at batch 1, head 0, row 5 (") !=
+        std::string::npos);
   // A recompute that itself detects and cannot correct says so.
   r.recomputed_tiles = 1;
   r.unresolved = 1;
