@@ -117,7 +117,7 @@ TEST_CASE("efta_correct: rescale and max faults are neither repaired as one elem
   // wrong: 52 of 10,000 such flips on the H200 (f16, 1 x 2 x 512, seed 11) before the row's
   // square-weighted checksum (protect::locate_output_column) and the rebuilt value's bound. A
   // flip of a lane's copy of the running max weighted its keys apart, alike in O, its checksums
-  // and l: 10-13% of them were silent before the quad's copies were compared at the end
+  // and l: 8-13% of them were silent before the quad's copies were compared at the end
   // (detail::efta_row_sum). Both 16-bit formats, both masks; output flips must still be corrected.
   Runtime rt;
   REQUIRE(rt.has_device());
@@ -144,7 +144,7 @@ TEST_CASE("efta_correct: rescale and max faults are neither repaired as one elem
           // Seen faults are left to recompute: reported, not repaired. Not every one is seen:
           // a max fault healed by a later, larger block max leaves its lane's rescale apart, by
           // less than the output check's threshold at times (on the H200 up to 8 of these 4,000
-          // flips, against 10-13% before); and the two ratios can still both alias (1 rescale
+          // flips, against 8-13% before); and the two ratios can still both alias (1 rescale
           // flip of these 4,000, bf16 without a mask, against about 1% before).
           CHECK(r.tally.count(campaign::Outcome::detected) > r.tally.trials / 10);
           CHECK(miscorrected <= r.tally.trials / 1000);

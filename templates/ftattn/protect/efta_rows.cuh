@@ -288,7 +288,7 @@ __device__ __forceinline__ float snvr_lower_bound(float lower, float rescale, fl
 // Each lane of the quad keeps its own copy of the running max (the block maxima it takes are the
 // quad's), so a fault in one copy weights that lane's keys apart from the rest for the remainder
 // of the row, and does so alike in O, its checksums and l: no check sees it, and on the H200
-// 10-13% of 16-bit efta_correct's max flips were silent, each moving the whole row. Fault-free,
+// 8-13% of 16-bit efta_correct's max flips were silent, each moving the whole row. Fault-free,
 // the four copies are equal bit for bit; a fault healed by a later, larger block max leaves the
 // lane's rescale apart instead, which the output check sees. So the copies must agree here.
 template <class T>
