@@ -187,7 +187,7 @@ def campaign_bars(folder, data, labels, title, out):
     ax.set_xticklabels(labels, fontsize=7)
     ax.set_ylabel("% of trials")
     ax.set_title(title)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # clear of the bars
     save(fig, folder, out)
 
 
