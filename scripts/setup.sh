@@ -21,8 +21,8 @@ if ((${#missing[@]})); then
   for p in "${missing[@]}"; do
     # The policy is read whole first: piped into `grep -q`, apt-cache took SIGPIPE when grep
     # stopped at the match, and under pipefail every package read as not packaged.
-    policy=$(apt-cache policy "$p" 2>/dev/null || true)
-    if [[ " ${llvm_packages[*]} " == *" $p "* ]] && ! grep -q 'Candidate: [0-9]' <<<"$policy"; then
+    if [[ " ${llvm_packages[*]} " == *" $p "* ]] &&
+      ! grep -q 'Candidate: [0-9]' <<<"$(apt-cache policy "$p" 2>/dev/null || true)"; then
       echo "setup: $p is not packaged here: the build leaves the LLVM route out" \
         "(backend nvrtc only; add LLVM's apt repository for it)" >&2
       continue
