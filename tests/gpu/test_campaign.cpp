@@ -154,6 +154,41 @@ TEST_CASE("efta_correct: rescale and max faults are neither repaired as one elem
     }
 }
 
+TEST_CASE(
+    "every lane divides by a checked copy of l: the ones columns of efta_detect and Flash-ABFT",
+    "[gpu][campaign][protect]") {
+  // GEMM II's checksum tile holds the ones column, l, twice (protect::Checksum, t = 1 and 3).
+  // Lanes 2 and 3 of each quad took l from the second copy while lane 0 checked and reported on
+  // the first: on the H200 (1 x 2 x 512, seed 11, 10,000 flips) 1.7-2.2% of efta_detect's checksum
+  // flips were silent, every one in the second copy, and Flash-ABFT's checksum and row-sum flips
+  // were silent at 8.8-11.4% and 24.6-32.3% (its range check alone saw l). Now every lane takes
+  // the first copy, and Flash-ABFT holds it to the second.
+  Runtime rt;
+  REQUIRE(rt.has_device());
+  for (Precision precision : {Precision::f16, Precision::bf16})
+    for (Mask mask : {Mask::none, Mask::causal})
+      for (Protection protection : {Protection::efta_detect, Protection::flash_abft}) {
+        Setup s = make_setup(rt, protection, mask, 128, 512, precision);
+        std::vector<FaultSite> sites{FaultSite::checksum};
+        if (protection == Protection::flash_abft && uses_wgmma(s.config))
+          sites.push_back(FaultSite::row_sum);  // l itself: the ones column on wgmma
+        for (FaultSite site : sites) {
+          campaign::CampaignOptions o;
+          o.site = site;
+          o.trials = 4000;
+          o.seed = 11;
+          const campaign::CampaignResult r = campaign::run_campaign(
+              *s.backend, campaign::injection_space(s.config, s.problem, site), s.clean,
+              s.tolerance, o);
+          INFO(s.config.name() << " " << campaign::site_name(site) << "\n"
+                               << campaign::summary_table(r.tally));
+          CHECK(r.tally.count(campaign::Outcome::sdc) <= r.tally.trials / 1000);
+          if (site == FaultSite::row_sum)
+            CHECK(r.tally.count(campaign::Outcome::detected) > r.tally.trials / 10);
+        }
+      }
+}
+
 TEST_CASE("efta_detect sees a score flipped far up, where its product check gives up",
           "[gpu][campaign][protect]") {
   // Scores in [0, 0.81]: q and k drawn from U(0, 0.9 / sqrt(head_dim)). Bit 30 then takes any

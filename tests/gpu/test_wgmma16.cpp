@@ -472,15 +472,17 @@ TEST_CASE("Flash-ABFT's l from its ones column: exponent flips up seen by the ra
           "[gpu][wgmma16][protect]") {
   Runtime& rt = wgmma_runtime();
   if (!on_sm90a(rt)) return;
-  // On the wgmma kernels l is the ones column of GEMM II's checksum tile, summed in the odd
-  // lanes of each quad. A flip of l (after block 0, CTA 0: causal, the last query tile) in an odd
-  // lane (5) or in an even one (4, whose flip lands in its odd neighbour's column) is outside the
-  // output check, which l scales alike on both sides. Block 0's l of normal inputs lies in
-  // [2, 2^32), where bits 28 and 29 of the exponent are 0: their flips multiply it by 2^32 and
-  // 2^64, out of the range a clean row keeps ([0.5, keys x 2^slack]), so the range check reports
-  // them at the row-sum stage and recompute repairs the output. (Flips that take a partial l
-  // down are mostly made up by the later blocks' terms: those stay silent, README.) Tiles: three
-  // consumers (lazy rescale, slack 8) at head dims 128 and 64, one warpgroup at head dim 64.
+  // On the wgmma kernels l is the ones column of GEMM II's checksum tile, summed twice in lanes
+  // 1 and 3 of each quad; every lane divides by lane 1's copy. A flip of l (after block 0, CTA 0:
+  // causal, the last query tile) seen by an odd lane (5) or an even one (4: either lands in lane
+  // 5's column) is outside the output check, which l scales alike on both sides. Block 0's l of
+  // normal inputs lies in [2, 2^32), where bits 28 and 29 of the exponent are 0: their flips
+  // multiply it by 2^32 and 2^64, out of the range a clean row keeps ([0.5, keys x 2^slack]), and
+  // away from the second copy, so the row-sum stage reports them and recompute repairs the
+  // output. Flips that take a partial l down, which later blocks' terms mostly made up so that
+  // the range passed, set the copies apart as well ("every lane divides by a checked copy of l",
+  // test_campaign.cpp). Tiles: three consumers (lazy rescale, slack 8) at head dims 128 and 64,
+  // one warpgroup at head dim 64.
   struct Run {
     int d, keys;
   };

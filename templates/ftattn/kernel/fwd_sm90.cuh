@@ -440,16 +440,18 @@ __device__ __forceinline__ void efta_report_alarms(const AttentionParams& p,
 // Row half r's sum of the 16-bit P that GEMM II multiplied into O: the ones column of its checksum
 // tile `oc` (protect/checksum.cuh), in every lane.
 template <class T, int kCT>
-__device__ __forceinline__ float ones_column(const float (&oc)[kCT][4], int r, int lane) {
+__device__ __forceinline__ float ones_column(const float (&oc)[kCT][4], int r, int lane,
+                                             bool second = false) {
   // Shuffled from a copy: a shuffle of the accumulator register itself made ptxas serialise
   // every wgmma of the kernel (C7511).
   float even = oc[0][2 * r];
   asm volatile("" : "+f"(even));
-  return __shfl_sync(0xffffffffu, even, T::Protect::ones_lane(lane));
+  using Pr = typename T::Protect;
+  return __shfl_sync(0xffffffffu, even, second ? Pr::second_ones_lane(lane) : Pr::ones_lane(lane));
 }
 
 // The row-sum fault site where l is the ones column (Flash-ABFT's injection builds): the flip of
-// l as this lane reads it (ones_column), added to the accumulator of the odd lane it reads from.
+// l as this lane reads it (ones_column), added to the accumulator of the lane it reads from.
 // GEMM II of the blocks before `it` is done.
 template <class T, int kMT, int kCT>
 __device__ __forceinline__ void inject_ones_row_sum(const FaultPlanParams& f, int it,
@@ -461,25 +463,33 @@ __device__ __forceinline__ void inject_ones_row_sum(const FaultPlanParams& f, in
 #pragma unroll
   for (int i = 0; i < kMT * 2; ++i) {
     float moved = flipped[i] == seen[i] ? 0.f : flipped[i] - seen[i];
-    moved += __shfl_xor_sync(0xffffffffu, moved, 1);  // the even lane's flip to its odd lane
-    if (lane % 2 == 1) oc[i / 2][0][2 * (i % 2)] += moved;
+    // The quad's one flip to the lane it reads l from (Checksum::ones_lane).
+    moved += __shfl_xor_sync(0xffffffffu, moved, 1);
+    moved += __shfl_xor_sync(0xffffffffu, moved, 2);
+    if (lane == T::Protect::ones_lane(lane)) oc[i / 2][0][2 * (i % 2)] += moved;
   }
 }
 
 // Flash-ABFT's l where it is the ones column (fwd_ws_sm90.cuh): l is common to O and its checksum,
-// so the output check cannot see it, but a clean row keeps it in a range. The key that set the
-// running max gave P = 1 (its f16 or bf16 rounding no lower), and no P exceeds 2^kSlack
-// (FlashAttention-4's lazy rescale; 1 without it) by more than a 16-bit ulp. So l in
-// [0.5, keys 2^kSlack (1 + 1.6e-2)]: a sign flip, a NaN and most exponent flips fall outside.
+// so the output check cannot see it. But the tile holds the column twice (Checksum, t = 1 and
+// t = 3): the same MMA of the same P against the same ones, rescaled alike, so the copies agree
+// bit for bit when clean (2^-20 of slack). A fault in either copy's accumulator or its lane's
+// rescale sets them apart. And a clean row keeps l in a range: the key that set the running max
+// gave P = 1 (its f16 or bf16 rounding no lower), and no P exceeds 2^kSlack (FlashAttention-4's
+// lazy rescale; 1 without it) by more than a 16-bit ulp. So l in [0.5, keys 2^kSlack (1 +
+// 1.6e-2)]: a sign flip, a NaN and most exponent flips fall outside, whichever copy they hit.
 template <class T, int kSlack>
-__device__ __forceinline__ void check_ones_row_sum(const AttentionParams& p, float l, int row,
-                                                   float row_max, int lane, int batch, int head) {
+__device__ __forceinline__ void check_ones_row_sum(const AttentionParams& p, float l, float copy,
+                                                   int row, float row_max, int lane, int batch,
+                                                   int head) {
   if (row >= p.seqlen_q || row_max == neg_inf()) return;  // no row, or no key: l = 0
   const int diag = p.seqlen_k - p.seqlen_q;
   const int keys = T::causal ? max(0, min(p.seqlen_k, row + diag + 1)) : p.seqlen_k;
   const float most = keys * static_cast<float>(1 << kSlack) * (1.f + 1.6e-2f);
-  if (!(l >= 0.5f && l <= most) && lane % 4 == 0)
-    record_fault(p.fault_log, batch, head, row, -1, fault_stage_row_sum, false, l, most);
+  const float apart = fabsf(l - copy), slack = 1e-6f * fabsf(l);
+  if (!(l >= 0.5f && l <= most && apart <= slack) && lane % 4 == 0)
+    record_fault(p.fault_log, batch, head, row, -1, fault_stage_row_sum, false,
+                 apart <= slack ? l : apart, apart <= slack ? most : slack);
 }
 
 // The epilogue's l of row half r under EFTA: this thread's share of the FP32 sum `row_sum`
@@ -513,7 +523,8 @@ __device__ __forceinline__ void epilogue_row_sums(
                                      row_max[r], lane, batch, head);
     } else if constexpr (kOnesRowSum) {
       l[r] = ones_column<T>(checksums, r, lane);
-      check_ones_row_sum<T, kSlack>(p, l[r], global_row(r), row_max[r], lane, batch, head);
+      check_ones_row_sum<T, kSlack>(p, l[r], ones_column<T>(checksums, r, lane, true),
+                                    global_row(r), row_max[r], lane, batch, head);
     } else {
       l[r] = quad_sum(row_sum[r]);
     }

@@ -57,9 +57,13 @@ struct Checksum {
   // 0.96-0.98x causal, l stays the FP32 sum.
   static constexpr int v_atoms = 1;
   // The lanes of this lane's quad that hold the plain checksum, the ones column and the weighted
-  // checksums.
+  // checksums. Every lane of a quad divides by the same copy of l, the one lane 0 checks and
+  // reports on: where lanes 2 and 3 took the second copy (t = 3), its faults moved half the row
+  // unreported (2% of efta_detect's checksum flips silent on the H200). Flash-ABFT also holds the
+  // first copy to the second (detail::check_ones_row_sum).
   __device__ static int plain_lane(int lane) { return correct ? lane & ~3 : lane & ~1; }
-  __device__ static int ones_lane(int lane) { return correct ? (lane & ~3) | 1 : lane | 1; }
+  __device__ static int ones_lane(int lane) { return (lane & ~3) | 1; }
+  __device__ static int second_ones_lane(int lane) { return (lane & ~3) | 3; }
   __device__ static int squared_lane(int lane) { return (lane & ~3) | 2; }
   __device__ static int weighted_lane(int lane) { return lane | 3; }
 };
