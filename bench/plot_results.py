@@ -177,7 +177,7 @@ def campaign_bars(folder, data, labels, title, out):
     # miscorrected: summaries written since 2026-11-29; older files count those trials as detected.
     outcomes = ["masked", "corrected", "detected", "false_positive", "sdc", "miscorrected"]
     shares = [[100 * int(r.get(o) or 0) / int(r["trials"]) for o in outcomes] for r in data]
-    fig, ax = plt.subplots(figsize=(max(10, len(data) * 0.8), 4))
+    fig, ax = plt.subplots(figsize=(max(10, len(data) * 1.2), 4.5))
     bottom = [0.0] * len(data)
     for j, o in enumerate(outcomes):
         ys = [s[j] for s in shares]
@@ -206,7 +206,9 @@ def build_campaign(folder, name, sites, title):
     data = [r for r in rows(folder, name + ".csv") or [] if r["site"] in sites]
     if not data:
         return
-    labels = [f"{r['build']}\n{r['precision']} {r['mask']}\n{r['site']}" for r in data]
+    schemes = len({r["protection"] for r in data}) > 1  # name the scheme where several share
+    labels = [f"{r['build']}\n{r['protection'] + ' ' if schemes else ''}{r['precision']} "
+              f"{r['mask']}\n{r['site']}" for r in data]
     campaign_bars(folder, data, labels, title, name + ".png")
 
 
@@ -417,6 +419,10 @@ def main():
     llvm_campaign(folder)
     build_campaign(folder, "campaign_efta_correct_max_agreement", ("rescale", "row_max"),
                    "efta_correct, 10,000 flips per bar: main before and the build of 2026-11-29")
+    build_campaign(folder, "campaign_efta_detect_max_agreement", ("rescale", "row_max"),
+                   "efta_detect, 10,000 flips per bar: before the quad's max check and main")
+    build_campaign(folder, "campaign_ones_copy", ("checksum", "row_sum"),
+                   "10,000 flips per bar: main and every lane on one checked copy of l")
 
 
 if __name__ == "__main__":
