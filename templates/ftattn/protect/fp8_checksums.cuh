@@ -13,7 +13,8 @@
 //   3     efta_detect: ones (the sum of the E4M3 P that GEMM II used), else zero
 //   4-7   zero
 // The accumulator tile is rescaled with O; at the end each row's sum over channels of O must
-// equal (col 0 + col 1) * 2^4 within tol_output * magnitude * (key blocks + 16).
+// equal (col 0 + col 1) * 2^4 within tol_output * ((key blocks + 16) * min(sum |o| + |checksum|,
+// 2 magnitude) + magnitude).
 //
 // efta_detect also checks GEMM I the same way: every K block gets 24 f16 rows, per checksum key
 // e = 0..7 the strided sums sum_nt K[8 nt + e] as hi + lo and sum_nt |K[8 nt + e]|, and the E4M3 Q
