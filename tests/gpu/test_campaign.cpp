@@ -193,6 +193,31 @@ TEST_CASE(
       }
 }
 
+TEST_CASE("int8 Flash-ABFT sees a flip of one lane's rescale factor", "[gpu][campaign][protect]") {
+  // A lane's factor scales its O and the FP32 checksum beside it alike, so the checksum carried
+  // the neighbour lane's block sums: on the H200 (1 x 2 x 512, seed 11) 44% / 29% of 2,000
+  // rescale flips (no mask / causal) were silent with the lane's own. Both masks; the output
+  // site stays covered.
+  Runtime rt;
+  REQUIRE(rt.has_device());
+  for (Mask mask : {Mask::none, Mask::causal}) {
+    Setup s = make_setup(rt, Protection::flash_abft, mask, 128, 512, Precision::int8);
+    for (FaultSite site : {FaultSite::rescale, FaultSite::output}) {
+      campaign::CampaignOptions o;
+      o.site = site;
+      o.trials = 2000;
+      o.seed = 11;
+      const campaign::CampaignResult r =
+          campaign::run_campaign(*s.backend, campaign::injection_space(s.config, s.problem, site),
+                                 s.clean, s.tolerance, o);
+      INFO(s.config.name() << " " << campaign::site_name(site) << "\n"
+                           << campaign::summary_table(r.tally));
+      CHECK(r.tally.count(campaign::Outcome::sdc) <= r.tally.trials / 200);
+      CHECK(r.tally.count(campaign::Outcome::detected) > r.tally.trials / 10);
+    }
+  }
+}
+
 TEST_CASE("efta_detect sees a score flipped far up, where its product check gives up",
           "[gpu][campaign][protect]") {
   // Scores in [0, 0.81]: q and k drawn from U(0, 0.9 / sqrt(head_dim)). Bit 30 then takes any

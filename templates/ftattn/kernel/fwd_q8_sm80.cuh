@@ -1026,8 +1026,13 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
           if (diff != 0u && quad_t == 0 && row < p.seqlen_q)
             record_fault(p.fault_log, batch, head, row, -1, fault_stage_output, false,
                          static_cast<float>(static_cast<int>(diff)), 0.f);
-          // The FP32 checksum follows O: the same rescale, plus this thread's verified sum.
-          const float block = static_cast<float>(static_cast<int>(isum[mt][r]));
+          // The FP32 checksum follows O: the same rescale, plus a verified sum. The neighbour's
+          // (lane ^ 1), rescaled by this lane's factor: so a fault in one lane's factor, which
+          // scales its O and its own checksum alike, sets its O apart from the checksum that
+          // checks it (the epilogue compares each lane's O with its neighbour's checksum). With
+          // its own sum, 29-44% of int8 Flash-ABFT's rescale flips were silent (H200).
+          const float block =
+              static_cast<float>(static_cast<int>(__shfl_xor_sync(0xffffffffu, isum[mt][r], 1)));
           oc[mt][r] = kFusedRescale ? fmaf(oc[mt][r], rescale[mt][r], block)
                                     : oc[mt][r] * rescale[mt][r] + block;
         }
@@ -1067,9 +1072,10 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
 
   Protect::finish(protect_state, o, row_sum);
   if constexpr (Protect::digit_rows > 0) {
-    // The FP32 path (dequantised adds and rescales) against its checksum, per thread: both sum
-    // the same verified integers, rounding apart by a few ulps of sum |o| per key block. EFTA
-    // correct locates a single wrong element from the weighted checksum and rebuilds it.
+    // The FP32 path (dequantised adds and rescales) against its checksum, per thread (Flash-ABFT
+    // and EFTA detect: the neighbour lane's, above): both sum the same verified integers,
+    // rounding apart by a few ulps of sum |o| per key block. EFTA correct locates a single wrong
+    // element from the weighted checksum and rebuilds it.
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -1079,6 +1085,10 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
         for (int nt = 0; nt < kOT; ++nt) {
           sum += o[mt][nt][2 * r] + o[mt][nt][2 * r + 1];
           mag += fabsf(o[mt][nt][2 * r]) + fabsf(o[mt][nt][2 * r + 1]);
+        }
+        if constexpr (!Protect::correct) {  // the neighbour's O against this lane's checksum
+          sum = __shfl_xor_sync(0xffffffffu, sum, 1);
+          mag = __shfl_xor_sync(0xffffffffu, mag, 1);
         }
         const float tol = p.tol_output * mag * (n_blocks + 16) + p.tol_floor;
         const float e = oc[mt][r] - sum;
