@@ -85,8 +85,19 @@ FaultSite parse_site(std::string_view text) {
   }
   throw ConfigError(fmt::format(
       "unknown fault site '{}': use scores, probs, row_max, row_sum, rescale, output, checksum, "
-      "pv (int8) (or ir with an IR-level backend)",
+      "pv (int8), all (every one the kernel has) (or ir with an IR-level backend)",
       text));
+}
+
+std::vector<FaultSite> sites_of(const KernelConfig& c) {
+  if (c.protection == Protection::decoupled)
+    return {FaultSite::scores,  FaultSite::probs,  FaultSite::row_max,
+            FaultSite::row_sum, FaultSite::output, FaultSite::checksum};
+  std::vector<FaultSite> sites{FaultSite::scores,  FaultSite::probs,   FaultSite::row_max,
+                               FaultSite::row_sum, FaultSite::rescale, FaultSite::output};
+  if (c.protection != Protection::none) sites.push_back(FaultSite::checksum);
+  if (c.precision == Precision::int8) sites.push_back(FaultSite::pv);
+  return sites;
 }
 
 std::string_view to_string(Outcome o) {

@@ -44,6 +44,10 @@ std::string_view to_string(Outcome o);
 // ConfigError listing them.
 std::string_view site_name(FaultSite s);
 FaultSite parse_site(std::string_view text);
+// Every source-level site the kernel of `config` can take (`--site all`): decoupled's six, the
+// fused kernels' scores, probs, row_max, row_sum, rescale and output, their checksums where a
+// scheme carries any, and int8's INT32 P V.
+std::vector<FaultSite> sites_of(const KernelConfig& config);
 
 // What the harness saw after one trial.
 struct Observation {

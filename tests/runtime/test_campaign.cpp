@@ -1,5 +1,6 @@
 // Campaign logic without a GPU: classification, the tolerance, trial planning, bit ranges,
 // tallies, and a whole campaign over a fake backend.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
@@ -143,6 +144,30 @@ TEST_CASE("site names round-trip and typos are refused", "[campaign]") {
     CHECK(parse_site(site_name(s)) == s);
   CHECK_THROWS_AS(parse_site("none"), ConfigError);
   CHECK_THROWS_AS(parse_site("score"), ConfigError);
+}
+
+TEST_CASE("site all names every site the kernel has, each with an injection space", "[campaign]") {
+  const Problem pr = Problem::bhsd(1, 2, 2, 256, 256, 64);
+  auto has = [](const std::vector<FaultSite>& v, FaultSite s) {
+    return std::find(v.begin(), v.end(), s) != v.end();
+  };
+  for (Protection prot : {Protection::none, Protection::flash_abft, Protection::efta_detect,
+                          Protection::efta_correct, Protection::decoupled})
+    for (Precision p : {Precision::f16, Precision::int8}) {
+      if (prot == Protection::decoupled && p == Precision::int8) continue;
+      KernelConfig c = fused(64, 64, 64, 4, Mask::causal);
+      c.protection = prot, c.precision = p;
+      const std::vector<FaultSite> sites = sites_of(c);
+      INFO(to_string(prot) << " " << to_string(p));
+      CHECK(has(sites, FaultSite::scores));
+      CHECK(has(sites, FaultSite::output));
+      CHECK(!has(sites, FaultSite::ir));
+      CHECK(has(sites, FaultSite::checksum) == (prot != Protection::none));
+      CHECK(has(sites, FaultSite::pv) == (p == Precision::int8));
+      CHECK(has(sites, FaultSite::rescale) == (prot != Protection::decoupled));
+      // Every one is plannable on this problem: no site a campaign would then refuse.
+      for (FaultSite s : sites) CHECK_NOTHROW(injection_space(c, pr, s));
+    }
 }
 
 TEST_CASE("the fused injection space follows the kernel's grid and causal schedule", "[campaign]") {

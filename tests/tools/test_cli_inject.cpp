@@ -35,6 +35,8 @@ bool says(const CliRun& r, const std::string& text) {
 TEST_CASE("cli inject: bad flags say what to change", "[cli][campaign]") {
   ftattn::test::TempDir dir;
   CHECK(says(inject(dir, "--head-dim 64 --site score"), "unknown fault site 'score'"));
+  CHECK(says(inject(dir, "--head-dim 64 --site alll"), "all (every one the kernel has)"));
+  CHECK(says(inject(dir, "--head-dim 64 --site all,ir"), "--site ir runs alone"));
   CHECK(says(inject(dir, "--head-dim 64 --site scores --bits 0:32"), "bad bit range"));
   CHECK(says(inject(dir, "--head-dim 64 --site scores --shape 1,4"), "bad --shape"));
   CHECK(says(inject(dir, "--head-dim 64 --site scores --shape 1,x,8"), "bad --shape"));
@@ -47,6 +49,10 @@ TEST_CASE("cli inject: bad flags say what to change", "[cli][campaign]") {
   CHECK(says(inject(dir, "--head-dim 64 --calibrate 2 --thresholds rowsum=1e-4"), "row_sum"));
   CHECK(says(inject(dir, "--head-dim 64 --calibrate 2 --thresholds output"), "check=value"));
   CHECK(says(inject(dir, "--head-dim 64 --calibrate 2 --thresholds output=1e-7x"), "check=value"));
+  // Every site of the kernel, named once: a good campaign command line.
+  const CliRun all = inject(dir, "--head-dim 64 --protection efta_correct --site all,scores");
+  CHECK(all.exit_code != 0);
+  CHECK(all.err.find("no CUDA driver") != std::string::npos);
   // A good calibration command line gets as far as the device.
   const CliRun ok = inject(dir,
                            "--head-dim 64 --protection efta_correct --calibrate 2 --thresholds "

@@ -138,8 +138,15 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
   const Thresholds thresholds = parse_thresholds(o.thresholds);
   const campaign::BitRange bits = campaign::BitRange::parse(o.bits);
   std::vector<FaultSite> sites;
-  for (const std::string& s : split_list(o.sites, ',', "--site"))
-    sites.push_back(campaign::parse_site(s));
+  auto add_site = [&](FaultSite site) {  // once each, in the order given
+    if (std::find(sites.begin(), sites.end(), site) == sites.end()) sites.push_back(site);
+  };
+  for (const std::string& s : split_list(o.sites, ',', "--site")) {
+    if (s == "all")
+      for (FaultSite site : campaign::sites_of(wanted)) add_site(site);
+    else
+      add_site(campaign::parse_site(s));
+  }
   // IR-level (site ir) and source-level sites need differently built kernels: one kind per run.
   const bool ir = std::find(sites.begin(), sites.end(), FaultSite::ir) != sites.end();
   if (ir && sites.size() > 1)
@@ -335,8 +342,8 @@ Command add_inject_command(CLI::App& parent, const GlobalOptions& global) {
   CLI::Option* site =
       cmd->add_option("--site", o->sites,
                       "value class(es) to flip, comma-separated: scores, probs, row_max, row_sum, "
-                      "rescale, output, checksum, pv (int8's INT32 P V); or ir (alone, with "
-                      "--backend llvm --ir-inject)");
+                      "rescale, output, checksum, pv (int8's INT32 P V), or all (every one the "
+                      "kernel has); or ir (alone, with --backend llvm --ir-inject)");
   // Each trial is a launch and a result kept in memory: a million take hours already.
   cmd->add_option("--trials", o->trials, "trials per site")
       ->check(at_least(1, 1'000'000))
