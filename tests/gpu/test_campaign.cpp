@@ -42,6 +42,22 @@ Setup make_setup(Runtime& rt, Protection protection, Mask mask, int head_dim = 6
   return s;
 }
 
+// A campaign of `trials` flips at one site of s's kernel, seed 11.
+campaign::CampaignResult run_site(Setup& s, FaultSite site, int trials) {
+  campaign::CampaignOptions o;
+  o.site = site;
+  o.trials = trials;
+  o.seed = 11;
+  return campaign::run_campaign(*s.backend, campaign::injection_space(s.config, s.problem, site),
+                                s.clean, s.tolerance, o);
+}
+
+// The kernel, site and outcome table, for a failure's report.
+std::string about(const Setup& s, FaultSite site, const campaign::CampaignResult& r) {
+  return s.config.name() + " " + std::string(campaign::site_name(site)) + "\n" +
+         campaign::summary_table(r.tally);
+}
+
 }  // namespace
 
 TEST_CASE("a small campaign runs end to end and classifies every trial", "[gpu][campaign]") {
@@ -129,15 +145,8 @@ TEST_CASE("efta_correct: rescale and max faults are neither repaired as one elem
     for (Mask mask : {Mask::none, Mask::causal}) {
       Setup s = make_setup(rt, Protection::efta_correct, mask, 128, 512, precision);
       for (FaultSite site : {FaultSite::rescale, FaultSite::row_max, FaultSite::output}) {
-        campaign::CampaignOptions o;
-        o.site = site;
-        o.trials = 4000;
-        o.seed = 11;
-        const campaign::CampaignResult r =
-            campaign::run_campaign(*s.backend, campaign::injection_space(s.config, s.problem, site),
-                                   s.clean, s.tolerance, o);
-        INFO(s.config.name() << " " << campaign::site_name(site) << "\n"
-                             << campaign::summary_table(r.tally));
+        const campaign::CampaignResult r = run_site(s, site, 4000);
+        INFO(about(s, site, r));
         const int sdc = r.tally.count(campaign::Outcome::sdc);
         const int miscorrected = r.tally.count(campaign::Outcome::miscorrected);
         if (site == FaultSite::output) {
@@ -177,15 +186,8 @@ TEST_CASE(
         if (protection == Protection::flash_abft && uses_wgmma(s.config))
           sites.push_back(FaultSite::row_sum);  // l itself: the ones column on wgmma
         for (FaultSite site : sites) {
-          campaign::CampaignOptions o;
-          o.site = site;
-          o.trials = 4000;
-          o.seed = 11;
-          const campaign::CampaignResult r = campaign::run_campaign(
-              *s.backend, campaign::injection_space(s.config, s.problem, site), s.clean,
-              s.tolerance, o);
-          INFO(s.config.name() << " " << campaign::site_name(site) << "\n"
-                               << campaign::summary_table(r.tally));
+          const campaign::CampaignResult r = run_site(s, site, 4000);
+          INFO(about(s, site, r));
           CHECK(r.tally.count(campaign::Outcome::sdc) <= r.tally.trials / 1000);
           if (site == FaultSite::row_sum)
             CHECK(r.tally.count(campaign::Outcome::detected) > r.tally.trials / 10);
@@ -203,15 +205,8 @@ TEST_CASE("int8 Flash-ABFT sees a flip of one lane's rescale factor", "[gpu][cam
   for (Mask mask : {Mask::none, Mask::causal}) {
     Setup s = make_setup(rt, Protection::flash_abft, mask, 128, 512, Precision::int8);
     for (FaultSite site : {FaultSite::rescale, FaultSite::output}) {
-      campaign::CampaignOptions o;
-      o.site = site;
-      o.trials = 2000;
-      o.seed = 11;
-      const campaign::CampaignResult r =
-          campaign::run_campaign(*s.backend, campaign::injection_space(s.config, s.problem, site),
-                                 s.clean, s.tolerance, o);
-      INFO(s.config.name() << " " << campaign::site_name(site) << "\n"
-                           << campaign::summary_table(r.tally));
+      const campaign::CampaignResult r = run_site(s, site, 2000);
+      INFO(about(s, site, r));
       CHECK(r.tally.count(campaign::Outcome::sdc) <= r.tally.trials / 200);
       CHECK(r.tally.count(campaign::Outcome::detected) > r.tally.trials / 10);
     }
