@@ -372,6 +372,10 @@ TEST_CASE("cli: compile fills the cache, cache ls, clear and path", "[cli]") {
   const CliRun ls = run_cli(dir, with_cache(dir, {"cache", "ls"}));
   REQUIRE(ls.exit_code == 0);
   CHECK(contains(ls.out, name));
+  // The word the help uses works too.
+  const CliRun list = run_cli(dir, with_cache(dir, {"cache", "list"}));
+  CHECK(list.exit_code == 0);
+  CHECK(list.out == ls.out);
 
   const CliRun clear = run_cli(dir, with_cache(dir, {"cache", "clear"}));
   REQUIRE(clear.exit_code == 0);

@@ -81,7 +81,7 @@ int run_clear(const GlobalOptions& global) {
 
 Command add_cache_command(CLI::App& parent, const GlobalOptions& global) {
   CLI::App* cmd = parent.add_subcommand("cache", "List, clear or locate the kernel disk cache");
-  CLI::App* ls = cmd->add_subcommand("ls", "List cached kernels");
+  CLI::App* ls = cmd->add_subcommand("ls", "List cached kernels")->alias("list");
   CLI::App* clear = cmd->add_subcommand("clear", "Remove every cached kernel");
   CLI::App* path = cmd->add_subcommand("path", "Print the cache's root directory");
   return {cmd, [=, &global] {
