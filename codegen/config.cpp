@@ -380,8 +380,12 @@ bool uses_wgmma(const KernelConfig& c) {
   const bool head_dim_ok = c.head_dim == 64 || c.head_dim == 128 || (c.head_dim == 96 && !q8) ||
                            (c.head_dim == 32 && !q8) || (c.head_dim == 256 && (q8 || wide16)) ||
                            (c.head_dim == 192 && (q8 || wide_tile));
-  // The 16-bit skeleton also carries every checksum scheme and the fault-injection sites.
-  const bool q8_ok = q8 && c.protection == Protection::none && !c.fault_injection;
+  // The 16-bit skeleton also carries every checksum scheme and the fault-injection sites; the
+  // 8-bit one-warpgroup skeleton int8's Flash-ABFT (and its injection sites) at head dims 64
+  // and 128, whose checksum rows ride in GEMM II (kernel/fwd_q8_sm90.cuh).
+  const bool q8_abft = c.precision == Precision::int8 && c.protection == Protection::flash_abft &&
+                       c.num_warps == 4 && (c.head_dim == 64 || c.head_dim == 128);
+  const bool q8_ok = q8 && ((c.protection == Protection::none && !c.fault_injection) || q8_abft);
   const bool b16_ok = b16 && !is_block_sparse(c.mask) && c.protection != Protection::decoupled;
   // f16_pasa (kernel/fwd_pasa_sm90.cuh): unprotected and without injection sites; its checked
   // variants keep the sm80 skeleton.
@@ -724,12 +728,13 @@ int KernelConfig::shared_memory_bytes() const {
     // Q8WgmmaTraits (kernel/fwd_q8_sm90.cuh): swizzled Q, K (+ a float per key) and V^T tiles
     // at 1024-byte boundaries, and 1024 bytes to align the dynamic base.
     auto align = [](int64_t b) { return (b + 1023) / 1024 * 1024; };
-    const int64_t stage =
-        align(int64_t{block_n} * head_dim + 4 * block_n) + align(int64_t{head_dim} * block_n);
+    const int64_t tail = align(int64_t{head_dim} * block_n + 8 * block_n);  // V^T, its tail
+    const int64_t stage = align(tail + int64_t{block_n} * head_dim);        // and K
     const int64_t loop = align(int64_t{block_m} * head_dim) + num_stages * stage;
     const int64_t out = int64_t{block_m} * (2 * head_dim + 16);
-    // The warp-specialised skeleton's mbarriers follow the tiles.
-    const int64_t barriers = warp_specialized(*this) ? 256 : 0;
+    // The warp-specialised skeleton's mbarriers follow the tiles, the one-warpgroup one's do
+    // beyond two stages (with two they take the alignment slack).
+    const int64_t barriers = warp_specialized(*this) ? 256 : num_stages > 2 ? 64 : 0;
     return static_cast<int>(std::min<int64_t>(std::max(loop, out) + barriers + 1024, INT_MAX));
   }
   if (element_bytes(precision) == 1) {

@@ -153,10 +153,8 @@ extern "C" __global__ void __launch_bounds__({launch_bounds})
       fmt::arg("traits", wgmma ? "Q8WgmmaTraits" : "Q8Traits"),
       fmt::arg("skeleton", per_skeleton(config, "attention_fwd_q8_ws_sm90", "attention_fwd_q8_sm90",
                                         "attention_fwd_q8_sm80")),
-      fmt::arg("protect_and_flags",
-               wgmma ? fmt::format("/*causal=*/{}", is_causal(config.mask))
-                     : fmt::format("{}, /*causal=*/{}, /*inject=*/{}", protect.type,
-                                   is_causal(config.mask), config.fault_injection)),
+      fmt::arg("protect_and_flags", fmt::format("{}, /*causal=*/{}, /*inject=*/{}", protect.type,
+                                                is_causal(config.mask), config.fault_injection)),
       fmt::arg("name", name), fmt::arg("precision_header", precision.header),
       fmt::arg("protect_header", protect.header), fmt::arg("head_dim", config.head_dim),
       fmt::arg("block_m", config.block_m), fmt::arg("block_n", config.block_n),

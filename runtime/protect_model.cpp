@@ -168,6 +168,61 @@ Int8Check int8_block_check(const Int8BlockSums& sums, uint32_t bias) {
   return c;
 }
 
+Int8FoldedRow int8_folded_row(int head_dim) {
+  if (int8_checksum_digit_count(head_dim) != 2)
+    throw std::invalid_argument(
+        "the wgmma kernel's checksum columns hold two digits: head_dim <= 128");
+  Int8FoldedRow row;
+  row.o.assign(head_dim, 0);
+  return row;
+}
+
+void int8_folded_add(Int8FoldedRow& row, std::span<const uint8_t> p, std::span<const int8_t> v) {
+  const size_t d = row.o.size();
+  if (v.size() != p.size() * d)
+    throw std::invalid_argument("v must hold block_n x head_dim values");
+  auto add = [](int32_t& acc, int x) {  // wraps, as INT32 does
+    acc = static_cast<int32_t>(static_cast<uint32_t>(acc) + static_cast<uint32_t>(x));
+  };
+  for (size_t j = 0; j < p.size(); ++j) {
+    int c = 0;
+    for (size_t ch = 0; ch < d; ++ch) {
+      add(row.o[ch], p[j] * v[j * d + ch]);
+      c += v[j * d + ch];
+    }
+    const std::vector<int8_t> digits = int8_checksum_digits(c, 2);
+    add(row.c0, p[j] * digits[0]);
+    add(row.c1, p[j] * digits[1]);
+    add(row.l, 64 * p[j]);
+  }
+}
+
+void int8_folded_shift(Int8FoldedRow& row, const std::array<int, 4>& shifts) {
+  for (int s : shifts)
+    if (s < 0 || s > 30) throw std::invalid_argument("a fold shifts by 0 to 30");
+  uint32_t moved = 0;
+  auto fold = [&](int32_t& x, int lane) {  // arithmetic shift: floors
+    const int s = shifts[lane];
+    const int32_t before = x;
+    x = (x + ((int32_t{1} << s) >> 1)) >> s;
+    return static_cast<uint32_t>(x - before);
+  };
+  for (size_t d = 0; d < row.o.size(); ++d) moved += fold(row.o[d], static_cast<int>(d % 8 / 2));
+  moved -= fold(row.c0, 0);
+  moved -= 128u * fold(row.c1, 0);
+  fold(row.l, 3);
+  for (int lane = 1; lane < 4; ++lane)
+    if (shifts[lane] != shifts[0]) moved += 1u << 30;
+  row.c0 = static_cast<int32_t>(static_cast<uint32_t>(row.c0) + moved);
+}
+
+int int8_folded_apart(const Int8FoldedRow& row) {
+  uint32_t apart = 0;
+  for (int32_t x : row.o) apart += static_cast<uint32_t>(x);
+  apart -= static_cast<uint32_t>(row.c0) + 128u * static_cast<uint32_t>(row.c1);
+  return static_cast<int>(apart);
+}
+
 Int8StridedRow int8_strided_row(std::span<const int8_t> q, std::span<const int8_t> y, int n,
                                 uint32_t bias) {
   const size_t d = q.size();

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 
+#include "codegen/checksum_atoms.hpp"
 #include "codegen/swizzle_atom.hpp"
 #include "ftattn/errors.hpp"
 #include "runtime/driver.hpp"
@@ -103,6 +104,22 @@ Q8TensorMaps encode_q8_tensor_maps(const KernelConfig& c, const AttentionParams&
   encode(maps.k, k);
   encode(maps.vt, vt);
   encode(maps.k_scale, k_scale);
+  if (c.protection != Protection::none) {
+    // int8 Flash-ABFT: the two digit rows of each KV head's checksum rows (their buffer's own
+    // dense layout, protect/int8_checksums.cuh), below V^T's rows in its swizzle.
+    const auto rows =
+        static_cast<cuuint64_t>(codegen::q8_checksum_rows(c.precision, c.protection).v_bytes(1));
+    const Box vt_check{"V^T checksum rows",
+                       CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                       p.checksums,
+                       {keys_padded, rows, heads},
+                       {keys_padded, rows * keys_padded},
+                       {n, 2, 1},
+                       3,
+                       swizzle_of(c.block_n)};
+    require_copyable(vt_check);
+    encode(maps.vt_check, vt_check);
+  }
   return maps;
 }
 

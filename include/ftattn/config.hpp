@@ -103,7 +103,8 @@ void validate(const KernelConfig& config);
 void validate_head_dim(int head_dim);
 
 // True when `config` runs a Hopper warpgroup-MMA skeleton (kernel/fwd_q8_sm90.cuh for fp8_e4m3 and
-// int8, unprotected and without fault injection; kernel/fwd_sm90.cuh for f16 and bf16, any
+// int8, unprotected and without fault injection, and int8 with flash_abft and its injection
+// builds on one warpgroup at head_dims 64 and 128; kernel/fwd_sm90.cuh for f16 and bf16, any
 // protection but decoupled and injection builds, masks none or causal): sm_90a, head_dim 64 or 128
 // (and 96 for f16, bf16 and f16_pasa: rows of three 64-byte swizzle atoms), block_n 64 or 128, 16
 // rows per warp in whole warpgroups (num_warps 4 or 8), two or more stages; head_dims 192 and 256
@@ -123,8 +124,8 @@ bool quantises_q_in_kernel(const KernelConfig& config);
 
 // True when `config` runs a warp-specialised Hopper skeleton: uses_wgmma and num_warps 8 (two
 // consumer warpgroups), and either f16, bf16 or f16_pasa with any protection and injection build
-// uses_wgmma takes (kernel/fwd_ws_sm90.cuh), or int8 or fp8_e4m3 (kernel/fwd_q8_ws_sm90.cuh; the
-// 8-bit wgmma skeleton is unprotected). Its CTA has a third,
+// uses_wgmma takes (kernel/fwd_ws_sm90.cuh), or int8 or fp8_e4m3 unprotected
+// (kernel/fwd_q8_ws_sm90.cuh). Its CTA has a third,
 // producer warpgroup: see launch_threads.
 bool warp_specialized(const KernelConfig& config);
 

@@ -3,6 +3,7 @@
 // what the kernels' protection policies are checked against.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -89,6 +90,30 @@ struct Int8Check {
   bool ok() const { return lhs == rhs; }
 };
 Int8Check int8_block_check(const Int8BlockSums& sums, uint32_t bias);
+
+// --- int8 Flash-ABFT on the Hopper wgmma kernel: checksum columns beside O, through its folds ---
+//
+// kernel/fwd_q8_sm90.cuh keeps O in INT32 over all key blocks, P unsigned (0..255), and when a
+// row's reference moves it shifts O right with rounding, (x + 2^(s-1)) >> s (a fold). The digit
+// rows ride in GEMM II as extra columns C0 and C1, so that D = sum_d O_d - C0 - 128 C1 is 0
+// (modulo 2^32) after every block, and a row of 64s as column L (64 times the row's sum of P,
+// whose low 6 bits keep l's fractions through the folds). A quad's
+// lane t holds channels 8 j + 2 t and 8 j + 2 t + 1; lane 0 also C0 and C1, lane 3 L. A fold
+// shifts lane t's values by its own shift (the same on all four when clean), which moves D by
+// the sum of (x' - x) over them: lane 0 adds that move to C0, and 2^30 for each lane whose
+// shift is not its own, so D stays 0 exactly while clean, and a flip in O or C0 (any bit), in
+// C1 (bits 0 to 24: 128 2^25 is 0 modulo 2^32) or one lane's shift leaves it nonzero for good.
+struct Int8FoldedRow {
+  std::vector<int32_t> o;         // per channel
+  int32_t c0 = 0, c1 = 0, l = 0;  // the digit columns and 64 l
+};
+Int8FoldedRow int8_folded_row(int head_dim);
+// One key block into the row: `p` (block_n values 0..255), `v` (block_n x head_dim int8).
+void int8_folded_add(Int8FoldedRow& row, std::span<const uint8_t> p, std::span<const int8_t> v);
+// A fold, lane t shifting by shifts[t] (each 0..30), C0 taking D's move.
+void int8_folded_shift(Int8FoldedRow& row, const std::array<int, 4>& shifts);
+// D = sum_d O_d - C0 - 128 C1, modulo 2^32 as a signed value: the kernel checks it is 0.
+int int8_folded_apart(const Int8FoldedRow& row);
 
 // --- int8 EFTA: strided checksums per thread, exact single-error repair --------------------
 //

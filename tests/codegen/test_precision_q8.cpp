@@ -57,10 +57,11 @@ TEST_CASE("8-bit precisions: validation says what to change", "[codegen][q8]") {
 
 TEST_CASE("int8 with flash_abft: digit rows in V^T, their kernel, one more IMMA tile per 32 keys",
           "[codegen][nvrtc][q8][protect]") {
+  const Arch kSm90{90, false};  // the mma.sync skeleton (sm_90a runs wgmma up to head dim 128)
   for (int d : {64, 128, 256}) {
     // The same tile without protection (on sm_90a its own default is the wgmma skeleton's).
-    const KernelConfig abft =
-        default_config(d, Precision::int8, Mask::none, kSm90a, Protection::flash_abft);
+    const KernelConfig abft = default_config(d, Precision::int8, Mask::none,
+                                             d == 256 ? kSm90a : kSm90, Protection::flash_abft);
     KernelConfig plain = abft;
     plain.protection = Protection::none;
     REQUIRE_FALSE(uses_wgmma(plain));
@@ -87,6 +88,63 @@ TEST_CASE("int8 with flash_abft: digit rows in V^T, their kernel, one more IMMA 
     const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
     CHECK(r.registers > 0);
   }
+}
+
+TEST_CASE("int8 with flash_abft on sm_90a: the checksum rows ride in the wgmma kernel's GEMM II",
+          "[codegen][nvrtc][q8][protect]") {
+  for (int d : {64, 128})
+    for (Mask m : {Mask::none, Mask::causal})
+      for (bool inject : {false, true}) {
+        KernelConfig abft = default_config(d, Precision::int8, m, kSm90a, Protection::flash_abft);
+        abft.fault_injection = inject;
+        INFO(abft.name());
+        REQUIRE(uses_wgmma(abft));
+        CHECK_FALSE(warp_specialized(abft));
+        CHECK((abft.block_m == 64 && abft.block_n == 128 && abft.num_warps == 4 &&
+               abft.num_stages == 2));
+        KernelConfig plain = abft;
+        plain.protection = Protection::none;
+        plain.fault_injection = false;
+        // The digit rows take the stage's tail, which the tiles had as slack: no more bytes.
+        CHECK(abft.shared_memory_bytes() == plain.shared_memory_bytes());
+        const codegen::KernelSource src = codegen::generate(abft);
+        CHECK(src.text.find("ftattn::Q8WgmmaTraits<") != std::string::npos);
+        CHECK(src.text.find("ftattn::protect::Int8Abft") != std::string::npos);
+        CHECK(count(src.text, codegen::q8_v_rows_symbol(src.symbol) + "(") == 1);
+        const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
+        const runtime::NvrtcOutput base = runtime::compile_with_nvrtc(codegen::generate(plain));
+        // Every GEMM II is m64n(head_dim + 16): O's tiles and the two checksum tiles, in the
+        // same wgmmas the unprotected kernel issues with n = head_dim.
+        const std::string gemm2 =
+            "wgmma.mma_async.sync.aligned.m64n" + std::to_string(d) + "k32.s32.u8.s8";
+        const std::string checked =
+            "wgmma.mma_async.sync.aligned.m64n" + std::to_string(d + 16) + "k32.s32.u8.s8";
+        CHECK(count(base.ptx, gemm2) >= 2);
+        CHECK(count(out.ptx, checked) == count(base.ptx, gemm2));
+        CHECK(count(out.ptx, gemm2) == 0);
+        CHECK(count(out.ptx, "mma.sync") == 0);
+        // One more TMA box per copy site: the two digit rows, onto the stage's barrier.
+        const int sites = count(out.ptx, "cp.async.bulk.tensor.2d");
+        CHECK(sites == count(base.ptx, "cp.async.bulk.tensor.2d"));
+        CHECK(count(out.ptx, "cp.async.bulk.tensor.3d") ==
+              count(base.ptx, "cp.async.bulk.tensor.3d") + sites);
+        // Three CTAs per SM (four spilled 804 bytes at 64) without serialised wgmmas; injection
+        // builds, which run campaigns, not timings, serialise them (C7514: the plan's flips touch
+        // O's registers). At head dim 128 ptxas keeps two of the tile's set-up values in local
+        // memory (8 bytes, stored before the key-block loop, loaded outside it: SASS).
+        const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
+        CHECK(r.registers > 0);
+        CHECK(r.registers <= 168);
+        CHECK(r.spill_stores <= (inject ? 64 : 8));
+        if (!inject) CHECK(r.performance_notes.empty());
+      }
+  // Head dim 256 (no n8 tile fits beside O's 256 columns) and EFTA keep the mma.sync skeleton.
+  CHECK_FALSE(
+      uses_wgmma(default_config(256, Precision::int8, Mask::none, kSm90a, Protection::flash_abft)));
+  CHECK_FALSE(uses_wgmma(
+      default_config(128, Precision::int8, Mask::none, kSm90a, Protection::efta_detect)));
+  CHECK_FALSE(uses_wgmma(
+      default_config(128, Precision::fp8_e4m3, Mask::none, kSm90a, Protection::flash_abft)));
 }
 
 TEST_CASE("int8 EFTA: K and V^T checksum rows, their kernels, a second softmax evaluation",

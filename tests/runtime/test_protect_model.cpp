@@ -174,6 +174,69 @@ TEST_CASE("int8 Flash-ABFT: the block check is exact modulo 2^32 and sees every 
     }
 }
 
+TEST_CASE("int8 Flash-ABFT on wgmma: the check stays exact through the folds, and sees faults",
+          "[protect][q8]") {
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<int> pd(0, 255), vd(-127, 127), step(1, 6);
+  auto block = [&](int d, bool extreme) {
+    std::vector<uint8_t> p(128);
+    std::vector<int8_t> v(128 * static_cast<size_t>(d));
+    for (auto& x : p) x = static_cast<uint8_t>(extreme ? 255 : pd(rng));
+    for (auto& x : v) x = static_cast<int8_t>(extreme ? 127 : vd(rng));
+    return std::pair{p, v};
+  };
+  for (int d : {64, 128}) {
+    INFO("head_dim " << d);
+    for (int trial = 0; trial < 20; ++trial) {
+      // Clean: 0 after every block and every fold, and 64 l within 1 of 64 times l scaled
+      // exactly (the kernel's FP32 l), as the kernel's l check takes it.
+      Int8FoldedRow row = int8_folded_row(d);
+      std::vector<Int8FoldedRow> states;
+      double l = 0;
+      for (int b = 0; b < 16; ++b) {
+        const auto [p, v] = block(d, trial == 0);
+        int8_folded_add(row, p, v);
+        for (uint8_t x : p) l += x;
+        REQUIRE(int8_folded_apart(row) == 0);
+        if (b % 3 == 1) {
+          const int s = step(rng);
+          int8_folded_shift(row, {s, s, s, s});
+          l = std::ldexp(l, -s);
+          REQUIRE(int8_folded_apart(row) == 0);
+        }
+        CHECK(std::abs(row.l - 64 * l) < 1.0);
+        states.push_back(row);
+      }
+      // A flip in O or C0, any bit, or in C1 below bit 25, before more blocks and folds: the
+      // check sees it, however the folds shifted the flipped value since.
+      const int at = trial % 8;
+      for (int bit = 0; bit < 32; ++bit)
+        for (int where = 0; where < 3; ++where) {
+          if (where == 2 && bit >= 25) continue;
+          Int8FoldedRow bad = states[at];
+          int32_t& x = where == 0 ? bad.o[bit % d] : where == 1 ? bad.c0 : bad.c1;
+          x = static_cast<int32_t>(static_cast<uint32_t>(x) ^ (1u << bit));
+          for (int b = 0; b < 4; ++b) {
+            const auto [p, v] = block(d, false);
+            int8_folded_add(bad, p, v);
+            const int s = step(rng);
+            int8_folded_shift(bad, {s, s, s, s});
+          }
+          CHECK(int8_folded_apart(bad) != 0);
+        }
+      // One lane shifting by another amount than the quad.
+      for (int lane = 0; lane < 4; ++lane) {
+        Int8FoldedRow bad = states.back();
+        std::array<int, 4> shifts{2, 2, 2, 2};
+        shifts[lane] = 3;
+        int8_folded_shift(bad, shifts);
+        CHECK(int8_folded_apart(bad) != 0);
+      }
+    }
+  }
+  CHECK_THROWS_AS(int8_folded_row(256), std::invalid_argument);
+}
+
 TEST_CASE("int8 EFTA: strided checks are exact and every single flipped bit is rebuilt",
           "[protect][q8]") {
   const uint32_t bias = 0x4B400000u;

@@ -65,6 +65,19 @@ __device__ __forceinline__ int key_blocks(const AttentionParams& p, int row0, in
   return n_blocks;
 }
 
+// The mbarrier of stage `stage` of a one-warpgroup Hopper kernel that copies by TMA (the 16- and
+// 8-bit ones). With up to two stages (T::stage_barriers_at_end) they take the allocation's last
+// 16 bytes, which the tiles never reach: aligning a 16-byte aligned base up to 1024 bytes moves
+// it by at most 1008 of the 1024 bytes of slack. With more, they follow the tiles (T::tiles_bytes,
+// whose T::barrier_bytes hold them).
+template <class T>
+__device__ __forceinline__ u32 stage_barrier(u32 smem_base, u32 sQ, int stage) {
+  if constexpr (T::stage_barriers_at_end)
+    return smem_base + T::smem_bytes - 16 + 8 * stage;
+  else
+    return sQ + T::tiles_bytes + 8 * stage;
+}
+
 // This CTA's 16-bit operands: Q from its first row on, and its KV head's K and V.
 struct HeadOperands {
   const u16* q;

@@ -31,24 +31,37 @@
 namespace ftattn {
 
 template <int HeadDim, int BlockM, int BlockN, int NumWarps, int NumStages, class PrecisionT,
-          bool Causal>
-struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, PrecisionT,
-                                 protect::None, Causal, /*BlockSparse=*/false, /*Inject=*/false> {
+          class ProtectT, bool Causal, bool Inject>
+struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, PrecisionT, ProtectT,
+                                 Causal, /*BlockSparse=*/false, Inject> {
   // Shared memory in bytes: swizzled tiles start at 1024-byte boundaries (the swizzle pattern's
   // period), and the dynamic base is aligned up at run time (1024 bytes of slack).
   static constexpr int align(int bytes) { return (bytes + 1023) / 1024 * 1024; }
   static constexpr int q_bytes = align(BlockM * HeadDim);
-  static constexpr int k_scale_offset = BlockN * HeadDim;  // a float per key after the K tile
-  static constexpr int k_stage_bytes = align(k_scale_offset + BlockN * 4);
-  static constexpr int v_stage_bytes = align(HeadDim * BlockN);
-  // The bytes of a key block's TMA copies (q8::load_k_block, load_vt_block); the one-warpgroup
-  // kernel's stage mbarrier sits in the slack that rounds the K stage up to 1024 bytes.
+  // A stage holds a key block: its V^T rows (head_dim rows of block_n bytes), one more swizzle
+  // atom of such rows (the tail), then its K rows. The tail's eight rows: 0-1 Flash-ABFT's
+  // digit rows of V^T (protect/int8_checksums.cuh, by TMA with V^T), 2-5 the keys' scales (a
+  // float per key, by TMA with K), 6 unused, 7 64s (written once: 64 l, whose low 6 bits keep
+  // l's fractions through the folds). Being the atom after V^T's
+  // rows, the checksum rows ride in GEMM II as columns head_dim + 0 .. 7 of its accumulators.
+  static constexpr int tail_offset = HeadDim * BlockN;
+  static constexpr int tail_row = BlockN;  // bytes of a V^T row
+  static constexpr int digits_offset = tail_offset;
+  static constexpr int scale_offset = tail_offset + 2 * tail_row;
+  static constexpr int ones_offset = tail_offset + 7 * tail_row;
+  static constexpr int k_offset = align(tail_offset + 8 * tail_row);
+  static constexpr int stage_bytes = align(k_offset + BlockN * HeadDim);
+  // Flash-ABFT's checksum columns (int8): digits of each key's channel sum, and l from the ones.
+  // s32 wgmmas take n in steps of 16 past 64, so two n8 tiles ride in GEMM II; the second
+  // reads the next stage rows (K's), which no check looks at.
+  static constexpr bool checksum = ProtectT::enabled;
+  static constexpr int checksum_tiles = checksum ? 2 : 0;
+  static constexpr int digit_rows = checksum ? 2 : 0;
+  // The bytes of a key block's TMA copies (q8::load_k_block, load_vt_block).
   static constexpr int k_tma_bytes = BlockN * HeadDim + BlockN * 4;
-  static constexpr int v_tma_bytes = HeadDim * BlockN;
-  static constexpr int stage_barrier_offset = k_scale_offset + BlockN * 4;
-  static_assert(stage_barrier_offset + 8 <= k_stage_bytes, "room for the stage's mbarrier");
+  static constexpr int v_tma_bytes = HeadDim * BlockN + digit_rows * BlockN;
   static constexpr int o_stride = HeadDim * 2 + 16;  // the epilogue stages 16-bit O rows
-  static constexpr int loop_bytes = q_bytes + NumStages * (k_stage_bytes + v_stage_bytes);
+  static constexpr int loop_bytes = q_bytes + NumStages * stage_bytes;
   static constexpr int out_bytes = BlockM * o_stride;
   // P = 2^(t + p_log2_range): int8's P here is unsigned (q8::lazy_softmax), fp8's as on sm80.
   static constexpr float p_log2_range = [] {
@@ -63,7 +76,10 @@ struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, P
   static constexpr bool warp_specialized = NumWarps == 8;
   static constexpr int launch_threads = NumWarps * 32 + (warp_specialized ? 128 : 0);
   static constexpr int tiles_bytes = loop_bytes > out_bytes ? loop_bytes : out_bytes;
-  static constexpr int barrier_bytes = warp_specialized ? 256 : 0;
+  // The one-warpgroup kernel's stage mbarriers (detail::stage_barrier): two in the alignment
+  // slack, more in 64 bytes after the tiles.
+  static constexpr bool stage_barriers_at_end = NumStages <= 2;
+  static constexpr int barrier_bytes = warp_specialized ? 256 : stage_barriers_at_end ? 0 : 64;
   static constexpr int smem_bytes = tiles_bytes + barrier_bytes + 1024;
 
   // fp8 keeps each key block's P V in an FP32 tile of its own, which q8::fold_output adds to O
@@ -87,19 +103,27 @@ struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, P
   // and 64 x 64 at 128 then fit 128 registers without spills (160 under the three-CTA cap) and
   // ran 1.05-1.10x and 1.10-1.13x as attention (H200, bench/results/nvidia-h200/
   // int8_d64_four_ctas_ab.csv, int8_n64_four_ctas_ab.csv); fp8's 64 x 128 at head_dim 64
-  // spilled 176 bytes there.
+  // spilled 176 bytes there. int8 Flash-ABFT's checksum tiles take 8 registers more: at head_dim
+  // 64 under the four-CTA cap that spilled 804 bytes and serialised the wgmmas, so it asks for
+  // three (no spills at 64 and 128).
   static constexpr int ctas_by_smem = 228 * 1024 / (smem_bytes + 1024);
-  static constexpr int min_ctas =
-      NumWarps != 4                                                            ? 1
-      : (!PrecisionT::float_accumulators || BlockN == 64) && ctas_by_smem >= 4 ? 4
-      : ctas_by_smem >= 3                                                      ? 3
-                                                                               : 1;
+  static constexpr bool four_ctas =
+      (!PrecisionT::float_accumulators || BlockN == 64) && !ProtectT::enabled;
+  static constexpr int min_ctas = NumWarps != 4                    ? 1
+                                  : four_ctas && ctas_by_smem >= 4 ? 4
+                                  : ctas_by_smem >= 3              ? 3
+                                                                   : 1;
 
   static_assert(HeadDim == 64 || HeadDim == 128 || HeadDim == 192 || HeadDim == 256,
                 "wgmma tiles: 64-, 128-, 3 x 64- or 2 x 128-byte Q and K rows");
   static_assert(BlockN == 64 || BlockN == 128, "wgmma tiles: 64- or 128-byte V^T rows");
   static_assert(NumWarps % 4 == 0 && BlockM == 16 * NumWarps, "64 rows per warpgroup");
   static_assert(NumStages >= 2, "the wgmma skeleton prefetches at least one block");
+  static_assert(!ProtectT::enabled || (!PrecisionT::float_accumulators && NumWarps == 4 &&
+                                       (HeadDim == 64 || HeadDim == 128) && !ProtectT::efta),
+                "checksums: int8 Flash-ABFT, one warpgroup, head_dim 64 or 128 (codegen's "
+                "uses_wgmma)");
+  static_assert(!Inject || ProtectT::enabled, "injection builds carry a checksum scheme");
 };
 
 // This warp's 16 rows of Q quantised from the caller's 16-bit Q into the swizzled tile at sQ,
@@ -153,23 +177,37 @@ __device__ __forceinline__ void quantise_q_rows(const AttentionParams& p, u32 sQ
 
 namespace q8 {
 
-// Key block key0's K rows (swizzle atoms side by side, sm90::tile_offset) and their scales (a float
-// per key after the tile) into the K buffer at dk, and its V^T rows into the V buffer at dv: TMA
-// copies from the tensor maps of KV head `kv` (batch * heads_kv + head), completing on `bar` (which
-// expects T::k_tma_bytes and T::v_tma_bytes). Issued by one thread.
+// Key block key0 into the stage at `stage` (Q8WgmmaTraits' layout): its K rows (swizzle atoms
+// side by side, sm90::tile_offset) and their scales, and its V^T rows (with Flash-ABFT's digit
+// rows below them): TMA copies from the tensor maps of KV head `kv` (batch * heads_kv + head),
+// completing on `bar` (which expects T::k_tma_bytes and T::v_tma_bytes). Issued by one thread.
 template <class T>
-__device__ __forceinline__ void load_k_block(u32 dk, const Q8TensorMaps& maps, int key0, int kv,
+__device__ __forceinline__ void load_k_block(u32 stage, const Q8TensorMaps& maps, int key0, int kv,
                                              u32 bar) {
   constexpr int atom = sm90::atom_bytes<T::head_dim>;
 #pragma unroll
   for (int a = 0; a < T::head_dim / atom; ++a)
-    sm90::tma_load(dk + a * T::block_n * atom, maps.k, a * atom, key0, kv, bar);
-  sm90::tma_load(dk + T::k_scale_offset, maps.k_scale, key0, kv, bar);
+    sm90::tma_load(stage + T::k_offset + a * T::block_n * atom, maps.k, a * atom, key0, kv, bar);
+  sm90::tma_load(stage + T::scale_offset, maps.k_scale, key0, kv, bar);
 }
 template <class T>
-__device__ __forceinline__ void load_vt_block(u32 dv, const Q8TensorMaps& maps, int key0, int kv,
+__device__ __forceinline__ void load_vt_block(u32 stage, const Q8TensorMaps& maps, int key0, int kv,
                                               u32 bar) {
-  sm90::tma_load(dv, maps.vt, key0, 0, kv, bar);
+  sm90::tma_load(stage, maps.vt, key0, 0, kv, bar);
+  if constexpr (T::checksum)
+    sm90::tma_load(stage + T::digits_offset, maps.vt_check, key0, 0, kv, bar);
+}
+// Flash-ABFT's l row of every stage's tail (its 64 l column in GEMM II), written once before the
+// first copy; whole rows of 64s, so the swizzle leaves them as they are.
+template <class T>
+__device__ __forceinline__ void write_ones_rows(u32 sStages) {
+  if constexpr (T::checksum) {
+    constexpr int words = T::block_n / 4;
+    for (int i = threadIdx.x; i < T::num_stages * words; i += T::threads)
+      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(sStages + (i / words) * T::stage_bytes +
+                                                     T::ones_offset + (i % words) * 4),
+                   "r"(0x40404040u));
+  }
 }
 
 // GEMM I's MMAs: this warpgroup's 64 rows (from group_row of the Q tile at sQ) of S = Q K^T with
@@ -190,10 +228,12 @@ __device__ __forceinline__ void gemm1(Acc (&s)[kST][4], u32 sQ, u32 sKs, int gro
 
 // GEMM II's MMAs: P V^T-as-B, P from registers (pa, the softmax's fragments), V^T at sVs. fp8:
 // into d from zero, the block's own FP32 tile (fold_output adds it to O); int8: onto O's INT32
-// accumulators, P unsigned. Issue only.
+// accumulators, P unsigned, and with Flash-ABFT onto its checksum tiles after O's (the tail's
+// rows). Issue only.
 template <class T, class Acc, int kOT, int kKC>
 __device__ __forceinline__ void gemm2(Acc (&d)[kOT][4], const u32 (&pa)[kKC][4], u32 sVs) {
-  static_assert(kOT * 8 * T::pv_pieces == T::head_dim, "a piece of O's channels");
+  static_assert((kOT - T::checksum_tiles) * 8 * T::pv_pieces == T::head_dim,
+                "a piece of O's channels");
 #pragma unroll
   for (int kc = 0; kc < kKC; ++kc) {
     if constexpr (!T::Precision::float_accumulators)
@@ -208,14 +248,15 @@ __device__ __forceinline__ void gemm2(Acc (&d)[kOT][4], const u32 (&pa)[kKC][4],
 // GEMM I's scores of key block key0 (rows from first_row), dequantised by key into x (the row's
 // factor follows in the exp's FMA), then masked when Masked. int8: S * s_K from the bias in one
 // FMA. fp8: K scales are constant over each 64 keys, so the scores stay raw and each group's
-// scale goes to kg, to ride in the FMA. The K scales are read from after the K tile at sKs
-// (quad_t: lane % 4).
+// scale goes to kg, to ride in the FMA. The K scales are read from the tail of the stage at
+// `stage` (quad_t: lane % 4).
 template <class T, bool Masked, class Acc, int kST, int kGroups>
 __device__ __forceinline__ void block_scores(const AttentionParams& p, const Acc (&s)[kST][4],
-                                             u32 sKs, int first_row, int key0, int lane, int quad_t,
-                                             int diag, float (&x)[kST][4], float (&kg)[kGroups]) {
+                                             u32 stage, int first_row, int key0, int lane,
+                                             int quad_t, int diag, float (&x)[kST][4],
+                                             float (&kg)[kGroups]) {
   using P = typename T::Precision;
-  const u32 sKscale = sKs + T::k_scale_offset;
+  const u32 sKscale = stage + T::scale_offset;
   if constexpr (!P::float_accumulators) {
 #pragma unroll
     for (int nt = 0; nt < kST; ++nt) {
@@ -310,10 +351,21 @@ __device__ __forceinline__ void fold_output(float (&o)[kOT][4], float (&pv)[kPT]
 // `check_sum` block (at most 2^21 P per row apart) halves a row whose L exceeds 2^22, so
 // |O| + 2^29 (the rounding) stays below 2^31. l: this thread's share, FP32 (exact integers
 // below 2^24). The warp's quad lanes agree on every decision: their max and sum are butterflies.
-template <class T, int kST, int kOT>
+// With Flash-ABFT O's tiles end in its checksum tiles, which shift alike, and the row's check
+// (q8::check_output) is kept exact through the folds' rounding: D = O's channel sum minus the
+// digit columns' C0 + 128 C1, which GEMM II leaves as it is, moves by the quad's sum of
+// (x' - x) over those values (modulo 2^32, as D), and C0 takes that move too, so that D stays 0.
+// A fault in O or the columns stays in D; a lane that shifts by other than the quad's lane 0
+// adds 2^30 to C0 (at most three lanes: never 0 modulo 2^32). `fault(r, shift)` may flip a bit
+// of row half r's shift (injection builds: site rescale).
+struct NoShiftFault {
+  __device__ __forceinline__ void operator()(int, int&) const {}
+};
+template <class T, int kST, int kOT, class ShiftFault = NoShiftFault>
 __device__ __forceinline__ void lazy_softmax(const float (&x)[kST][4], const float (&q_scale)[2],
                                              float (&ref)[2], float (&row_sum)[2], int (&o)[kOT][4],
-                                             u32 (&pa)[kST / 4][4], bool check_sum) {
+                                             u32 (&pa)[kST / 4][4], bool check_sum,
+                                             const ShiftFault& fault) {
   using P = typename T::Precision;
   float block_max[2];
   bool need[2], halve[2];
@@ -323,7 +375,11 @@ __device__ __forceinline__ void lazy_softmax(const float (&x)[kST][4], const flo
     need[r] = block_max[r] > ref[r];
     halve[r] = check_sum && quad_sum(row_sum[r]) > 0x1p22f;
   }
-  if (__any_sync(0xffffffffu, need[0] || need[1] || halve[0] || halve[1])) {
+  // The fold: the new references and l's rescale first, O's shift after P is written, when the
+  // scores' registers are free (Flash-ABFT's checksum tiles need room there).
+  const bool fold = __any_sync(0xffffffffu, need[0] || need[1] || halve[0] || halve[1]);
+  int shift[2] = {0, 0};
+  if (fold) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float to = need[r] ? ceilf(block_max[r]) : ref[r];
@@ -331,14 +387,9 @@ __device__ __forceinline__ void lazy_softmax(const float (&x)[kST][4], const flo
       // Nothing seen yet (ref -inf): O and l are 0, any shift leaves them so. A step above 30
       // shifts by 30: what stays of the old O is then at most 2 (|O| < 2^31), against a new
       // block whose largest P is at least 128.
-      const int shift = ref[r] == neg_inf() ? 30 : static_cast<int>(fminf(to - ref[r], 30.f));
-      const int half = static_cast<int>((1u << shift) >> 1);
-#pragma unroll
-      for (int nt = 0; nt < kOT; ++nt) {
-        o[nt][2 * r] = (o[nt][2 * r] + half) >> shift;
-        o[nt][2 * r + 1] = (o[nt][2 * r + 1] + half) >> shift;
-      }
-      row_sum[r] *= __int_as_float((127 - shift) << 23);  // 2^-shift, exactly
+      shift[r] = ref[r] == neg_inf() ? 30 : static_cast<int>(fminf(to - ref[r], 30.f));
+      fault(r, shift[r]);
+      row_sum[r] *= __int_as_float((127 - shift[r]) << 23);  // 2^-shift, exactly
       ref[r] = to;
     }
   }
@@ -351,6 +402,37 @@ __device__ __forceinline__ void lazy_softmax(const float (&x)[kST][4], const flo
     });
     row_sum[r] += P::p_sum(sum);
   }
+  if (fold)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int half = static_cast<int>((1u << shift[r]) >> 1);
+      u32 moved = 0u;  // Flash-ABFT: this lane's share of D's move (above)
+      // The second checksum tile (the K rows GEMM II reads past the tail) is never looked at.
+#pragma unroll
+      for (int nt = 0; nt < kOT - (T::checksum_tiles > 1 ? 1 : 0); ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int before = o[nt][2 * r + c];
+          o[nt][2 * r + c] = (before + half) >> shift[r];
+          if constexpr (T::checksum) {
+            // O's channels count once, the quad lane 0's digit columns -1 and -128, the rest 0.
+            const u32 step = static_cast<u32>(o[nt][2 * r + c] - before);
+            if (nt < kOT - T::checksum_tiles)
+              moved += step;
+            else if (nt == kOT - T::checksum_tiles && threadIdx.x % 4 == 0)
+              moved -= c == 0 ? step : 128u * step;
+          }
+        }
+      if constexpr (T::checksum) {
+        if (shift[r] != __shfl_sync(0xffffffffu, shift[r], threadIdx.x & ~3u)) moved += 1u << 30;
+        moved += __shfl_xor_sync(0xffffffffu, moved, 1);
+        moved += __shfl_xor_sync(0xffffffffu, moved, 2);
+        if (threadIdx.x % 4 == 0) {
+          int& c0 = o[kOT - T::checksum_tiles][2 * r];
+          c0 = static_cast<int>(static_cast<u32>(c0) + moved);
+        }
+      }
+    }
 }
 
 // Blocks between lazy_softmax's checks of l: each adds at most 255 block_n / 4 to a thread's
@@ -378,15 +460,18 @@ __device__ __forceinline__ void clear_int_output(int (&oi)[kIT][4]) {
     for (int i = 0; i < kIT * 4; ++i) oi[i / 4][i % 4] = 0;
 }
 // One key block's softmax; `it` counts the CTA's blocks (int8 checks l every kLazySumCheck).
-template <class T, int kST, int kGroups, int kIT>
+// int8: `fault` is lazy_softmax's injection hook.
+template <class T, int kST, int kGroups, int kIT, class ShiftFault = NoShiftFault>
 __device__ __forceinline__ void block_softmax(const float (&x)[kST][4], const float (&kg)[kGroups],
                                               const float (&q_scale)[2], float (&row_max)[2],
                                               float (&row_sum)[2], float (&alpha)[2],
-                                              int (&oi)[kIT][4], u32 (&pa)[kST / 4][4], int it) {
+                                              int (&oi)[kIT][4], u32 (&pa)[kST / 4][4], int it,
+                                              const ShiftFault& fault = {}) {
   if constexpr (T::Precision::float_accumulators)
     online_softmax<T>(x, kg, q_scale, row_max, row_sum, alpha, pa);
   else
-    lazy_softmax<T>(x, q_scale, row_max, row_sum, oi, pa, it % kLazySumCheck == kLazySumCheck - 1);
+    lazy_softmax<T>(x, q_scale, row_max, row_sum, oi, pa, it % kLazySumCheck == kLazySumCheck - 1,
+                    fault);
 }
 // GEMM II: fp8's into the block's tile pv, int8's onto O. Issue only.
 template <class T, int kOT, int kIT, int kKC>
@@ -405,6 +490,46 @@ __device__ __forceinline__ void finish_output(const int (&oi)[kIT][4], float (&o
     for (int i = 0; i < kOT * 4; ++i) o[i / 4][i % 4] = static_cast<float>(oi[i / 4][i % 4]);
 }
 
+// int8 Flash-ABFT at the end of the loop, per row: the quad's sum of O's INT32 channels minus
+// the digit columns (head_dim + 0 and + 1, quad lane 0's: sum_d O_d - C0 - 128 C1 modulo 2^32)
+// is 0 exactly (lazy_softmax keeps it so through the folds); and l's FP32 shares against the
+// column of 64s (head_dim + 7, quad lane 3's): each fold rounds 64 l by less than half a step,
+// so they stay less than 2^-6 apart (plus l's FP32 rounding, 2^-24 of it per add, and 64 l's
+// conversion). With a column of ones, 1 apart, flips of l's middle mantissa bits in rows with
+// few keys passed silently (0.14% of 10,000 causal row_sum flips, H200).
+template <class T, int kIT>
+__device__ __forceinline__ void check_output(const AttentionParams& p, const int (&oi)[kIT][4],
+                                             const float (&row_sum)[2], int n_blocks, int batch,
+                                             int head, int first_row, int lane) {
+  constexpr int kOT = kIT - T::checksum_tiles;
+  const int quad_t = lane % 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    u32 apart = 0u;
+#pragma unroll
+    for (int nt = 0; nt < kOT; ++nt)
+      apart += static_cast<u32>(oi[nt][2 * r]) + static_cast<u32>(oi[nt][2 * r + 1]);
+    if (quad_t == 0)
+      apart -= static_cast<u32>(oi[kOT][2 * r]) + 128u * static_cast<u32>(oi[kOT][2 * r + 1]);
+    apart += __shfl_xor_sync(0xffffffffu, apart, 1);
+    apart += __shfl_xor_sync(0xffffffffu, apart, 2);
+    const float l = quad_sum(row_sum[r]);
+    const float ones =
+        static_cast<float>(__shfl_sync(0xffffffffu, oi[kOT][2 * r + 1], (lane & ~3) + 3)) * 0x1p-6f;
+    const float tol_l = 0x1p-6f + 0x1p-24f * float(n_blocks + 8) * l;
+    const int row = first_row + lane / 4 + 8 * r;
+    const int e = static_cast<int>(apart);
+    if (quad_t == 0 && row < p.seqlen_q) {
+      if (e != 0)
+        record_fault(p.fault_log, batch, head, row, -1, fault_stage_output, false,
+                     static_cast<float>(e), 0.f);
+      if (!(fabsf(ones - l) <= tol_l))
+        record_fault(p.fault_log, batch, head, row, -1, fault_stage_row_sum, false, fabsf(ones - l),
+                     tol_l);
+    }
+  }
+}
+
 }  // namespace q8
 
 template <class T>
@@ -420,8 +545,8 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p,
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const u32 sQ = (sm80::smem_addr(smem_raw) + 1023u) & ~1023u;
-  const u32 sK = sQ + T::q_bytes;
-  const u32 sV = sK + kStages * T::k_stage_bytes;
+  const u32 sStages = sQ + T::q_bytes;
+  auto stage_at = [&](int stage) { return sStages + stage * T::stage_bytes; };
 
   int m_block, head, batch;
   detail::tile_coords<T>(p, m_block, head, batch);
@@ -440,21 +565,27 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p,
 
   // A key block's K rows, their scales and V^T rows: thread 0's TMA copies onto the stage's
   // mbarrier.
-  auto full = [&](int stage) { return sK + stage * T::k_stage_bytes + T::stage_barrier_offset; };
+  auto full = [&](int stage) {
+    return detail::stage_barrier<T>(sm80::smem_addr(smem_raw), sQ, stage);
+  };
   const int kv = batch * p.heads_kv + head_kv;
   auto load_kv = [&](int stage, int n_block) {
     if (threadIdx.x != 0) return;
     const int key0 = n_block * T::block_n;
     const u32 bar = full(stage);
     sm90::mbarrier_expect_tx(bar, T::k_tma_bytes + T::v_tma_bytes);
-    q8::load_k_block<T>(sK + stage * T::k_stage_bytes, maps, key0, kv, bar);
-    q8::load_vt_block<T>(sV + stage * T::v_stage_bytes, maps, key0, kv, bar);
+    q8::load_k_block<T>(stage_at(stage), maps, key0, kv, bar);
+    q8::load_vt_block<T>(stage_at(stage), maps, key0, kv, bar);
   };
+  q8::write_ones_rows<T>(sStages);
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < kStages; ++s) sm90::mbarrier_init(full(s), 1);
     sm90::fence_barrier_init();
   }
+  // The initialised mbarriers, to every thread before the first copy lands on them (as in
+  // fwd_sm90.cuh; without it racecheck flags the initialisation against the first expect_tx).
+  __syncthreads();
   sm90::TmaKeyBlockPipeline<kStages> pipeline{{n_blocks}};
   pipeline.start(load_kv);
 
@@ -475,29 +606,34 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p,
   sm90::fence_async_shared();
   __syncthreads();
 
-  float o[1][kOT][4];                          // fp8's O; int8's at the end
-  float row_max[1][2];                         // base-2 logits (int8: lazy_softmax's reference)
-  float row_sum[1][2];                         // this thread's share, in units of 2^p_log2_range
-  [[maybe_unused]] int oi[kInt ? kOT : 1][4];  // int8's O
+  float o[1][kOT][4];   // fp8's O; int8's at the end
+  float row_max[1][2];  // base-2 logits (int8: lazy_softmax's reference)
+  float row_sum[1][2];  // this thread's share, in units of 2^p_log2_range
+  // int8's O, and Flash-ABFT's checksum tiles after it (the digits' and the ones' columns).
+  [[maybe_unused]] int oi[kInt ? kOT + T::checksum_tiles : 1][4];
   detail::clear_accumulators(o, row_max, row_sum);
   q8::clear_int_output<T>(oi);
   // fp8: the last block's P V and the factor O takes before it is added (nothing yet).
   float pv[kInt ? 1 : kOT / T::pv_pieces][4] = {};
   float alpha[2] = {1.f, 1.f};
+  // Fault injection (injection builds only): flip the planned bit of value `index` of a class of
+  // `n` values this thread holds, as raw bits.
+  auto inject = [&](int site, int n_block, auto* values, int n) {
+    if constexpr (T::inject) inject_values(p.fault, site, n_block, values, n);
+  };
 
   auto step = [&](const int it, const int n_block, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
-    const int stage = it % kStages;
+    const u32 sStage = stage_at(it % kStages);
     pipeline.begin_step(it, full);
 
     // GEMM I: this warpgroup's 64 rows of S = Q K^T (fp8: FP32; int8: INT32 from its bias).
-    const u32 sKs = sK + stage * T::k_stage_bytes;
     Acc s[kST][4];
     if constexpr (kInt)
 #pragma unroll
       for (int i = 0; i < kST * 4; ++i) s[i / 4][i % 4] = P::acc_zero;
     sm90::wgmma_fence();
-    q8::gemm1<T>(s, sQ, sKs, group_row);
+    q8::gemm1<T>(s, sQ, sStage + T::k_offset, group_row);
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();  // GEMM I, and the previous GEMM II
     pipeline.after_gemm1(it, load_kv);
@@ -507,21 +643,31 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p,
     // Dequantise by key, mask, and the online softmax: P lands in GEMM II's A fragments.
     float x[kST][4];
     float kg[T::block_n / 64];
-    q8::block_scores<T, kMasked>(p, s, sKs, row0 + warp_row, n_block * T::block_n, lane, quad_t,
+    q8::block_scores<T, kMasked>(p, s, sStage, row0 + warp_row, n_block * T::block_n, lane, quad_t,
                                  diag, x, kg);
+    inject(fault_site_scores, n_block, &x[0][0], kST * 4);
     u32 pa[kST / 4][4];
-    q8::block_softmax<T>(x, kg, q_scale, row_max[0], row_sum[0], alpha, oi, pa, it);
+    const auto shift_fault = [&](int r, int& shift) {
+      if constexpr (T::inject) inject_value_at(p.fault, fault_site_rescale, n_block, r, 2, shift);
+    };
+    q8::block_softmax<T>(x, kg, q_scale, row_max[0], row_sum[0], alpha, oi, pa, it, shift_fault);
+    inject(fault_site_probs, n_block, &pa[0][0], kST);
+    inject(fault_site_row_max, n_block, &row_max[0][0], 2);
+    inject(fault_site_row_sum, n_block, &row_sum[0][0], 2);
 
     // GEMM II: P V^T-as-B, P from registers.
     sm90::wgmma_fence();
-    q8::gemm2_onto_output<T>(pv, oi, pa, sV + stage * T::v_stage_bytes);
+    q8::gemm2_onto_output<T>(pv, oi, pa, sStage);
     sm90::wgmma_commit();
     // One warpgroup: fp8 leaves GEMM II in flight into the next GEMM I, unless it runs in pieces
     // (pa and this V stage are gone by then). int8 waits: with P's registers live across GEMM I
     // beside its INT32 O and S, 168 registers serialise the wgmmas (C7512) at head_dim 128.
     if constexpr (kInt || T::pv_pieces > 1) sm90::wgmma_wait<0>();
-    if constexpr (T::pv_pieces > 1)
-      q8::fold_output<T>(o[0], pv, alpha, pa, sV + stage * T::v_stage_bytes);
+    if constexpr (T::pv_pieces > 1) q8::fold_output<T>(o[0], pv, alpha, pa, sStage);
+    if constexpr (T::checksum) {
+      inject(fault_site_output, n_block, &oi[0][0], kOT * 4);
+      inject(fault_site_checksum, n_block, &oi[kOT][0], 4);
+    }
   };
 
   detail::walk_key_blocks<T>(
@@ -536,6 +682,8 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p,
     for (int s = 0; s < kStages; ++s) sm90::mbarrier_inval(full(s));
   __syncthreads();
 
+  if constexpr (T::checksum)
+    q8::check_output<T>(p, oi, row_sum[0], n_blocks, batch, head, row0 + warp_row, lane);
   q8::finish_output<T>(oi, o[0]);
   q8::store_output<T>(p, o, row_sum, row_max, sQ, row0, warp_row, lane, batch, head, head_kv);
 }

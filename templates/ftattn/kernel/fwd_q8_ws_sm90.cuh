@@ -12,11 +12,11 @@
 //              arrives in 16 bits each warpgroup quantises its own 64 rows into the Q tile
 //              (quantise_q_rows) and syncs only itself before its first GEMM I.
 //
-// A K buffer is released once the softmax has read the block's K scales from it, not when GEMM I
-// is done. GEMM II of fp8 computes the block's P V from zero, which the warpgroup adds to its
-// FP32 O after the turn, rescaling O by the factor its softmax found (q8::fold_output); int8's
-// accumulates onto its INT32 O, rescaled only when a row's max outgrows its reference
-// (q8::lazy_softmax).
+// A K buffer is released once the softmax has read the block's K scales (in its stage's tail),
+// not when GEMM I is done. GEMM II of fp8 computes the block's P V from zero, which the
+// warpgroup adds to its FP32 O after the turn, rescaling O by the factor its softmax found
+// (q8::fold_output); int8's accumulates onto its INT32 O, rescaled only when a row's max
+// outgrows its reference (q8::lazy_softmax).
 #pragma once
 
 #include "ftattn/arch/sm80/cp_async.cuh"
@@ -33,6 +33,7 @@ template <class T>
 __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& p,
                                                          const Q8TensorMaps& maps) {
   static_assert(T::warp_specialized && T::num_warps == 8, "two consumer warpgroups");
+  static_assert(!T::Protect::enabled && !T::inject, "unprotected (codegen's uses_wgmma)");
   using P = typename T::Precision;
   using Acc = typename P::Acc;
   constexpr bool kInt = !P::float_accumulators;  // int8: INT32 scores and O (q8::lazy_softmax)
@@ -48,8 +49,8 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
   // efta_correct kernel's register allocation into a 4-byte spill.
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const u32 sQ = (sm80::smem_addr(smem_raw) + 1023u) & ~1023u;
-  const u32 sK = sQ + T::q_bytes;
-  const u32 sV = sK + kStages * T::k_stage_bytes;
+  const u32 sStages = sQ + T::q_bytes;  // each stage a key block's V^T, tail and K rows
+  auto stage_at = [&](int stage) { return sStages + stage * T::stage_bytes; };
   using Pipeline = sm90::WsPipeline<kStages, kProducers, T::num_warps, /*FullArrivals=*/1>;
   static_assert(Pipeline::barrier_bytes <= T::barrier_bytes, "the mbarriers follow the tiles");
   const Pipeline pipe{sQ + T::tiles_bytes};
@@ -79,10 +80,10 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
         const int key0 = j * T::block_n;
         pipe.acquire_k(j);
         sm90::mbarrier_expect_tx(pipe.k_full(s), T::k_tma_bytes);
-        q8::load_k_block<T>(sK + s * T::k_stage_bytes, maps, key0, kv, pipe.k_full(s));
+        q8::load_k_block<T>(stage_at(s), maps, key0, kv, pipe.k_full(s));
         pipe.acquire_v(j);
         sm90::mbarrier_expect_tx(pipe.v_full(s), T::v_tma_bytes);
-        q8::load_vt_block<T>(sV + s * T::v_stage_bytes, maps, key0, kv, pipe.v_full(s));
+        q8::load_vt_block<T>(stage_at(s), maps, key0, kv, pipe.v_full(s));
       }
     }
     sm80::cp_async_wait<0>();
@@ -142,15 +143,13 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
       }
       token.wait();
       sm90::wgmma_fence();
-      if constexpr (kPV)
-        q8::gemm2_onto_output<T>(pv, oi, pa, sV + ((j - 1) % kStages) * T::v_stage_bytes);
-      if constexpr (kQK) q8::gemm1<T>(s, sQ, sK + (j % kStages) * T::k_stage_bytes, group_row);
+      if constexpr (kPV) q8::gemm2_onto_output<T>(pv, oi, pa, stage_at((j - 1) % kStages));
+      if constexpr (kQK) q8::gemm1<T>(s, sQ, stage_at(j % kStages) + T::k_offset, group_row);
       sm90::wgmma_commit();
       token.pass(/*last=*/!kQK);  // the last turn has no GEMM I
       sm90::wgmma_wait<0>();
       // fp8: block j - 1's P V into O (the further pieces still read V's buffer).
-      if constexpr (kPV)
-        q8::fold_output<T>(o[0], pv, alpha, pa, sV + ((j - 1) % kStages) * T::v_stage_bytes);
+      if constexpr (kPV) q8::fold_output<T>(o[0], pv, alpha, pa, stage_at((j - 1) % kStages));
       if (kPV && lane == 0) pipe.release_v(j - 1);
     };
 
@@ -161,9 +160,8 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
         turn(j, detail::Bool<true>{}, detail::Bool<true>{});
       float x[kST][4];
       float kg[T::block_n / 64];
-      q8::block_scores<T, decltype(masked)::value>(p, s, sK + (j % kStages) * T::k_stage_bytes,
-                                                   row0 + warp_row, j * T::block_n, lane, lane % 4,
-                                                   diag, x, kg);
+      q8::block_scores<T, decltype(masked)::value>(p, s, stage_at(j % kStages), row0 + warp_row,
+                                                   j * T::block_n, lane, lane % 4, diag, x, kg);
       __syncwarp();  // every lane has read its K scales: the K buffer may be refilled
       if (lane == 0) pipe.release_k(j);
       q8::block_softmax<T>(x, kg, q_scale, row_max[0], row_sum[0], alpha, oi, pa, it);

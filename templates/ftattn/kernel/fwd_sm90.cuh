@@ -267,14 +267,7 @@ __device__ __forceinline__ void load_k_checksum_rows(u32 dk, const unsigned char
 // the K tile at dk (atom columns T::k_rows rows apart), its V rows into the V tile at dv, and
 // f16_pasa's shift rows `shift_row` .. + 7 of the workspace (runtime::PasaLayout) below the keys.
 // The caller expects the bytes (kv_tma_bytes, shift_tma_bytes) on the barrier first. The
-// one-warpgroup kernels' mbarrier of a stage: stage_barrier.
-template <class T>
-__device__ __forceinline__ u32 stage_barrier(u32 smem_base, u32 sQ, int stage) {
-  if constexpr (T::stage_barriers_at_end)
-    return smem_base + T::smem_bytes - 16 + 8 * stage;
-  else
-    return sQ + T::tiles_bytes + 8 * stage;
-}
+// one-warpgroup kernels' mbarrier of a stage: stage_barrier (fwd_common.cuh).
 template <class T>
 inline constexpr u32 kv_tma_bytes = u32{T::block_n * T::row_bytes};  // one K or V tile
 template <class T>

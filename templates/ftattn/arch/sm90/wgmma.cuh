@@ -304,6 +304,22 @@ __device__ __forceinline__ void wgmma_u8s8_rs(int (&d)[64], const u32 (&a)[4], u
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
 
+// D += A B^T, m64n{80, 144}k32 u8 x s8 -> s32 (wrapping), A from registers: int8's GEMM II at
+// head_dims 64 and 128 with Flash-ABFT's checksum rows below V^T's (s32 wgmmas take n in steps
+// of 16 past 64, so two n8 tiles).
+__device__ __forceinline__ void wgmma_u8s8_rs(int (&d)[40], const u32 (&a)[4], u64 b) {
+  asm volatile(
+      FTATTN_WGMMA("m64n80k32.s32.u8.s8", FTATTN_WG_R40 ", {%40, %41, %42, %43}, %44, p", "%45")
+      : FTATTN_WG_D40("+r", d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+__device__ __forceinline__ void wgmma_u8s8_rs(int (&d)[72], const u32 (&a)[4], u64 b) {
+  asm volatile(
+      FTATTN_WGMMA("m64n144k32.s32.u8.s8", FTATTN_WG_R72 ", {%72, %73, %74, %75}, %76, p", "%77")
+      : FTATTN_WG_D72("+r", d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
 // D += A B^T, m64n192k32 u8 x s8 -> s32 (wrapping), A from registers: int8's GEMM II at
 // head_dim 192.
 __device__ __forceinline__ void wgmma_u8s8_rs(int (&d)[96], const u32 (&a)[4], u64 b) {
