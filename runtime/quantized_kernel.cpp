@@ -73,20 +73,9 @@ class QuantizedKernel final : public Kernel {
     ensure_context();
     if (workspace_.bytes() < layout.bytes) workspace_ = DeviceBuffer(layout.bytes);
     const StreamOrder::Scope ordered(&workspace_order_, stream);
-    if (!quantises_q_in_kernel(compiled_->config)) {
-      const QuantizedInputs in =
-          quantize(problem, q, k, v, Precision::f16, workspace_.data(), stream);
-      launch_quantized(problem, in, o, Precision::f16, lse, stream, protect);
-    } else {
-      // The wgmma kernel quantises Q itself as it loads it (kernel/fwd_q8_sm90.cuh): only K and
-      // V go through the workspace, and Q's pass over memory is saved.
-      QuantizedInputs in = quantize(problem, q, k, v, Precision::f16, workspace_.data(), stream,
-                                    /*with_q=*/false);
-      in.q = q;
-      AttentionParams p = attention_params(problem, in, o, Precision::f16, lse, /*q_16bit=*/true);
-      std::lock_guard protect_lock(protect_mu_);
-      enqueue(problem, p, stream, protect, /*reset_log=*/false);  // nothing reads the log
-    }
+    AttentionParams p = quantized_params(problem, q, k, v, o, lse, stream);
+    std::lock_guard protect_lock(protect_mu_);
+    enqueue(problem, p, stream, protect, /*reset_log=*/false);  // nothing reads the log
   }
 
   // Protected (int8 checksum schemes): quantise, build the checksum rows, run (with the fault
@@ -105,9 +94,7 @@ class QuantizedKernel final : public Kernel {
     ensure_context();
     if (workspace_.bytes() < layout.bytes) workspace_ = DeviceBuffer(layout.bytes);
     const StreamOrder::Scope ordered(&workspace_order_, stream);
-    const QuantizedInputs in =
-        quantize(problem, q, k, v, Precision::f16, workspace_.data(), stream);
-    AttentionParams p = attention_params(problem, in, o, Precision::f16, lse);
+    AttentionParams p = quantized_params(problem, q, k, v, o, lse, stream);
     enqueue(problem, p, stream, protect);
     // The relaunch carries no fault plan, and the caller's thresholds and log size.
     ProtectOptions relaunch = protect;
@@ -214,6 +201,19 @@ class QuantizedKernel final : public Kernel {
   }
 
  private:
+  // The caller's f16 Q, K and V quantised into the workspace (caller holds workspace_mu_), and
+  // the attention's parameters over them. The wgmma kernel quantises Q itself as it loads it
+  // (kernel/fwd_q8_sm90.cuh): then only K and V go through the workspace, and Q's pass over
+  // memory is saved.
+  AttentionParams quantized_params(const Problem& problem, const void* q, const void* k,
+                                   const void* v, void* o, float* lse, CUstream stream) const {
+    const bool fused_q = quantises_q_in_kernel(compiled_->config);
+    QuantizedInputs in =
+        quantize(problem, q, k, v, Precision::f16, workspace_.data(), stream, !fused_q);
+    if (fused_q) in.q = q;
+    return attention_params(problem, in, o, Precision::f16, lse, fused_q);
+  }
+
   // q_16bit: in.q is the caller's f16 Q with the problem's strides, which the wgmma kernel
   // quantises itself (quantises_q_in_kernel); in.q_scale is then unused.
   AttentionParams attention_params(const Problem& problem, const QuantizedInputs& in, void* o,
