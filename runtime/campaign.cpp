@@ -44,6 +44,11 @@ InjectionSpace fused_space(const KernelConfig& c, const Problem& pr, FaultSite s
             "site pv is int8's INT32 P V accumulator: {} accumulates P V in O itself, use site "
             "output",
             to_string(c.precision)));
+      if (uses_wgmma(c))
+        throw ConfigError(fmt::format(
+            "site pv is the mma.sync int8 kernel's per-block INT32 P V: {} accumulates P V onto "
+            "its INT32 O, use site output (or --arch sm_90 for the mma.sync kernel)",
+            c.name()));
       s.elements = m_tiles * (c.head_dim / 8) * 4;
       break;
     case FaultSite::checksum:
@@ -96,7 +101,7 @@ std::vector<FaultSite> sites_of(const KernelConfig& c) {
   std::vector<FaultSite> sites{FaultSite::scores,  FaultSite::probs,   FaultSite::row_max,
                                FaultSite::row_sum, FaultSite::rescale, FaultSite::output};
   if (c.protection != Protection::none) sites.push_back(FaultSite::checksum);
-  if (c.precision == Precision::int8) sites.push_back(FaultSite::pv);
+  if (c.precision == Precision::int8 && !uses_wgmma(c)) sites.push_back(FaultSite::pv);
   return sites;
 }
 

@@ -46,7 +46,8 @@ std::string_view site_name(FaultSite s);
 FaultSite parse_site(std::string_view text);
 // Every source-level site the kernel of `config` can take (`--site all`): decoupled's six, the
 // fused kernels' scores, probs, row_max, row_sum, rescale and output, their checksums where a
-// scheme carries any, and int8's INT32 P V.
+// scheme carries any, and the mma.sync int8 kernel's per-block INT32 P V (the wgmma one
+// accumulates P V onto O). `config` resolved: its tile decides the skeleton.
 std::vector<FaultSite> sites_of(const KernelConfig& config);
 
 // What the harness saw after one trial.

@@ -168,6 +168,24 @@ TEST_CASE("site all names every site the kernel has, each with an injection spac
       // Every one is plannable on this problem: no site a campaign would then refuse.
       for (FaultSite s : sites) CHECK_NOTHROW(injection_space(c, pr, s));
     }
+  // int8 Flash-ABFT on Hopper's wgmma kernel accumulates P V onto O: no pv site, which a plan
+  // then refuses and says what to use.
+  KernelConfig wgmma = test::tile_config(64, 64, 128, 4, 2, Arch::parse("sm_90a"));
+  wgmma.precision = Precision::int8;
+  wgmma.protection = Protection::flash_abft;
+  wgmma.fault_injection = true;
+  REQUIRE(uses_wgmma(wgmma));
+  const std::vector<FaultSite> sites = sites_of(wgmma);
+  CHECK(has(sites, FaultSite::checksum));
+  CHECK(has(sites, FaultSite::rescale));
+  CHECK_FALSE(has(sites, FaultSite::pv));
+  for (FaultSite s : sites) CHECK_NOTHROW(injection_space(wgmma, pr, s));
+  try {
+    injection_space(wgmma, pr, FaultSite::pv);
+    FAIL("site pv was planned for the wgmma kernel");
+  } catch (const ConfigError& e) {
+    CHECK(std::string(e.what()).find("use site output") != std::string::npos);
+  }
 }
 
 TEST_CASE("the fused injection space follows the kernel's grid and causal schedule", "[campaign]") {

@@ -141,15 +141,17 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
   auto add_site = [&](FaultSite site) {  // once each, in the order given
     if (std::find(sites.begin(), sites.end(), site) == sites.end()) sites.push_back(site);
   };
+  // "all": every site of the kernel the runtime resolves (which skeleton runs decides), below.
+  bool all_sites = false;
   for (const std::string& s : split_list(o.sites, ',', "--site")) {
     if (s == "all")
-      for (FaultSite site : campaign::sites_of(wanted)) add_site(site);
+      all_sites = true;
     else
       add_site(campaign::parse_site(s));
   }
   // IR-level (site ir) and source-level sites need differently built kernels: one kind per run.
   const bool ir = std::find(sites.begin(), sites.end(), FaultSite::ir) != sites.end();
-  if (ir && sites.size() > 1)
+  if (ir && (sites.size() > 1 || all_sites))
     throw ConfigError(
         "--site ir runs alone: IR-level and source-level sites need differently built kernels, "
         "so run them as two commands");
@@ -157,7 +159,7 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
     throw ConfigError(
         "--site ir needs a kernel with IR-level injection points: add --backend llvm --ir-inject "
         "<class> (fp_arith, load, int_arith, exp_max or mma)");
-  if (!sites.empty() && !ir && wanted.ir_inject != IrClass::none)
+  if ((!sites.empty() || all_sites) && !ir && wanted.ir_inject != IrClass::none)
     throw ConfigError(fmt::format(
         "--ir-inject instruments the kernel for site ir, not for --site {}: use --site ir, or drop "
         "--ir-inject for source-level sites",
@@ -177,6 +179,8 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
   // Source sites need the source hooks; site ir runs the IR instrumentation alone.
   config.fault_injection = !ir;
   validate(problem, config);
+  if (all_sites)
+    for (FaultSite site : campaign::sites_of(config)) add_site(site);
   fmt::print("device    {}\nkernel    {}\nproblem   {}, {}\n", device, config.name(),
              shape_text(problem), to_string(config.mask));
   int exit_code = 0;
