@@ -2,6 +2,7 @@
 // decoupled baseline and on efta_correct, every trial classified, no silent corruption where the
 // scheme covers the site; and no small flip of O left silent by any scheme.
 #include <catch2/catch.hpp>
+#include <optional>
 
 #include "ftattn/campaign.hpp"
 #include "ftattn/runtime.hpp"
@@ -17,8 +18,10 @@ struct Setup {
   std::vector<float> clean, tolerance;
 };
 
+// `arch` set: that arch's kernel instead of the device's own (sm_90 without "a" keeps the
+// mma.sync skeletons on Hopper).
 Setup make_setup(Runtime& rt, Protection protection, Mask mask, int head_dim = 64, int seqlen = 256,
-                 Precision precision = Precision::f16) {
+                 Precision precision = Precision::f16, std::optional<Arch> arch = {}) {
   Setup s;
   s.problem = Problem::bhsd(1, 2, 2, seqlen, seqlen, head_dim);
   KernelConfig c;
@@ -27,6 +30,7 @@ Setup make_setup(Runtime& rt, Protection protection, Mask mask, int head_dim = 6
   c.protection = protection;
   c.mask = mask;
   c.fault_injection = true;
+  if (arch) c.arch = *arch;
   s.config = rt.resolve(c, &s.problem);
   std::mt19937_64 rng(5);
   const Precision p = s.config.precision;
@@ -199,11 +203,13 @@ TEST_CASE("int8 Flash-ABFT sees a flip of one lane's rescale factor", "[gpu][cam
   // A lane's factor scales its O and the FP32 checksum beside it alike, so the checksum carried
   // the neighbour lane's block sums: on the H200 (1 x 2 x 512, seed 11) 44% / 29% of 2,000
   // rescale flips (no mask / causal) were silent with the lane's own. Both masks; the output
-  // site stays covered.
+  // site stays covered. The mma.sync skeleton (on Hopper: sm_90 without "a").
   Runtime rt;
   REQUIRE(rt.has_device());
+  const Arch mma_sync{rt.device_arch().sm, false};
   for (Mask mask : {Mask::none, Mask::causal}) {
-    Setup s = make_setup(rt, Protection::flash_abft, mask, 128, 512, Precision::int8);
+    Setup s = make_setup(rt, Protection::flash_abft, mask, 128, 512, Precision::int8, mma_sync);
+    REQUIRE_FALSE(uses_wgmma(s.config));
     for (FaultSite site : {FaultSite::rescale, FaultSite::output}) {
       const campaign::CampaignResult r = run_site(s, site, 2000);
       INFO(about(s, site, r));
@@ -211,6 +217,30 @@ TEST_CASE("int8 Flash-ABFT sees a flip of one lane's rescale factor", "[gpu][cam
       CHECK(r.tally.count(campaign::Outcome::detected) > r.tally.trials / 10);
     }
   }
+}
+
+TEST_CASE("int8 Flash-ABFT on the wgmma kernel: no silent flip of O, its checksums, l or a fold",
+          "[gpu][campaign][protect][wgmma]") {
+  // O stays INT32 over all key blocks with the checksum columns beside it, held to them exactly
+  // through the folds' rounding; l to the ones column. A flip in a checksum column alarms with
+  // O intact (a false positive).
+  Runtime rt;
+  REQUIRE(rt.has_device());
+  if (rt.device_arch() != Arch{90, true}) return;
+  for (int d : {64, 128})
+    for (Mask mask : {Mask::none, Mask::causal}) {
+      Setup s = make_setup(rt, Protection::flash_abft, mask, d, 512, Precision::int8);
+      REQUIRE(uses_wgmma(s.config));
+      for (FaultSite site :
+           {FaultSite::output, FaultSite::checksum, FaultSite::row_sum, FaultSite::rescale}) {
+        const campaign::CampaignResult r = run_site(s, site, 2000);
+        INFO(about(s, site, r));
+        CHECK(r.tally.count(campaign::Outcome::sdc) <= r.tally.trials / 1000);
+        CHECK(r.tally.count(campaign::Outcome::detected) +
+                  r.tally.count(campaign::Outcome::false_positive) >
+              r.tally.trials / 20);
+      }
+    }
 }
 
 TEST_CASE("efta_detect sees a score flipped far up, where its product check gives up",

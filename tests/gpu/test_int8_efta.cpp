@@ -75,11 +75,15 @@ TEST_CASE(
 
 TEST_CASE("int8 flash_abft sees a flipped P V accumulator exactly, any bit",
           "[gpu][q8][protect][int8_efta]") {
+  // The mma.sync kernel's per-block INT32 P V (on Hopper sm_90 without "a": the wgmma kernel
+  // accumulates P V onto O, whose flips its own cases plant).
   const Problem pr = Problem::bhsd(1, 2, 2, 256, 512, 128);
+  KernelConfig c = int8_config(128, Mask::none, Protection::flash_abft, true);
+  c.arch = Arch{int8_runtime().device_arch().sm, false};
   for (int bit : {0, 13, 31}) {
     const gpu_test::Planted s = gpu_test::run_planted(
-        int8_runtime(), int8_config(128, Mask::none, Protection::flash_abft, true), pr,
-        gpu_test::plant(FaultSite::pv, bit, 3, OnFault::recompute), kPlantedSeed);
+        int8_runtime(), c, pr, gpu_test::plant(FaultSite::pv, bit, 3, OnFault::recompute),
+        kPlantedSeed);
     INFO("bit " << bit << ": " << s.result.report.summary() << "; " << s.fault.summary());
     CHECK(s.fault.detected >= 1);
     CHECK(s.fault.recomputed_tiles >= 1);

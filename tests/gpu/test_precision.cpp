@@ -400,6 +400,39 @@ TEST_CASE("8-bit kernels follow the host model of their numerics closely, bf16 i
       }
 }
 
+namespace {
+
+// int8 Flash-ABFT on the wgmma kernel holds O's INT32 channel sums to its digit columns within
+// an integer bound the folds cannot exceed, and l to the ones column: no threshold moves them.
+// Flips planted at iteration 1 show each is live: in O (thread 5), in the digit column (thread
+// 4, the quad's lane 0) and the ones column (thread 7, lane 3) of the checksum tile, and in l's
+// FP32 share; recompute relaunches the tile to the right answer.
+void check_int8_wgmma_abft_live(Runtime& rt, KernelConfig c, const Problem& pr, uint64_t seed) {
+  c.fault_injection = true;
+  struct Plant {
+    FaultSite site;
+    int thread, element, bit;
+    FaultStage stage;
+  };
+  for (const Plant pl : {Plant{FaultSite::output, 5, 3, 20, FaultStage::output},
+                         Plant{FaultSite::checksum, 4, 0, 20, FaultStage::output},
+                         Plant{FaultSite::checksum, 7, 1, 20, FaultStage::row_sum},
+                         Plant{FaultSite::row_sum, 5, 0, 29, FaultStage::row_sum}}) {
+    ProtectOptions o = gpu_test::plant(pl.site, pl.bit, pl.element, OnFault::recompute);
+    o.inject->thread = pl.thread;
+    const gpu_test::Planted s = gpu_test::run_planted(rt, c, pr, o, seed);
+    INFO(s.result.config_name << " " << to_string(pl.site) << " thread " << pl.thread << ": "
+                              << s.result.report.summary() << "; " << s.fault.summary());
+    CHECK(s.fault.detected >= 1);
+    REQUIRE_FALSE(s.fault.events.empty());
+    CHECK(s.fault.events.at(0).stage == pl.stage);
+    CHECK(s.fault.recomputed_tiles >= 1);
+    CHECK(s.result.report.passed);
+  }
+}
+
+}  // namespace
+
 TEST_CASE("int8 with flash_abft: right answers, no false alarm, a live check, recompute",
           "[gpu][q8][protect]") {
   Runtime& rt = q8_runtime();
@@ -411,10 +444,27 @@ TEST_CASE("int8 with flash_abft: right answers, no false alarm, a live check, re
       // clean report. The block identity is exact, so a clean run must report nothing.
       const Problem pr = Problem::bhsd(2, 4, 2, 203, 517, d);
       gpu_test::check_clean_protected(rt, c, pr, 3100 + d);
+      if (uses_wgmma(rt.resolve(c, &pr))) {
+        check_int8_wgmma_abft_live(rt, c, pr, 3100 + d);
+        continue;
+      }
       // The FP32 check is live; recompute relaunches on the same quantised operands.
       const FaultReport tripped = gpu_test::check_live_output(rt, c, pr, 3100 + d);
       CHECK(tripped.events.at(0).threshold > 0.f);  // the FP32 check, not the exact one
     }
+  // On Hopper the same on the mma.sync skeleton (sm_90 without "a"), which the wgmma one
+  // replaced at head dims 64 and 128.
+  if (!gpu_test::hopper_device(rt, "the mma.sync int8 Flash-ABFT beside the wgmma one")) return;
+  for (Mask m : {Mask::none, Mask::causal}) {
+    KernelConfig c = q8_config(128, Precision::int8, m);
+    c.protection = Protection::flash_abft;
+    c.arch = Arch{90, false};
+    const Problem pr = Problem::bhsd(2, 4, 2, 203, 517, 128);
+    REQUIRE_FALSE(uses_wgmma(rt.resolve(c, &pr)));
+    gpu_test::check_clean_protected(rt, c, pr, 3300);
+    const FaultReport tripped = gpu_test::check_live_output(rt, c, pr, 3300);
+    CHECK(tripped.events.at(0).threshold > 0.f);
+  }
 }
 
 TEST_CASE("int8's lazy softmax: maxima that climb every block, rows past INT32's range",
