@@ -212,6 +212,15 @@ def build_campaign(folder, name, sites, title):
     campaign_bars(folder, data, labels, title, name + ".png")
 
 
+def sites_campaign(folder, name, title):
+    """A campaign summary of one scheme and precision: every site's bar, by head dim and mask."""
+    data = rows(folder, name + ".csv") or []
+    if not data:
+        return
+    labels = [f"d{r['head_dim']} {r['mask']}\n{r['site']}" for r in data]
+    campaign_bars(folder, data, labels, title, name + ".png")
+
+
 def overhead_runs(folder, name, runs, scheme="flash_abft"):
     """One scheme's overhead over the unprotected kernel of the same run, per shape, one bar per
     run (each CSV a separate in-turn run, its rows of either tile: the scheme's tile's own)."""
@@ -423,6 +432,8 @@ def main():
                    "efta_detect, 10,000 flips per bar: before the quad's max check and main")
     build_campaign(folder, "campaign_ones_copy", ("checksum", "row_sum"),
                    "10,000 flips per bar: main and every lane on one checked copy of l")
+    sites_campaign(folder, "campaign_int8_abft_wgmma",
+                   "int8 Flash-ABFT on the wgmma kernel, 10,000 flips per bar (1 x 2 x 512)")
 
 
 if __name__ == "__main__":
