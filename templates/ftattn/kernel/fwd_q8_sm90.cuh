@@ -42,18 +42,18 @@ struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, P
   // atom of such rows (the tail), then its K rows. The tail's eight rows: 0-1 Flash-ABFT's
   // digit rows of V^T (protect/int8_checksums.cuh, by TMA with V^T), 2-5 the keys' scales (a
   // float per key, by TMA with K), 6 unused, 7 64s (written once: 64 l, whose low 6 bits keep
-  // l's fractions through the folds). Being the atom after V^T's
-  // rows, the checksum rows ride in GEMM II as columns head_dim + 0 .. 7 of its accumulators.
+  // l's fractions through the folds). Being the atom after V^T's rows, the tail rides in GEMM II
+  // as columns head_dim + 0 .. 7 of its accumulators.
   static constexpr int tail_offset = HeadDim * BlockN;
   static constexpr int tail_row = BlockN;  // bytes of a V^T row
   static constexpr int digits_offset = tail_offset;
   static constexpr int scale_offset = tail_offset + 2 * tail_row;
-  static constexpr int ones_offset = tail_offset + 7 * tail_row;
+  static constexpr int l_row_offset = tail_offset + 7 * tail_row;
   static constexpr int k_offset = align(tail_offset + 8 * tail_row);
   static constexpr int stage_bytes = align(k_offset + BlockN * HeadDim);
-  // Flash-ABFT's checksum columns (int8): digits of each key's channel sum, and l from the ones.
-  // s32 wgmmas take n in steps of 16 past 64, so two n8 tiles ride in GEMM II; the second
-  // reads the next stage rows (K's), which no check looks at.
+  // Flash-ABFT's checksum columns (int8): the digits of each key's channel sum, and 64 l. s32
+  // wgmmas take n in steps of 16 past 64, so two n8 tiles ride in GEMM II; the second reads the
+  // rows after the tail (the stage's K rows), which no check looks at.
   static constexpr bool checksum = ProtectT::enabled;
   static constexpr int checksum_tiles = checksum ? 2 : 0;
   static constexpr int digit_rows = checksum ? 2 : 0;
@@ -200,12 +200,12 @@ __device__ __forceinline__ void load_vt_block(u32 stage, const Q8TensorMaps& map
 // Flash-ABFT's l row of every stage's tail (its 64 l column in GEMM II), written once before the
 // first copy; whole rows of 64s, so the swizzle leaves them as they are.
 template <class T>
-__device__ __forceinline__ void write_ones_rows(u32 sStages) {
+__device__ __forceinline__ void write_l_rows(u32 sStages) {
   if constexpr (T::checksum) {
     constexpr int words = T::block_n / 4;
     for (int i = threadIdx.x; i < T::num_stages * words; i += T::threads)
       asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(sStages + (i / words) * T::stage_bytes +
-                                                     T::ones_offset + (i % words) * 4),
+                                                     T::l_row_offset + (i % words) * 4),
                    "r"(0x40404040u));
   }
 }
@@ -517,7 +517,7 @@ __device__ __forceinline__ void check_output(const AttentionParams& p, const int
     apart += __shfl_xor_sync(0xffffffffu, apart, 1);
     apart += __shfl_xor_sync(0xffffffffu, apart, 2);
     const float l = quad_sum(row_sum[r]);
-    const float ones =
+    const float l64 =
         static_cast<float>(__shfl_sync(0xffffffffu, oi[kOT][2 * r + 1], (lane & ~3) + 3)) * 0x1p-6f;
     const float tol_l = 0x1p-6f + 0x1p-24f * float(n_blocks + 8) * l;
     const int row = first_row + lane / 4 + 8 * r;
@@ -526,8 +526,8 @@ __device__ __forceinline__ void check_output(const AttentionParams& p, const int
       if (e != 0)
         record_fault(p.fault_log, batch, head, row, -1, fault_stage_output, false,
                      static_cast<float>(e), 0.f);
-      if (!(fabsf(ones - l) <= tol_l))
-        record_fault(p.fault_log, batch, head, row, -1, fault_stage_row_sum, false, fabsf(ones - l),
+      if (!(fabsf(l64 - l) <= tol_l))
+        record_fault(p.fault_log, batch, head, row, -1, fault_stage_row_sum, false, fabsf(l64 - l),
                      tol_l);
     }
   }
@@ -580,7 +580,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p,
     q8::load_k_block<T>(stage_at(stage), maps, key0, kv, bar);
     q8::load_vt_block<T>(stage_at(stage), maps, key0, kv, bar);
   };
-  q8::write_ones_rows<T>(sStages);
+  q8::write_l_rows<T>(sStages);
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < kStages; ++s) sm90::mbarrier_init(full(s), 1);
@@ -612,7 +612,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p,
   float o[1][kOT][4];   // fp8's O; int8's at the end
   float row_max[1][2];  // base-2 logits (int8: lazy_softmax's reference)
   float row_sum[1][2];  // this thread's share, in units of 2^p_log2_range
-  // int8's O, and Flash-ABFT's checksum tiles after it (the digits' and the ones' columns).
+  // int8's O, and Flash-ABFT's checksum tiles after it (the digits' and 64 l's columns).
   [[maybe_unused]] int oi[kInt ? kOT + T::checksum_tiles : 1][4];
   detail::clear_accumulators(o, row_max, row_sum);
   q8::clear_int_output<T>(oi);
