@@ -105,10 +105,10 @@ Q8TensorMaps encode_q8_tensor_maps(const KernelConfig& c, const AttentionParams&
   encode(maps.vt, vt);
   encode(maps.k_scale, k_scale);
   if (c.protection != Protection::none) {
-    // int8 Flash-ABFT: the two digit rows of each KV head's checksum rows (their buffer's own
-    // dense layout, protect/int8_checksums.cuh), below V^T's rows in its swizzle.
+    // int8 Flash-ABFT: the two digit rows of each KV head's byte rows of checksums (their
+    // buffer's own dense layout, protect/int8_checksums.cuh), below V^T's rows in its swizzle.
     const auto rows =
-        static_cast<cuuint64_t>(codegen::q8_checksum_rows(c.precision, c.protection).v_bytes(1));
+        static_cast<cuuint64_t>(codegen::q8_checksum_rows(c.precision, c.protection).v);
     const Box vt_check{"V^T checksum rows",
                        CU_TENSOR_MAP_DATA_TYPE_UINT8,
                        p.checksums,
