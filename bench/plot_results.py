@@ -434,6 +434,8 @@ def main():
                    "10,000 flips per bar: main and every lane on one checked copy of l")
     sites_campaign(folder, "campaign_int8_abft_wgmma",
                    "int8 Flash-ABFT on the wgmma kernel, 10,000 flips per bar (1 x 2 x 512)")
+    sites_campaign(folder, "campaign_fp8_abft_wgmma",
+                   "fp8 Flash-ABFT on the wgmma kernel, 10,000 flips per bar (1 x 2 x 512)")
 
 
 if __name__ == "__main__":

@@ -34,4 +34,11 @@ Q8ChecksumRows q8_checksum_rows(Precision precision, Protection p) {
   }
 }
 
+Q8ChecksumRows q8_checksum_rows(const KernelConfig& config) {
+  if (config.precision == Precision::fp8_e4m3 && config.protection == Protection::flash_abft &&
+      uses_wgmma(config))
+    return {0, 4, 0, 0};
+  return q8_checksum_rows(config.precision, config.protection);
+}
+
 }  // namespace ftattn::codegen

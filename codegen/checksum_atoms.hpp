@@ -23,6 +23,10 @@ struct Q8ChecksumRows {
   // Bytes of K checksum rows per KV head and key block.
   long long k_bytes(int head_dim) const { return (k + 2LL * k16) * head_dim; }
 };
+// The 8-bit mma.sync skeleton's (kernel/fwd_q8_sm80.cuh).
 Q8ChecksumRows q8_checksum_rows(Precision precision, Protection p);
+// The rows `config`'s kernel reads: fp8 Flash-ABFT on the wgmma skeleton takes four E4M3 byte
+// rows instead of f16 ones (protect/fp8_checksums.cuh, fp8_v_digit_rows); the rest as above.
+Q8ChecksumRows q8_checksum_rows(const KernelConfig& config);
 
 }  // namespace ftattn::codegen

@@ -381,10 +381,10 @@ bool uses_wgmma(const KernelConfig& c) {
                            (c.head_dim == 32 && !q8) || (c.head_dim == 256 && (q8 || wide16)) ||
                            (c.head_dim == 192 && (q8 || wide_tile));
   // The 16-bit skeleton also carries every checksum scheme and the fault-injection sites; the
-  // 8-bit one-warpgroup skeleton int8's Flash-ABFT (and its injection sites) at head dims 64
-  // and 128, whose checksum rows ride in GEMM II (kernel/fwd_q8_sm90.cuh).
-  const bool q8_abft = c.precision == Precision::int8 && c.protection == Protection::flash_abft &&
-                       c.num_warps == 4 && (c.head_dim == 64 || c.head_dim == 128);
+  // 8-bit one-warpgroup skeleton Flash-ABFT (and its injection sites) at head dims 64 and 128,
+  // whose checksum rows ride in GEMM II (kernel/fwd_q8_sm90.cuh).
+  const bool q8_abft = q8 && c.protection == Protection::flash_abft && c.num_warps == 4 &&
+                       (c.head_dim == 64 || c.head_dim == 128);
   const bool q8_ok = q8 && ((c.protection == Protection::none && !c.fault_injection) || q8_abft);
   const bool b16_ok = b16 && !is_block_sparse(c.mask) && c.protection != Protection::decoupled;
   // f16_pasa (kernel/fwd_pasa_sm90.cuh): unprotected and without injection sites; its checked

@@ -168,9 +168,10 @@ extern "C" __global__ void __launch_bounds__({launch_bounds})
         "{}(const ftattn::Q8ChecksumParams params) {{\n"
         "  {}(params);\n}}\n",
         protect.header, q8_v_rows_symbol(symbol),
-        config.precision == Precision::fp8_e4m3
-            ? fmt::format("ftattn::protect::fp8_v_rows<{}, Traits::Protect>", config.head_dim)
-            : fmt::format("ftattn::protect::int8_v_rows<{}, Traits::Protect>", config.head_dim));
+        config.precision != Precision::fp8_e4m3
+            ? fmt::format("ftattn::protect::int8_v_rows<{}, Traits::Protect>", config.head_dim)
+        : wgmma ? fmt::format("ftattn::protect::fp8_v_digit_rows<{}>", config.head_dim)
+                : fmt::format("ftattn::protect::fp8_v_rows<{}, Traits::Protect>", config.head_dim));
   if (config.protection == Protection::efta_detect || config.protection == Protection::efta_correct)
     text += fmt::format(
         "\n// EFTA: the checksum rows of every K block ({}), after quantize_rows.\n"

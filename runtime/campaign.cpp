@@ -16,6 +16,14 @@
 namespace ftattn::campaign {
 namespace {
 
+// Kernels whose key blocks keep their own P V tile before O takes it: int8 on mma.sync (INT32),
+// fp8 with Flash-ABFT on wgmma (FP32, checked per block: kernel/fwd_q8_sm90.cuh).
+bool has_pv_site(const KernelConfig& c) {
+  if (c.precision == Precision::int8) return !uses_wgmma(c);
+  return c.precision == Precision::fp8_e4m3 && c.protection == Protection::flash_abft &&
+         uses_wgmma(c);
+}
+
 // The fused sm80 kernel: grid (m_blocks, heads_q, batch), causal grids longest-first, one
 // iteration per key block (fwd_sm80.cuh).
 InjectionSpace fused_space(const KernelConfig& c, const Problem& pr, FaultSite site) {
@@ -39,11 +47,20 @@ InjectionSpace fused_space(const KernelConfig& c, const Problem& pr, FaultSite s
       s.elements = m_tiles * (c.head_dim / 8) * 4;
       break;
     case FaultSite::pv:
-      if (c.precision != Precision::int8)
+      if (has_pv_site(c)) {
+        // fp8 Flash-ABFT's wgmma kernel: the block's FP32 P V tile as GEMM II leaves it (its
+        // first piece at head dim 128, with the checksum tile at 64); the kernel takes the
+        // element modulo its count.
+        if (c.precision == Precision::fp8_e4m3) {
+          s.elements = 0;
+          break;
+        }
+      } else if (c.precision != Precision::int8) {
         throw ConfigError(fmt::format(
-            "site pv is int8's INT32 P V accumulator: {} accumulates P V in O itself, use site "
+            "site pv is a key block's own P V tile: {} accumulates P V in O itself, use site "
             "output",
-            to_string(c.precision)));
+            c.name()));
+      }
       if (uses_wgmma(c))
         throw ConfigError(fmt::format(
             "site pv is the mma.sync int8 kernel's per-block INT32 P V: {} accumulates P V onto "
@@ -90,7 +107,8 @@ FaultSite parse_site(std::string_view text) {
   }
   throw ConfigError(fmt::format(
       "unknown fault site '{}': use scores, probs, row_max, row_sum, rescale, output, checksum, "
-      "pv (int8), all (every one the kernel has) (or ir with an IR-level backend)",
+      "pv (int8 on mma.sync, fp8 Flash-ABFT on wgmma), all (every one the kernel has) (or ir "
+      "with an IR-level backend)",
       text));
 }
 
@@ -101,7 +119,7 @@ std::vector<FaultSite> sites_of(const KernelConfig& c) {
   std::vector<FaultSite> sites{FaultSite::scores,  FaultSite::probs,   FaultSite::row_max,
                                FaultSite::row_sum, FaultSite::rescale, FaultSite::output};
   if (c.protection != Protection::none) sites.push_back(FaultSite::checksum);
-  if (c.precision == Precision::int8 && !uses_wgmma(c)) sites.push_back(FaultSite::pv);
+  if (has_pv_site(c)) sites.push_back(FaultSite::pv);
   return sites;
 }
 

@@ -7,6 +7,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "ftattn/quantize_model.hpp"
+
 namespace ftattn::protect_model {
 
 RowChecksums encode(std::span<const double> row) {
@@ -326,6 +328,34 @@ ProductCheck efta_correct_product_check(std::span<const float> scores, float sca
   const bool exponents_ok = std::abs(t_sum - num) <= budget + rounding;
   c.alarm = !exponents_ok || (c.in_range && !(c.dev <= c.tol));
   return c;
+}
+
+double fp8_wgmma_scale(int head_dim) { return 0.5 / head_dim; }
+
+double Fp8WgmmaRows::value() const {
+  return double{digits[0]} + digits[1] / 16.0 + digits[2] / 256.0;
+}
+
+// As fp8_v_digit_rows computes it, in FP32: the sums are exact (E4M3 values of at most 128
+// channels), each remainder's subtraction too (the digit is its nearest E4M3).
+Fp8WgmmaRows fp8_wgmma_rows(std::span<const float> v) {
+  if (v.empty() || v.size() > 128)
+    throw std::invalid_argument("fp8_wgmma_rows: a key's 1 to 128 channel values");
+  const float s = static_cast<float>(fp8_wgmma_scale(static_cast<int>(v.size())));
+  float c = 0.0f, a = 0.0f;
+  for (float x : v) {
+    c += x;
+    a += std::abs(x);
+  }
+  Fp8WgmmaRows rows;
+  float rest = c * s;
+  constexpr float weight[3] = {1.0f, 0x1p-4f, 0x1p-8f};
+  for (int i = 0; i < 3; ++i) {
+    rows.digits[i] = quant_model::round_e4m3(rest / weight[i]);
+    rest -= rows.digits[i] * weight[i];
+  }
+  rows.magnitude = quant_model::round_e4m3(std::max(a * s, 4.0f));
+  return rows;
 }
 
 }  // namespace ftattn::protect_model

@@ -51,8 +51,7 @@ class QuantizedKernel final : public Kernel {
   explicit QuantizedKernel(std::shared_ptr<const CompiledKernel> compiled)
       : compiled_(std::move(compiled)), module_(compiled_->cubin) {
     attention_ = module_.function(compiled_->symbol);
-    const codegen::Q8ChecksumRows rows =
-        codegen::q8_checksum_rows(compiled_->config.precision, compiled_->config.protection);
+    const codegen::Q8ChecksumRows rows = codegen::q8_checksum_rows(compiled_->config);
     if (rows.v > 0 || rows.v16 > 0)
       v_rows_ = module_.function(codegen::q8_v_rows_symbol(compiled_->symbol));
     if (rows.k > 0 || rows.k16 > 0)
@@ -280,7 +279,7 @@ class QuantizedKernel final : public Kernel {
     if (c.protection != Protection::none) {
       protector_.prepare(nullptr, c, problem, p, stream, protect, nullptr, reset_log);
       const QuantizedLayout layout = QuantizedLayout::of(problem);
-      const codegen::Q8ChecksumRows rows = codegen::q8_checksum_rows(c.precision, c.protection);
+      const codegen::Q8ChecksumRows rows = codegen::q8_checksum_rows(c);
       const int n_blocks = (problem.seqlen_k + c.block_n - 1) / c.block_n;
       const size_t k_offset = static_cast<size_t>(
           q8_k_rows_offset(problem.batch, problem.heads_kv, rows.v_bytes(layout.keys_padded)));

@@ -105,16 +105,17 @@ Q8TensorMaps encode_q8_tensor_maps(const KernelConfig& c, const AttentionParams&
   encode(maps.vt, vt);
   encode(maps.k_scale, k_scale);
   if (c.protection != Protection::none) {
-    // int8 Flash-ABFT: the two digit rows of each KV head's byte rows of checksums (their
-    // buffer's own dense layout, protect/int8_checksums.cuh), below V^T's rows in its swizzle.
-    const auto rows =
-        static_cast<cuuint64_t>(codegen::q8_checksum_rows(c.precision, c.protection).v);
+    // Flash-ABFT: int8's two digit rows of each KV head's byte rows of checksums (their
+    // buffer's own dense layout, protect/int8_checksums.cuh), fp8's four E4M3 rows
+    // (protect/fp8_checksums.cuh), below V^T's rows in its swizzle (Q8WgmmaTraits::digit_rows).
+    const auto rows = static_cast<cuuint64_t>(codegen::q8_checksum_rows(c).v);
+    const cuuint32_t copied = c.precision == Precision::int8 ? 2 : 4;
     const Box vt_check{"V^T checksum rows",
                        CU_TENSOR_MAP_DATA_TYPE_UINT8,
                        p.checksums,
                        {keys_padded, rows, heads},
                        {keys_padded, rows * keys_padded},
-                       {n, 2, 1},
+                       {n, copied, 1},
                        3,
                        swizzle_of(c.block_n)};
     require_copyable(vt_check);

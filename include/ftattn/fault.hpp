@@ -20,8 +20,9 @@ std::string_view to_string(OnFault f);
 OnFault parse_on_fault(std::string_view text);  // "report", "recompute", "throw"
 
 // Value classes the source-level injection can hit (mirrors FaultSite in the kernel params).
-// pv: int8's INT32 P V accumulator of one key block, before it is added to the FP32 O (the
-// 16-bit and fp8 kernels accumulate P V in O itself: site output).
+// pv: a key block's own P V tile before O takes it: int8's INT32 one on the mma.sync kernel,
+// fp8 Flash-ABFT's FP32 one on the wgmma kernel (the 16-bit kernels, int8 on wgmma and fp8
+// otherwise accumulate P V in O itself: site output).
 enum class FaultSite { none, scores, probs, row_max, row_sum, rescale, output, checksum, ir, pv };
 std::string_view to_string(FaultSite s);
 FaultSite parse_fault_site(std::string_view text);

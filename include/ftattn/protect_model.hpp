@@ -115,6 +115,24 @@ void int8_folded_shift(Int8FoldedRow& row, const std::array<int, 4>& shifts);
 // D = sum_d O_d - C0 - 128 C1, modulo 2^32 as a signed value: the kernel checks it is 0.
 int int8_folded_apart(const Int8FoldedRow& row);
 
+// --- fp8 Flash-ABFT on the Hopper wgmma kernel: E4M3 checksum rows -------------------------
+//
+// kernel/fwd_q8_sm90.cuh's GEMM II multiplies E4M3 operands only, so each key's channel sum
+// c = sum_d v_d of its quantised values (protect/fp8_checksums.cuh) rides as three E4M3 digits of
+// c s, s = 1 / (2 head_dim) (|c s| <= 224 < 448): d0 the E4M3 rounding of c s, d1 that of 16 (c s
+// - d0), d2 that of 256 (c s - d0 - d1 / 16), so that the kernel weighs their columns by 1, 2^-4
+// and 2^-8 and each stays out of E4M3's subnormals; and the magnitude max(s sum_d |v_d|, 4),
+// rounded, which the threshold is relative to (at least 4: the digits' absolute error is then a
+// small part of it however small the key's values).
+struct Fp8WgmmaRows {
+  std::array<float, 3> digits{};
+  float magnitude = 0.0f;
+  double value() const;  // d0 + d1 / 16 + d2 / 256, an estimate of c s
+};
+// `v`: one key's head_dim quantised values (E4M3 numbers).
+Fp8WgmmaRows fp8_wgmma_rows(std::span<const float> v);
+double fp8_wgmma_scale(int head_dim);  // s
+
 // --- int8 EFTA: strided checksums per thread, exact single-error repair --------------------
 //
 // A thread of the m16n8k32 accumulator layout holds, per row, the values x_j = acc[8 j + e] of a

@@ -15,7 +15,7 @@ enum FaultSiteId : int {
   fault_site_output = 6,    // O accumulator after GEMM II
   fault_site_checksum = 7,  // a checksum accumulator of the protection scheme
   fault_site_ir = 8,        // IR-level: the n-th dynamic instance of an instrumented class
-  fault_site_pv = 9,        // int8: a key block's INT32 P V accumulator, before O takes it
+  fault_site_pv = 9,        // a key block's own P V before O takes it (ftattn/fault.hpp)
 };
 
 // One bit flip, chosen at launch. Kernels compiled without injection ignore it.

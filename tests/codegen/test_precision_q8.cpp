@@ -3,6 +3,7 @@
 #include <array>
 #include <catch2/catch.hpp>
 
+#include "codegen/checksum_atoms.hpp"
 #include "ftattn/codegen.hpp"
 #include "ftattn/quantize_params.cuh"
 #include "runtime/nvrtc_compiler.hpp"
@@ -143,8 +144,65 @@ TEST_CASE("int8 with flash_abft on sm_90a: the checksum rows ride in the wgmma k
       uses_wgmma(default_config(256, Precision::int8, Mask::none, kSm90a, Protection::flash_abft)));
   CHECK_FALSE(uses_wgmma(
       default_config(128, Precision::int8, Mask::none, kSm90a, Protection::efta_detect)));
+}
+
+TEST_CASE("fp8 with flash_abft on sm_90a: E4M3 checksum rows ride in the wgmma kernel's GEMM II",
+          "[codegen][nvrtc][q8][protect]") {
+  for (int d : {64, 128})
+    for (Mask m : {Mask::none, Mask::causal})
+      for (bool inject : {false, true}) {
+        KernelConfig abft =
+            default_config(d, Precision::fp8_e4m3, m, kSm90a, Protection::flash_abft);
+        abft.fault_injection = inject;
+        INFO(abft.name());
+        REQUIRE(uses_wgmma(abft));
+        CHECK_FALSE(warp_specialized(abft));
+        CHECK((abft.block_m == 64 && abft.block_n == 128 && abft.num_warps == 4 &&
+               abft.num_stages == 2));
+        // Four E4M3 rows per key, by TMA from a byte buffer (not the mma.sync kernel's f16 rows).
+        const codegen::Q8ChecksumRows rows = codegen::q8_checksum_rows(abft);
+        CHECK((rows.v == 4 && rows.v16 == 0 && rows.k == 0 && rows.k16 == 0));
+        KernelConfig plain = abft;
+        plain.protection = Protection::none;
+        plain.fault_injection = false;
+        CHECK(abft.shared_memory_bytes() == plain.shared_memory_bytes());  // the stage's tail
+        const codegen::KernelSource src = codegen::generate(abft);
+        CHECK(src.text.find("ftattn::protect::fp8_v_digit_rows<" + std::to_string(d) + ">") !=
+              std::string::npos);
+        CHECK(src.text.find("fp8_v_rows<") == std::string::npos);
+        const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
+        const runtime::NvrtcOutput base = runtime::compile_with_nvrtc(codegen::generate(plain));
+        // Every GEMM II piece is m64n72 (64 channels and the checksum tile; at head dim 128 the
+        // first piece's extra tile reads the next piece's channels, which nothing folds), where
+        // the unprotected kernel issues m64n64 (head dim 128, two pieces) or m64n64 (64).
+        const std::string e4m3 = "k32.f32.e4m3.e4m3";
+        const std::string piece = "wgmma.mma_async.sync.aligned.m64n64" + e4m3;
+        const std::string checked = "wgmma.mma_async.sync.aligned.m64n72" + e4m3;
+        CHECK(count(base.ptx, piece) >= 2);
+        CHECK(count(out.ptx, checked) == count(base.ptx, piece));
+        CHECK(count(out.ptx, piece) == 0);
+        CHECK(count(out.ptx, "mma.sync") == 0);
+        // One more TMA box per V^T copy: the four rows, onto the stage's barrier.
+        CHECK(count(out.ptx, "cp.async.bulk.tensor.3d") >
+              count(base.ptx, "cp.async.bulk.tensor.3d"));
+        // Three CTAs per SM, no spills and no serialised wgmmas; injection builds (campaigns
+        // only) serialise them: the pv site flips the tile's registers (C7514).
+        const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
+        CHECK(r.registers > 0);
+        CHECK(r.registers <= 168);
+        CHECK(r.spill_stores == 0);
+        if (!inject) CHECK(r.performance_notes.empty());
+      }
+  // Head dim 256, EFTA, and the mma.sync skeleton (sm_90 without "a") keep the f16 rows.
   CHECK_FALSE(uses_wgmma(
-      default_config(128, Precision::fp8_e4m3, Mask::none, kSm90a, Protection::flash_abft)));
+      default_config(256, Precision::fp8_e4m3, Mask::none, kSm90a, Protection::flash_abft)));
+  CHECK_FALSE(uses_wgmma(
+      default_config(128, Precision::fp8_e4m3, Mask::none, kSm90a, Protection::efta_detect)));
+  const KernelConfig mma_sync =
+      default_config(128, Precision::fp8_e4m3, Mask::none, Arch{90, false}, Protection::flash_abft);
+  CHECK_FALSE(uses_wgmma(mma_sync));
+  CHECK(codegen::q8_checksum_rows(mma_sync).v16 == 8);
+  CHECK(codegen::generate(mma_sync).text.find("fp8_v_rows<") != std::string::npos);
 }
 
 TEST_CASE("int8 EFTA: K and V^T checksum rows, their kernels, a second softmax evaluation",
@@ -196,9 +254,10 @@ TEST_CASE("fp8 with flash_abft: f16 checksum rows in V^T, two f16 MMAs per 32 ke
           "[codegen][nvrtc][q8][protect]") {
   const std::string hmma = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32";
   for (int d : {64, 128, 256}) {
-    // The same tile without protection (on sm_90a its own default is the wgmma skeleton's).
+    // The mma.sync skeleton (sm_90 without "a"; on sm_90a head dims 64 and 128 run the wgmma
+    // kernel's E4M3 rows, above), and the same tile without protection.
     const KernelConfig abft =
-        default_config(d, Precision::fp8_e4m3, Mask::none, kSm90a, Protection::flash_abft);
+        default_config(d, Precision::fp8_e4m3, Mask::none, Arch{90, false}, Protection::flash_abft);
     KernelConfig plain = abft;
     plain.protection = Protection::none;
     REQUIRE_FALSE(uses_wgmma(plain));
@@ -234,6 +293,7 @@ TEST_CASE("fp8 with efta_detect: f16 K rows, three f16 MMAs per 16 channels, sof
   abft.protection = Protection::flash_abft;
   KernelConfig efta = abft;
   efta.protection = Protection::efta_detect;
+  abft.arch = Arch{90, false};  // Flash-ABFT on the same mma.sync skeleton (sm_90a: wgmma)
   INFO(efta.name());
   // 24 K rows of head_dim f16 values (+ 16 bytes) per stage.
   CHECK(efta.shared_memory_bytes() - abft.shared_memory_bytes() ==

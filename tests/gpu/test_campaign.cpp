@@ -243,6 +243,30 @@ TEST_CASE("int8 Flash-ABFT on the wgmma kernel: no silent flip of O, its checksu
     }
 }
 
+TEST_CASE("fp8 Flash-ABFT on the wgmma kernel: no silent flip of O or its checksums",
+          "[gpu][campaign][protect][wgmma][fp8_abft]") {
+  // O is held to the folded sums of the very P V values it took, in FP32, so a flip of O shows
+  // whatever its size; a flip of the checksum columns or of the folded sums alarms with O intact
+  // (a false positive) or not at all. A block's P V tile (site pv) and one lane's rescale factor
+  // are held to the checksum columns only within the E4M3 wgmma's bound: those sites keep
+  // silent flips (docs/protection.md), so they are not asserted here.
+  Runtime rt;
+  REQUIRE(rt.has_device());
+  if (rt.device_arch() != Arch{90, true}) return;
+  for (int d : {64, 128})
+    for (Mask mask : {Mask::none, Mask::causal}) {
+      Setup s = make_setup(rt, Protection::flash_abft, mask, d, 512, Precision::fp8_e4m3);
+      REQUIRE(uses_wgmma(s.config));
+      for (FaultSite site : {FaultSite::output, FaultSite::checksum}) {
+        const campaign::CampaignResult r = run_site(s, site, 2000);
+        INFO(about(s, site, r));
+        CHECK(r.tally.count(campaign::Outcome::sdc) == 0);
+        if (site == FaultSite::output)
+          CHECK(r.tally.count(campaign::Outcome::detected) > r.tally.trials / 10);
+      }
+    }
+}
+
 TEST_CASE("efta_detect sees a score flipped far up, where its product check gives up",
           "[gpu][campaign][protect]") {
   // Scores in [0, 0.81]: q and k drawn from U(0, 0.9 / sqrt(head_dim)). Bit 30 then takes any

@@ -186,6 +186,26 @@ TEST_CASE("site all names every site the kernel has, each with an injection spac
   } catch (const ConfigError& e) {
     CHECK(std::string(e.what()).find("use site output") != std::string::npos);
   }
+  // fp8 Flash-ABFT on the wgmma kernel keeps each block's FP32 P V tile before O takes it, and
+  // checks it: a pv site. On the mma.sync kernel (sm_90 without "a") P V goes into O itself.
+  for (bool arch_specific : {true, false}) {
+    KernelConfig fp8 = wgmma;
+    fp8.precision = Precision::fp8_e4m3;
+    fp8.arch = Arch{90, arch_specific};
+    INFO(fp8.name());
+    REQUIRE(uses_wgmma(fp8) == arch_specific);
+    CHECK(has(sites_of(fp8), FaultSite::pv) == arch_specific);
+    if (arch_specific) {
+      CHECK_NOTHROW(injection_space(fp8, pr, FaultSite::pv));
+    } else {
+      try {
+        injection_space(fp8, pr, FaultSite::pv);
+        FAIL("site pv was planned for the mma.sync fp8 kernel");
+      } catch (const ConfigError& e) {
+        CHECK(std::string(e.what()).find("use site output") != std::string::npos);
+      }
+    }
+  }
 }
 
 TEST_CASE("the fused injection space follows the kernel's grid and causal schedule", "[campaign]") {

@@ -631,3 +631,41 @@ TEST_CASE("efta_correct's product check sees P flips of 2^-11 of P and more", "[
     CHECK(c.alarm);
   }
 }
+
+TEST_CASE("fp8 wgmma Flash-ABFT: three E4M3 digits hold a key's channel sum to 2^-12",
+          "[protect][q8]") {
+  // Keys of quantised values (E4M3 numbers): normal, a few outliers among small values, tiny
+  // ones, and all at the range's end. Each row is an E4M3 number; the digits give c s within
+  // 2^-12 of it (plus 2^-18 where a remainder is subnormal), where two digits do not; the
+  // magnitude covers s sum |v| within E4M3's rounding and is at least 4.
+  using ftattn::quant_model::round_e4m3;
+  std::mt19937 rng(29);
+  std::normal_distribution<float> normal(0.0f, 100.0f);
+  bool two_digits_short = false;
+  for (int head_dim : {64, 128})
+    for (int kind = 0; kind < 4; ++kind)
+      for (int trial = 0; trial < 500; ++trial) {
+        std::vector<float> v(head_dim);
+        for (int d = 0; d < head_dim; ++d) {
+          float x = normal(rng);
+          if (kind == 1) x = d % 37 == 0 ? 40 * x : x / 20;
+          if (kind == 2) x *= 1e-4f;
+          if (kind == 3) x = x < 0 ? -448.0f : 448.0f;
+          v[d] = round_e4m3(std::clamp(x, -448.0f, 448.0f));
+        }
+        const Fp8WgmmaRows rows = fp8_wgmma_rows(v);
+        const double s = fp8_wgmma_scale(head_dim);
+        double c = 0, a = 0;
+        for (float x : v) c += x, a += std::abs(x);
+        INFO(head_dim << " kind " << kind << " c " << c);
+        for (float digit : rows.digits) REQUIRE(round_e4m3(digit) == digit);
+        REQUIRE(std::abs(c * s) <= 224.0);
+        REQUIRE(std::abs(rows.value() - c * s) <= 0x1p-12 * std::abs(c * s) + 0x1p-18);
+        REQUIRE(rows.magnitude >= 4.0f);
+        REQUIRE(rows.magnitude >= (1 - 0x1p-4) * a * s);
+        const double two = double{rows.digits[0]} + rows.digits[1] / 16.0;
+        if (std::abs(two - c * s) > 0x1p-12 * std::abs(c * s) + 0x1p-18) two_digits_short = true;
+      }
+  CHECK(two_digits_short);
+  CHECK_THROWS_AS(fp8_wgmma_rows(std::vector<float>(129, 1.0f)), std::invalid_argument);
+}

@@ -26,6 +26,7 @@
 #include "ftattn/kernel/fwd_q8_sm80.cuh"
 #include "ftattn/kernel/quantize_sm80.cuh"
 #include "ftattn/params.cuh"
+#include "ftattn/protect/fp8_checksums.cuh"
 #include "ftattn/protect/none.cuh"
 
 namespace ftattn {
@@ -39,24 +40,29 @@ struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, P
   static constexpr int align(int bytes) { return (bytes + 1023) / 1024 * 1024; }
   static constexpr int q_bytes = align(BlockM * HeadDim);
   // A stage holds a key block: its V^T rows (head_dim rows of block_n bytes), one more swizzle
-  // atom of such rows (the tail), then its K rows. The tail's eight rows: 0-1 Flash-ABFT's
-  // digit rows of V^T (protect/int8_checksums.cuh, by TMA with V^T), 2-5 the keys' scales (a
-  // float per key, by TMA with K), 6 unused, 7 64s (written once: 64 l, whose low 6 bits keep
-  // l's fractions through the folds). Being the atom after V^T's rows, the tail rides in GEMM II
-  // as columns head_dim + 0 .. 7 of its accumulators.
+  // atom of such rows (the tail), then its K rows. Being the atom after V^T's rows, the tail
+  // rides in GEMM II as columns head_dim + 0 .. 7 of its accumulators. Its eight rows:
+  //   int8  0-1 Flash-ABFT's digit rows of V^T (protect/int8_checksums.cuh, by TMA with V^T),
+  //         2-5 the keys' scales (a float per key, by TMA with K), 6 unused, 7 64s (written
+  //         once: 64 l, whose low 6 bits keep l's fractions through the folds);
+  //   fp8   0-3 Flash-ABFT's E4M3 rows (protect/fp8_checksums.cuh: the channel sum's three
+  //         digits and the magnitude, by TMA with V^T), 4-7 the keys' scales; unprotected, the
+  //         scales in rows 2-5 as int8's.
+  static constexpr bool checksum = ProtectT::enabled;
+  static constexpr bool fp8_checksum = checksum && PrecisionT::float_accumulators;
+  static constexpr int digit_rows = !checksum ? 0 : fp8_checksum ? 4 : 2;  // copied with V^T
   static constexpr int tail_offset = HeadDim * BlockN;
   static constexpr int tail_row = BlockN;  // bytes of a V^T row
   static constexpr int digits_offset = tail_offset;
-  static constexpr int scale_offset = tail_offset + 2 * tail_row;
+  static constexpr int scale_offset = tail_offset + (fp8_checksum ? 4 : 2) * tail_row;
   static constexpr int l_row_offset = tail_offset + 7 * tail_row;
   static constexpr int k_offset = align(tail_offset + 8 * tail_row);
   static constexpr int stage_bytes = align(k_offset + BlockN * HeadDim);
-  // Flash-ABFT's checksum columns (int8): the digits of each key's channel sum, and 64 l. s32
+  // Flash-ABFT's checksum columns. int8: the digits of each key's channel sum, and 64 l; s32
   // wgmmas take n in steps of 16 past 64, so two n8 tiles ride in GEMM II; the second reads the
-  // rows after the tail (the stage's K rows), which no check looks at.
-  static constexpr bool checksum = ProtectT::enabled;
-  static constexpr int checksum_tiles = checksum ? 2 : 0;
-  static constexpr int digit_rows = checksum ? 2 : 0;
+  // rows after the tail (the stage's K rows), which no check looks at. fp8: one n8 tile (the
+  // last piece of GEMM II, n72), FP32, folded into O's checksum tile as O is.
+  static constexpr int checksum_tiles = !checksum ? 0 : fp8_checksum ? 1 : 2;
   // The bytes of a key block's TMA copies (q8::load_k_block, load_vt_block).
   static constexpr int k_tma_bytes = BlockN * HeadDim + BlockN * 4;
   static constexpr int v_tma_bytes = HeadDim * BlockN + digit_rows * BlockN;
@@ -94,6 +100,11 @@ struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, P
                                    : HeadDim > 128                   ? HeadDim / 64
                                    : HeadDim == 128 && NumWarps == 4 ? 2
                                                                      : 1;
+  // One piece stays in flight into the next GEMM I, where O takes it; with Flash-ABFT's sums
+  // beside it that spilled 24-48 bytes at head_dim 64, so the block waits for it and folds it
+  // at once, as with more pieces.
+  static constexpr bool pv_in_flight =
+      PrecisionT::float_accumulators && pv_pieces == 1 && !ProtectT::enabled;
   // One warpgroup per CTA: ask ptxas for three CTAs per SM (168 registers) where their shared
   // memory fits an SM's 228 KB, 1 KB of it reserved per CTA (H100: 1-2% faster than two CTAs with
   // 198 registers; with three stages, which fit two CTAs only, the cap cost 4-8%,
@@ -119,10 +130,9 @@ struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, P
   static_assert(BlockN == 64 || BlockN == 128, "wgmma tiles: 64- or 128-byte V^T rows");
   static_assert(NumWarps % 4 == 0 && BlockM == 16 * NumWarps, "64 rows per warpgroup");
   static_assert(NumStages >= 2, "the wgmma skeleton prefetches at least one block");
-  static_assert(!ProtectT::enabled || (!PrecisionT::float_accumulators && NumWarps == 4 &&
-                                       (HeadDim == 64 || HeadDim == 128) && !ProtectT::efta),
-                "checksums: int8 Flash-ABFT, one warpgroup, head_dim 64 or 128 (codegen's "
-                "uses_wgmma)");
+  static_assert(!ProtectT::enabled ||
+                    (NumWarps == 4 && (HeadDim == 64 || HeadDim == 128) && !ProtectT::efta),
+                "checksums: Flash-ABFT, one warpgroup, head_dim 64 or 128 (codegen's uses_wgmma)");
   static_assert(!Inject || ProtectT::enabled, "injection builds carry a checksum scheme");
 };
 
@@ -228,12 +238,12 @@ __device__ __forceinline__ void gemm1(Acc (&s)[kST][4], u32 sQ, u32 sKs, int gro
 
 // GEMM II's MMAs: P V^T-as-B, P from registers (pa, the softmax's fragments), V^T at sVs. fp8:
 // into d from zero, the block's own FP32 tile (fold_output adds it to O); int8: onto O's INT32
-// accumulators, P unsigned, and with Flash-ABFT onto its checksum tiles after O's (the tail's
-// rows). Issue only.
+// accumulators, P unsigned. With Flash-ABFT the last piece also covers the checksum tiles after
+// O's (the tail's rows). Issue only.
 template <class T, class Acc, int kOT, int kKC>
 __device__ __forceinline__ void gemm2(Acc (&d)[kOT][4], const u32 (&pa)[kKC][4], u32 sVs) {
   static_assert((kOT - T::checksum_tiles) * 8 * T::pv_pieces == T::head_dim,
-                "a piece of O's channels");
+                "a piece of O's channels, and the checksum tiles");
 #pragma unroll
   for (int kc = 0; kc < kKC; ++kc) {
     if constexpr (!T::Precision::float_accumulators)
@@ -307,36 +317,70 @@ __device__ __forceinline__ void online_softmax(const float (&x)[kST][4], const f
 // into its accumulators, aligned to the largest addend, so an O accumulated over many key blocks
 // inside the MMA drops more of each new block as it grows: with positive V (U(0, 1) inputs) rel
 // L2 reached 7% at 4k keys and 28% at 16k. A block's tile starts from zero instead.
+// fp8 Flash-ABFT's running sums, this lane's, folded through the blocks as O is: per row half
+// the O side's sum over its channels of each block's P V (summed from the very values O takes),
+// and the checksum tile (protect/fp8_checksums.cuh: columns d0 and d1 quad lane 0's, d2 and
+// the magnitude lane 1's). q8::check_fp8_output compares them at the end.
+struct Fp8RowSums {
+  float folded[2] = {0.f, 0.f};
+  float block[2] = {0.f, 0.f};  // the block's partial sums over the pieces so far
+  float checksum[4] = {0.f, 0.f, 0.f, 0.f};
+};
+
 template <class T, int kOT, int kPT>
-__device__ __forceinline__ void fold_piece(float (&o)[kOT][4], const float (&pv)[kPT][4],
-                                           const float (&alpha)[2], int piece) {
-  if constexpr (T::Precision::float_accumulators)
+__device__ __forceinline__ void fold_piece(float (&o)[kOT][4], Fp8RowSums& sums,
+                                           const float (&pv)[kPT][4], const float (&alpha)[2],
+                                           int piece) {
+  if constexpr (T::Precision::float_accumulators) {
+    constexpr int tiles = kPT - T::checksum_tiles;  // O's channels in a piece
+    float part[2] = {0.f, 0.f};
 #pragma unroll
-    for (int nt = 0; nt < kPT; ++nt)
+    for (int nt = 0; nt < tiles; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        float& x = o[piece * kPT + nt][i];
+        float& x = o[piece * tiles + nt][i];
         x = fmaf(x, alpha[i / 2], pv[nt][i]);
+        if constexpr (T::fp8_checksum) part[i / 2] += pv[nt][i];
       }
+    if constexpr (T::fp8_checksum) {
+      const bool last = piece == T::pv_pieces - 1;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float b = (piece == 0 ? 0.f : sums.block[r]) + part[r];
+        if (last)
+          sums.folded[r] = fmaf(sums.folded[r], alpha[r], b);
+        else
+          sums.block[r] = b;
+      }
+      // The checksum tile rides in the last piece.
+      if (last)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          sums.checksum[i] = fmaf(sums.checksum[i], alpha[i / 2], pv[tiles][i]);
+    }
+  }
 }
 // The whole block: GEMM II left piece 0 (the first channels) in pv, done; with T::pv_pieces > 1
 // each further piece is computed from the same P (pa) and V^T (sVs, still held) once the
-// previous one is in O, and waited for.
+// previous one is in O, and waited for. With Flash-ABFT every piece is n72: those before the
+// last read 8 channels of the next piece into the checksum tile's place, which nothing folds
+// (an n64 wgmma beside the n72 on the same registers made ptxas serialise them all, C7511).
 template <class T, int kOT, int kPT, int kKC>
-__device__ __forceinline__ void fold_output(float (&o)[kOT][4], float (&pv)[kPT][4],
-                                            const float (&alpha)[2], const u32 (&pa)[kKC][4],
-                                            u32 sVs) {
+__device__ __forceinline__ void fold_output(float (&o)[kOT][4], Fp8RowSums& sums,
+                                            float (&pv)[kPT][4], const float (&alpha)[2],
+                                            const u32 (&pa)[kKC][4], u32 sVs) {
   if constexpr (T::Precision::float_accumulators) {
-    static_assert(kPT * T::pv_pieces == kOT, "O in pv_pieces pieces");
+    constexpr int tiles = kPT - T::checksum_tiles;
+    static_assert(tiles * T::pv_pieces == kOT, "O in pv_pieces pieces");
 #pragma unroll
     for (int piece = 0; piece < T::pv_pieces; ++piece) {
       if (piece > 0) {
         sm90::wgmma_fence();
-        gemm2<T>(pv, pa, sVs + piece * kPT * 8 * T::block_n);
+        gemm2<T>(pv, pa, sVs + piece * tiles * 8 * T::block_n);
         sm90::wgmma_commit();
         sm90::wgmma_wait<0>();
       }
-      fold_piece<T>(o, pv, alpha, piece);
+      fold_piece<T>(o, sums, pv, alpha, piece);
     }
   }
 }
@@ -476,7 +520,7 @@ __device__ __forceinline__ void block_softmax(const float (&x)[kST][4], const fl
     lazy_softmax<T>(x, q_scale, row_max, row_sum, oi, pa, it % kLazySumCheck == kLazySumCheck - 1,
                     fault);
 }
-// GEMM II: fp8's into the block's tile pv, int8's onto O. Issue only.
+// GEMM II: fp8's into the block's tile pv (its first piece), int8's onto O. Issue only.
 template <class T, int kOT, int kIT, int kKC>
 __device__ __forceinline__ void gemm2_onto_output(float (&pv)[kOT][4], int (&oi)[kIT][4],
                                                   const u32 (&pa)[kKC][4], u32 sVs) {
@@ -529,6 +573,65 @@ __device__ __forceinline__ void check_output(const AttentionParams& p, const int
       if (!(fabsf(l64 - l) <= tol_l))
         record_fault(p.fault_log, batch, head, row, -1, fault_stage_row_sum, false, fabsf(l64 - l),
                      tol_l);
+    }
+  }
+}
+
+// The GEMM II check's threshold, relative to the folded magnitude sum_k P_k sum_d |v_kd|: this
+// many times tol_output, 8.2e-4 at its default, 3.6x above the most clean runs needed (H200,
+// head dims 64 and 128, both masks, 2k and 8k keys, five distributions: bench/results/
+// nvidia-h200/calibration_fp8_abft_wgmma.csv).
+inline constexpr float kFp8ChecksumTolerance = 4096.f;
+
+// fp8 Flash-ABFT at the end of the loop, per row, two checks:
+//  - O: the quad's sum of O over channels against the quad's folded O-side sums. Both are FP32
+//    sums of the same P V values, so the threshold is FP32 rounding's, following the values as
+//    the sm80 kernel's (fwd_q8_sm80.cuh): sum |o| + |the sum|, grown per key block. It sees a
+//    flip of O (or of a folded sum) however small its effect on the output.
+//  - GEMM II: the folded O-side sums against the checksum columns. The E4M3 wgmma aligns each
+//    k-step's products to the largest and keeps about 14 bits, in O's columns and the checksum's
+//    alike, so their sums part by up to about 2^-10 of a block's magnitude (hybrid inputs
+//    with outliers, head dim 64), 2.3e-4 of the row's (docs/protection.md): a wrong P V, or one
+//    lane's rescale factor, shows here when it moves the row's sum by more than that.
+// A non-finite O alarms.
+template <class T, int kOT>
+__device__ __forceinline__ void check_fp8_output(const AttentionParams& p, const float (&o)[kOT][4],
+                                                 const Fp8RowSums& sums, int n_blocks, int batch,
+                                                 int head, int first_row, int lane) {
+  constexpr float unscale = 1.f / protect::fp8_digit_scale<T::head_dim>;
+  constexpr const float* w = protect::fp8_digit_weight;
+  const int q = lane % 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float sum = 0.f, values = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < kOT; ++nt) {
+      sum += o[nt][2 * r] + o[nt][2 * r + 1];
+      values += fabsf(o[nt][2 * r]) + fabsf(o[nt][2 * r + 1]);
+    }
+    float folded = sums.folded[r];
+    const float* c = sums.checksum;
+    float checksum = q == 0 ? fmaf(c[2 * r + 1], w[1], c[2 * r]) : q == 1 ? c[2 * r] * w[2] : 0.f;
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    values += __shfl_xor_sync(0xffffffffu, values, 1);
+    values += __shfl_xor_sync(0xffffffffu, values, 2);
+    folded += __shfl_xor_sync(0xffffffffu, folded, 1);
+    folded += __shfl_xor_sync(0xffffffffu, folded, 2);
+    checksum += __shfl_xor_sync(0xffffffffu, checksum, 1);
+    checksum *= unscale;
+    const float mag = __shfl_sync(0xffffffffu, c[2 * r + 1], (lane & ~3) + 1) * unscale;
+    const float tol = p.tol_output * (n_blocks + 16) * (values + fabsf(folded)) + p.tol_floor;
+    const float e = fabsf(sum - folded);
+    const float tol_gemm = p.tol_output * kFp8ChecksumTolerance * mag + p.tol_floor;
+    const float e_gemm = fabsf(folded - checksum);
+    const int row = first_row + lane / 4 + 8 * r;
+    if (q == 0 && row < p.seqlen_q) {
+      if (!(e <= tol) || !finite(values))
+        record_fault(p.fault_log, batch, head, row, -1, fault_stage_output, false, e, tol);
+      else if (!(e_gemm <= tol_gemm))
+        record_fault(p.fault_log, batch, head, row, -1, fault_stage_output, false, e_gemm,
+                     tol_gemm);
     }
   }
 }
@@ -616,8 +719,10 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p,
   [[maybe_unused]] int oi[kInt ? kOT + T::checksum_tiles : 1][4];
   detail::clear_accumulators(o, row_max, row_sum);
   q8::clear_int_output<T>(oi);
-  // fp8: the last block's P V and the factor O takes before it is added (nothing yet).
-  float pv[kInt ? 1 : kOT / T::pv_pieces][4] = {};
+  // fp8: the last block's P V (with Flash-ABFT its last piece's checksum tile after O's) and
+  // the factor O takes before it is added (nothing yet); Flash-ABFT's row sums.
+  float pv[kInt ? 1 : kOT / T::pv_pieces + T::checksum_tiles][4] = {};
+  [[maybe_unused]] q8::Fp8RowSums sums;
   float alpha[2] = {1.f, 1.f};
   // Fault injection (injection builds only): flip the planned bit of value `index` of a class of
   // `n` values this thread holds, as raw bits.
@@ -641,7 +746,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p,
     sm90::wgmma_wait<0>();  // GEMM I, and the previous GEMM II
     pipeline.after_gemm1(it, load_kv);
     // fp8: the previous block's P V into O (pv is 0 before the first block).
-    if constexpr (T::pv_pieces == 1) q8::fold_piece<T>(o[0], pv, alpha, 0);
+    if constexpr (T::pv_in_flight) q8::fold_piece<T>(o[0], sums, pv, alpha, 0);
 
     // Dequantise by key, mask, and the online softmax: P lands in GEMM II's A fragments.
     float x[kST][4];
@@ -657,26 +762,34 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p,
     inject(fault_site_probs, n_block, &pa[0][0], kST);
     inject(fault_site_row_max, n_block, &row_max[0][0], 2);
     inject(fault_site_row_sum, n_block, &row_sum[0][0], 2);
+    if constexpr (!kInt) inject(fault_site_rescale, n_block, &alpha[0], 2);
 
     // GEMM II: P V^T-as-B, P from registers.
     sm90::wgmma_fence();
     q8::gemm2_onto_output<T>(pv, oi, pa, sStage);
     sm90::wgmma_commit();
-    // One warpgroup: fp8 leaves GEMM II in flight into the next GEMM I, unless it runs in pieces
-    // (pa and this V stage are gone by then). int8 waits: with P's registers live across GEMM I
-    // beside its INT32 O and S, 168 registers serialise the wgmmas (C7512) at head_dim 128.
-    if constexpr (kInt || T::pv_pieces > 1) sm90::wgmma_wait<0>();
-    if constexpr (T::pv_pieces > 1) q8::fold_output<T>(o[0], pv, alpha, pa, sStage);
-    if constexpr (T::checksum) {
+    // One warpgroup: fp8 leaves GEMM II in flight into the next GEMM I (T::pv_in_flight),
+    // unless it runs in pieces or carries checksums (pa and this V stage are gone by then). int8
+    // waits: with P's registers live across GEMM I beside its INT32 O and S, 168 registers
+    // serialise the wgmmas (C7512) at head_dim 128.
+    if constexpr (!T::pv_in_flight) sm90::wgmma_wait<0>();
+    if constexpr (!kInt && !T::pv_in_flight) {
+      if constexpr (T::checksum) inject(fault_site_pv, n_block, &pv[0][0], kOT / T::pv_pieces * 4);
+      q8::fold_output<T>(o[0], sums, pv, alpha, pa, sStage);
+    }
+    if constexpr (T::checksum && kInt) {
       inject(fault_site_output, n_block, &oi[0][0], kOT * 4);
       inject(fault_site_checksum, n_block, &oi[kOT][0], 4);
+    } else if constexpr (T::checksum) {
+      inject(fault_site_output, n_block, &o[0][0][0], kOT * 4);
+      inject(fault_site_checksum, n_block, &sums.checksum[0], 4);
     }
   };
 
   detail::walk_key_blocks<T>(
       p.seqlen_k, row0, diag, n_blocks, [](int b) { return b; }, step);
   sm90::wgmma_wait<0>();
-  if constexpr (T::pv_pieces == 1) q8::fold_piece<T>(o[0], pv, alpha, 0);  // fp8: the last P V
+  if constexpr (T::pv_in_flight) q8::fold_piece<T>(o[0], sums, pv, alpha, 0);  // the last P V
   // Every copy has landed (each was waited for): the mbarriers end before the epilogue's
   // staging may write over them.
   __syncthreads();
@@ -685,8 +798,10 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p,
     for (int s = 0; s < kStages; ++s) sm90::mbarrier_inval(full(s));
   __syncthreads();
 
-  if constexpr (T::checksum)
+  if constexpr (T::checksum && kInt)
     q8::check_output<T>(p, oi, row_sum[0], n_blocks, batch, head, row0 + warp_row, lane);
+  else if constexpr (T::checksum)
+    q8::check_fp8_output<T>(p, o[0], sums, n_blocks, batch, head, row0 + warp_row, lane);
   q8::finish_output<T>(oi, o[0]);
   q8::store_output<T>(p, o, row_sum, row_max, sQ, row0, warp_row, lane, batch, head, head_kv);
 }

@@ -121,6 +121,7 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
   q8::clear_int_output<T>(oi);
   // fp8: the last block's P V and the factor O takes before it is added (q8::fold_output).
   float pv[kInt ? 1 : kOT / T::pv_pieces][4];
+  q8::Fp8RowSums sums;  // unprotected: Flash-ABFT's sums only in the one-warpgroup kernel
   float alpha[2];
 
   if (n_blocks > 0) {
@@ -149,7 +150,7 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
       token.pass(/*last=*/!kQK);  // the last turn has no GEMM I
       sm90::wgmma_wait<0>();
       // fp8: block j - 1's P V into O (the further pieces still read V's buffer).
-      if constexpr (kPV) q8::fold_output<T>(o[0], pv, alpha, pa, stage_at((j - 1) % kStages));
+      if constexpr (kPV) q8::fold_output<T>(o[0], sums, pv, alpha, pa, stage_at((j - 1) % kStages));
       if (kPV && lane == 0) pipe.release_v(j - 1);
     };
 

@@ -34,6 +34,7 @@
 #include "ftattn/common/types.cuh"
 #include "ftattn/precision/f16_pasa.cuh"
 #include "ftattn/protect/none.cuh"
+#include "ftattn/protect/v_rows_thread.cuh"
 #include "ftattn/quantize_params.cuh"
 
 namespace ftattn::protect {
@@ -89,13 +90,11 @@ __device__ __forceinline__ float f16_rest(float x) { return x - Half::lo(Half::t
 // the padding keys). Grid (key chunks of 128, kv heads, batch).
 template <int HeadDim, class Protect>
 __device__ __forceinline__ void fp8_v_rows(const Q8ChecksumParams& p) {
-  const int pos = blockIdx.x * blockDim.x + threadIdx.x;
+  const VtRowsThread<unsigned short> t(p, HeadDim, Protect::f16_rows);
+  const int pos = t.pos;
   if (pos >= p.keys_padded) return;
-  const long long head = static_cast<long long>(blockIdx.z) * gridDim.y + blockIdx.y;
-  const unsigned char* vt = static_cast<const unsigned char*>(p.vt) +
-                            head * HeadDim * static_cast<long long>(p.keys_padded);
-  unsigned short* out = static_cast<unsigned short*>(p.out) +
-                        head * Protect::f16_rows * static_cast<long long>(p.keys_padded) + pos;
+  const unsigned char* vt = t.vt;
+  unsigned short* out = t.out;
   auto put = [&](int row, float x) {
     out[static_cast<long long>(row) * p.keys_padded] = Half::to_half(x);
   };
@@ -138,6 +137,59 @@ __device__ __forceinline__ void fp8_v_rows(const Q8ChecksumParams& p) {
   const float rows[8] = {c, f16_rest(c), a, Protect::efta ? 1.f : 0.f, 0, 0, 0, 0};
 #pragma unroll
   for (int r = 0; r < 8; ++r) put(r, rows[r]);
+}
+
+// Flash-ABFT on the fp8 wgmma kernel (kernel/fwd_q8_sm90.cuh), whose GEMM II is E4M3 only: four
+// E4M3 rows per key below V^T's, riding in its last piece as columns head_dim + 0 .. 3:
+//   0-2  the channel sum c = sum_d v_d of the quantised values, times s = 1 / (2 head_dim) (|c s|
+//        <= 224, inside E4M3's 448), as three digits, each E4M3's rounding of what the ones
+//        before left, the second times 2^4 and the third times 2^8 (so that neither falls into
+//        E4M3's subnormals): c s = d0 + d1 / 16 + d2 / 256 within 2^-12 |c s| (plus 2^-18 where
+//        a remainder goes subnormal);
+//   3    sum_d |v_d| times s, at least 4 (the threshold's magnitude: the digits' error is then
+//        below 2^-11 of it however small the key's values).
+// Each column's FP32 accumulator is separate, so the kernel weighs them after the sums. Host
+// model and tests: fp8_wgmma_digits in ftattn/protect_model.hpp.
+template <int HeadDim>
+inline constexpr float fp8_digit_scale = 0.5f / HeadDim;
+inline constexpr float fp8_digit_weight[3] = {1.f, 0x1p-4f, 0x1p-8f};
+inline constexpr float fp8_min_magnitude = 4.f;
+
+// E4M3's rounding of x (to nearest, saturating at 448): its byte and its value.
+__device__ __forceinline__ float e4m3_round(float x, u32& byte) {
+  unsigned short two;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(two) : "f"(0.f), "f"(x));
+  byte = two & 0xffu;
+  return Half::lo(e4m3x2_to_f16x2(byte));
+}
+
+// The four E4M3 rows of one head's V^T (above), one stored key position per thread, into rows of
+// keys_padded bytes. Grid (key chunks of 128, kv heads, batch).
+template <int HeadDim>
+__device__ __forceinline__ void fp8_v_digit_rows(const Q8ChecksumParams& p) {
+  const VtRowsThread<unsigned char> t(p, HeadDim, 4);
+  const int pos = t.pos;
+  if (pos >= p.keys_padded) return;
+  const unsigned char* vt = t.vt;
+  unsigned char* out = t.out;
+  float c = 0.f, a = 0.f;  // exact: E4M3 values of head_dim <= 128 channels
+  for (int d = 0; d < HeadDim; d += 2) {
+    const long long at = static_cast<long long>(d) * p.keys_padded + pos;
+    const u32 h2 = e4m3x2_to_f16x2(vt[at] | (static_cast<u32>(vt[at + p.keys_padded]) << 8));
+    c += Half::lo(h2) + Half::hi(h2);
+    a += fabsf(Half::lo(h2)) + fabsf(Half::hi(h2));
+  }
+  float rest = c * fp8_digit_scale<HeadDim>;
+#pragma unroll
+  for (int i = 0; i < 3; ++i) {
+    u32 byte;
+    const float digit = e4m3_round(rest / fp8_digit_weight[i], byte);
+    out[static_cast<long long>(i) * p.keys_padded] = static_cast<unsigned char>(byte);
+    rest -= digit * fp8_digit_weight[i];  // exact: the digit is rest's nearest E4M3
+  }
+  u32 byte;
+  e4m3_round(fmaxf(a * fp8_digit_scale<HeadDim>, fp8_min_magnitude), byte);
+  out[3LL * p.keys_padded] = static_cast<unsigned char>(byte);
 }
 
 // efta_detect's K rows of one key block, f16: row e holds hi, row 8 + e lo of sum_nt K[key0 +

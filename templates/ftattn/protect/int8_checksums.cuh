@@ -29,6 +29,7 @@
 
 #include "ftattn/common/types.cuh"
 #include "ftattn/protect/none.cuh"
+#include "ftattn/protect/v_rows_thread.cuh"
 #include "ftattn/quantize_params.cuh"
 
 namespace ftattn::protect {
@@ -73,13 +74,11 @@ __device__ __forceinline__ int balanced_digit(int c, int count, int i) {
 // chunks of 128, kv heads, batch).
 template <int HeadDim, class Protect>
 __device__ __forceinline__ void int8_v_rows(const Q8ChecksumParams& p) {
-  const int pos = blockIdx.x * blockDim.x + threadIdx.x;
+  const VtRowsThread<signed char, signed char> t(p, HeadDim, Protect::digit_rows);
+  const int pos = t.pos;
   if (pos >= p.keys_padded) return;
-  const long long head = static_cast<long long>(blockIdx.z) * gridDim.y + blockIdx.y;
-  const signed char* vt = static_cast<const signed char*>(p.vt) +
-                          head * HeadDim * static_cast<long long>(p.keys_padded);
-  signed char* out = static_cast<signed char*>(p.out) +
-                     head * Protect::digit_rows * static_cast<long long>(p.keys_padded) + pos;
+  const signed char* vt = t.vt;
+  signed char* out = t.out;
   auto put = [&](int row, int value) {
     out[static_cast<long long>(row) * p.keys_padded] = static_cast<signed char>(value);
   };

@@ -261,6 +261,16 @@ __device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[64], const u32 (&a)[4],
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
 }
 
+// D (+)= A B^T, m64n72k32 E4M3 -> FP32, A from registers: GEMM II's last 64 channels with
+// Flash-ABFT's checksum rows below them (fp8 at head dims 64 and 128).
+__device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[36], const u32 (&a)[4], u64 b,
+                                              int accumulate = 1) {
+  asm volatile(FTATTN_WGMMA("m64n72k32.f32.e4m3.e4m3",
+                            FTATTN_WG_R36 ", {%36, %37, %38, %39}, %40, p, 1, 1", "%41")
+               : FTATTN_WG_D36("+f", d)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+}
+
 // D += A B^T, m64n256k32 E4M3 -> FP32, A from registers: GEMM II at head_dim 256.
 __device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[128], const u32 (&a)[4], u64 b,
                                               int accumulate = 1) {
