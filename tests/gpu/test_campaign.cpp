@@ -243,13 +243,15 @@ TEST_CASE("int8 Flash-ABFT on the wgmma kernel: no silent flip of O, its checksu
     }
 }
 
-TEST_CASE("fp8 Flash-ABFT on the wgmma kernel: no silent flip of O or its checksums",
+TEST_CASE("fp8 Flash-ABFT on the wgmma kernel: no silent flip of O, its checksums or a rescale",
           "[gpu][campaign][protect][wgmma][fp8_abft]") {
   // O is held to the folded sums of the very P V values it took, in FP32, so a flip of O shows
-  // whatever its size; a flip of the checksum columns or of the folded sums alarms with O intact
-  // (a false positive) or not at all. A block's P V tile (site pv) and one lane's rescale factor
-  // are held to the checksum columns only within the E4M3 wgmma's bound: those sites keep
-  // silent flips (docs/protection.md), so they are not asserted here.
+  // whatever its size; a flip of the checksum columns alarms with O intact (a false positive) or
+  // not at all. The sums take the quad's lane 0 rescale factor, O each lane's own, so one lane's
+  // wrong factor shows too (with each lane's own, 10.6-17.9% of 10,000 rescale flips passed
+  // silently on the H200). A block's P V tile (site pv) is held to the checksum columns only
+  // within the E4M3 wgmma's bound: that site keeps silent flips (docs/protection.md), so it is
+  // not asserted here.
   Runtime rt;
   REQUIRE(rt.has_device());
   if (rt.device_arch() != Arch{90, true}) return;
@@ -257,11 +259,11 @@ TEST_CASE("fp8 Flash-ABFT on the wgmma kernel: no silent flip of O or its checks
     for (Mask mask : {Mask::none, Mask::causal}) {
       Setup s = make_setup(rt, Protection::flash_abft, mask, d, 512, Precision::fp8_e4m3);
       REQUIRE(uses_wgmma(s.config));
-      for (FaultSite site : {FaultSite::output, FaultSite::checksum}) {
+      for (FaultSite site : {FaultSite::output, FaultSite::checksum, FaultSite::rescale}) {
         const campaign::CampaignResult r = run_site(s, site, 2000);
         INFO(about(s, site, r));
-        CHECK(r.tally.count(campaign::Outcome::sdc) == 0);
-        if (site == FaultSite::output)
+        CHECK(r.tally.count(campaign::Outcome::sdc) <= (site == FaultSite::rescale ? 2 : 0));
+        if (site != FaultSite::checksum)
           CHECK(r.tally.count(campaign::Outcome::detected) > r.tally.trials / 10);
       }
     }

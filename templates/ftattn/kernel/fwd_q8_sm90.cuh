@@ -347,8 +347,11 @@ __device__ __forceinline__ void fold_piece(float (&o)[kOT][4], Fp8RowSums& sums,
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const float b = (piece == 0 ? 0.f : sums.block[r]) + part[r];
+        // The sums take quad lane 0's rescale factor, O each lane's own: a wrong factor in any
+        // one lane then parts O from the sums (q8::check_fp8_output's FP32 check).
+        const float lane0_alpha = __shfl_sync(0xffffffffu, alpha[r], threadIdx.x & ~3u);
         if (last)
-          sums.folded[r] = fmaf(sums.folded[r], alpha[r], b);
+          sums.folded[r] = fmaf(sums.folded[r], lane0_alpha, b);
         else
           sums.block[r] = b;
       }
