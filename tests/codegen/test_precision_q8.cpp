@@ -2,6 +2,7 @@
 // every head dim for sm_80 (int8), sm_89 and sm_90a with the 8-bit MMAs and without spills.
 #include <array>
 #include <catch2/catch.hpp>
+#include <utility>
 
 #include "codegen/checksum_atoms.hpp"
 #include "ftattn/codegen.hpp"
@@ -91,21 +92,32 @@ TEST_CASE("int8 with flash_abft: digit rows in V^T, their kernel, one more IMMA 
   }
 }
 
+namespace {
+
+// Flash-ABFT's default tile for an 8-bit precision on sm_90a (the one-warpgroup wgmma kernel,
+// checked here), and the same tile unprotected.
+std::pair<KernelConfig, KernelConfig> one_warpgroup_abft(int d, Precision p, Mask m, bool inject) {
+  KernelConfig abft = default_config(d, p, m, kSm90a, Protection::flash_abft);
+  abft.fault_injection = inject;
+  INFO(abft.name());
+  REQUIRE(uses_wgmma(abft));
+  CHECK_FALSE(warp_specialized(abft));
+  CHECK((abft.block_m == 64 && abft.block_n == 128 && abft.num_warps == 4 && abft.num_stages == 2));
+  KernelConfig plain = abft;
+  plain.protection = Protection::none;
+  plain.fault_injection = false;
+  return {abft, plain};
+}
+
+}  // namespace
+
 TEST_CASE("int8 with flash_abft on sm_90a: the checksum rows ride in the wgmma kernel's GEMM II",
           "[codegen][nvrtc][q8][protect]") {
   for (int d : {64, 128})
     for (Mask m : {Mask::none, Mask::causal})
       for (bool inject : {false, true}) {
-        KernelConfig abft = default_config(d, Precision::int8, m, kSm90a, Protection::flash_abft);
-        abft.fault_injection = inject;
+        const auto [abft, plain] = one_warpgroup_abft(d, Precision::int8, m, inject);
         INFO(abft.name());
-        REQUIRE(uses_wgmma(abft));
-        CHECK_FALSE(warp_specialized(abft));
-        CHECK((abft.block_m == 64 && abft.block_n == 128 && abft.num_warps == 4 &&
-               abft.num_stages == 2));
-        KernelConfig plain = abft;
-        plain.protection = Protection::none;
-        plain.fault_injection = false;
         // The digit rows take the stage's tail, which the tiles had as slack: no more bytes.
         CHECK(abft.shared_memory_bytes() == plain.shared_memory_bytes());
         const codegen::KernelSource src = codegen::generate(abft);
@@ -151,20 +163,11 @@ TEST_CASE("fp8 with flash_abft on sm_90a: E4M3 checksum rows ride in the wgmma k
   for (int d : {64, 128})
     for (Mask m : {Mask::none, Mask::causal})
       for (bool inject : {false, true}) {
-        KernelConfig abft =
-            default_config(d, Precision::fp8_e4m3, m, kSm90a, Protection::flash_abft);
-        abft.fault_injection = inject;
+        const auto [abft, plain] = one_warpgroup_abft(d, Precision::fp8_e4m3, m, inject);
         INFO(abft.name());
-        REQUIRE(uses_wgmma(abft));
-        CHECK_FALSE(warp_specialized(abft));
-        CHECK((abft.block_m == 64 && abft.block_n == 128 && abft.num_warps == 4 &&
-               abft.num_stages == 2));
         // Four E4M3 rows per key, by TMA from a byte buffer (not the mma.sync kernel's f16 rows).
         const codegen::Q8ChecksumRows rows = codegen::q8_checksum_rows(abft);
         CHECK((rows.v == 4 && rows.v16 == 0 && rows.k == 0 && rows.k16 == 0));
-        KernelConfig plain = abft;
-        plain.protection = Protection::none;
-        plain.fault_injection = false;
         CHECK(abft.shared_memory_bytes() == plain.shared_memory_bytes());  // the stage's tail
         const codegen::KernelSource src = codegen::generate(abft);
         CHECK(src.text.find("ftattn::protect::fp8_v_digit_rows<" + std::to_string(d) + ">") !=
