@@ -48,8 +48,8 @@ InjectionSpace fused_space(const KernelConfig& c, const Problem& pr, FaultSite s
       break;
     case FaultSite::pv:
       if (has_pv_site(c)) {
-        // fp8 Flash-ABFT's wgmma kernel: the block's FP32 P V tile as GEMM II leaves it (its
-        // first piece at head dim 128, with the checksum tile at 64); the kernel takes the
+        // fp8 Flash-ABFT's wgmma kernel: the block's FP32 P V tile as GEMM II leaves it, O's
+        // channels of its first piece (at head dim 128 the first 64); the kernel takes the
         // element modulo its count.
         if (c.precision == Precision::fp8_e4m3) {
           s.elements = 0;

@@ -60,8 +60,9 @@ struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, P
   static constexpr int stage_bytes = align(k_offset + BlockN * HeadDim);
   // Flash-ABFT's checksum columns. int8: the digits of each key's channel sum, and 64 l; s32
   // wgmmas take n in steps of 16 past 64, so two n8 tiles ride in GEMM II; the second reads the
-  // rows after the tail (the stage's K rows), which no check looks at. fp8: one n8 tile (the
-  // last piece of GEMM II, n72), FP32, folded into O's checksum tile as O is.
+  // rows after the tail (the stage's K rows), which no check looks at. fp8: one n8 tile more in
+  // every piece of GEMM II (n72), FP32; the last piece's holds the checksum columns, folded as
+  // O is (q8::fold_piece).
   static constexpr int checksum_tiles = !checksum ? 0 : fp8_checksum ? 1 : 2;
   // The bytes of a key block's TMA copies (q8::load_k_block, load_vt_block).
   static constexpr int k_tma_bytes = BlockN * HeadDim + BlockN * 4;
@@ -312,11 +313,6 @@ __device__ __forceinline__ void online_softmax(const float (&x)[kST][4], const f
   }
 }
 
-// fp8: O = O alpha + the last block's P V tile, in FP32 on the CUDA cores (one FMA per element,
-// where a rescale took a multiply). Hopper's E4M3 wgmma keeps only about 14 bits when it adds
-// into its accumulators, aligned to the largest addend, so an O accumulated over many key blocks
-// inside the MMA drops more of each new block as it grows: with positive V (U(0, 1) inputs) rel
-// L2 reached 7% at 4k keys and 28% at 16k. A block's tile starts from zero instead.
 // fp8 Flash-ABFT's running sums, this lane's, folded through the blocks as O is: per row half
 // the O side's sum over its channels of each block's P V (summed from the very values O takes),
 // and the checksum tile (protect/fp8_checksums.cuh: columns d0 and d1 quad lane 0's, d2 and
@@ -327,6 +323,12 @@ struct Fp8RowSums {
   float checksum[4] = {0.f, 0.f, 0.f, 0.f};
 };
 
+// fp8: O = O alpha + the last block's P V tile, in FP32 on the CUDA cores (one FMA per element,
+// where a rescale took a multiply). Hopper's E4M3 wgmma keeps only about 14 bits when it adds
+// into its accumulators, aligned to the largest addend, so an O accumulated over many key blocks
+// inside the MMA drops more of each new block as it grows: with positive V (U(0, 1) inputs) rel
+// L2 reached 7% at 4k keys and 28% at 16k. A block's tile starts from zero instead. With
+// Flash-ABFT the piece's sums over channels and (last piece) its checksum tile fold into `sums`.
 template <class T, int kOT, int kPT>
 __device__ __forceinline__ void fold_piece(float (&o)[kOT][4], Fp8RowSums& sums,
                                            const float (&pv)[kPT][4], const float (&alpha)[2],
@@ -594,8 +596,9 @@ inline constexpr float kFp8ChecksumTolerance = 4096.f;
 //  - GEMM II: the folded O-side sums against the checksum columns. The E4M3 wgmma aligns each
 //    k-step's products to the largest and keeps about 14 bits, in O's columns and the checksum's
 //    alike, so their sums part by up to about 2^-10 of a block's magnitude (hybrid inputs
-//    with outliers, head dim 64), 2.3e-4 of the row's (docs/protection.md): a wrong P V, or one
-//    lane's rescale factor, shows here when it moves the row's sum by more than that.
+//    with outliers, head dim 64), 2.3e-4 of the row's (docs/protection.md): a wrong P V shows
+//    here when it moves the row's sum by more than that. (One lane's wrong rescale factor
+//    shows in the first check: the sums take lane 0's.)
 // A non-finite O alarms.
 template <class T, int kOT>
 __device__ __forceinline__ void check_fp8_output(const AttentionParams& p, const float (&o)[kOT][4],
