@@ -103,7 +103,7 @@ void validate(const KernelConfig& config);
 void validate_head_dim(int head_dim);
 
 // True when `config` runs a Hopper warpgroup-MMA skeleton (kernel/fwd_q8_sm90.cuh for fp8_e4m3 and
-// int8, unprotected and without fault injection, and int8 with flash_abft and its injection
+// int8, unprotected and without fault injection, and both with flash_abft and its injection
 // builds on one warpgroup at head_dims 64 and 128; kernel/fwd_sm90.cuh for f16 and bf16, any
 // protection but decoupled and injection builds, masks none or causal): sm_90a, head_dim 64 or 128
 // (and 96 for f16, bf16 and f16_pasa: rows of three 64-byte swizzle atoms), block_n 64 or 128, 16
