@@ -358,4 +358,53 @@ Fp8WgmmaRows fp8_wgmma_rows(std::span<const float> v) {
   return rows;
 }
 
+Fp8FoldedRow fp8_folded_row(int head_dim) {
+  if (head_dim <= 0 || head_dim % 8 != 0 || head_dim > 128)
+    throw std::invalid_argument("fp8_folded_row: head_dim a multiple of 8 up to 128");
+  Fp8FoldedRow row;
+  row.o.assign(head_dim, 0.0f);
+  return row;
+}
+
+void fp8_folded_add(Fp8FoldedRow& row, std::span<const float> p, std::span<const float> v,
+                    const std::array<float, 4>& alpha) {
+  const int d = static_cast<int>(row.o.size());
+  const size_t keys = p.size();
+  if (keys == 0 || v.size() != keys * d)
+    throw std::invalid_argument("fp8_folded_add: p has block_n values, v block_n x head_dim");
+  std::array<float, 4> part{};
+  for (int c = 0; c < d; ++c) {
+    double pv = 0;
+    for (size_t k = 0; k < keys; ++k) pv += double{p[k]} * v[k * d + c];
+    const int lane = (c % 8) / 2;
+    row.o[c] = std::fma(row.o[c], alpha[lane], static_cast<float>(pv));
+    part[lane] += static_cast<float>(pv);
+  }
+  std::array<double, 4> columns{};
+  for (size_t k = 0; k < keys; ++k) {
+    const Fp8WgmmaRows rows = fp8_wgmma_rows(v.subspan(k * d, d));
+    for (int i = 0; i < 3; ++i) columns[i] += double{p[k]} * rows.digits[i];
+    columns[3] += double{p[k]} * rows.magnitude;
+  }
+  for (int t = 0; t < 4; ++t) row.folded[t] = std::fma(row.folded[t], alpha[0], part[t]);
+  for (int i = 0; i < 4; ++i)
+    row.checksum[i] = std::fma(row.checksum[i], alpha[i / 2], static_cast<float>(columns[i]));
+  ++row.blocks;
+}
+
+Fp8RowChecks fp8_folded_checks(const Fp8FoldedRow& row, float tol_output) {
+  const double unscale = 1.0 / fp8_wgmma_scale(static_cast<int>(row.o.size()));
+  double sum = 0, values = 0, folded = 0;
+  for (float x : row.o) sum += x, values += std::abs(x);
+  for (float x : row.folded) folded += x;
+  const double checksum =
+      (row.checksum[0] + row.checksum[1] / 16.0 + row.checksum[2] / 256.0) * unscale;
+  Fp8RowChecks c;
+  c.o_error = std::abs(sum - folded);
+  c.o_threshold = tol_output * (row.blocks + 16.0) * (values + std::abs(folded));
+  c.gemm_error = std::abs(folded - checksum);
+  c.gemm_threshold = tol_output * 4096.0 * row.checksum[3] * unscale;
+  return c;
+}
+
 }  // namespace ftattn::protect_model

@@ -133,6 +133,32 @@ struct Fp8WgmmaRows {
 Fp8WgmmaRows fp8_wgmma_rows(std::span<const float> v);
 double fp8_wgmma_scale(int head_dim);  // s
 
+// One query row through the kernel's blocks (kernel/fwd_q8_sm90.cuh, q8::fold_piece): a quad's
+// lane t holds O's channels 8 j + 2 t and 8 j + 2 t + 1 and the sum of its own channels of each
+// block's P V, folded with lane 0's rescale factor; O folds with the lane's own; the checksum
+// columns (d0, d1 lane 0's; d2, the magnitude lane 1's) fold with their lane's. P V is exact here
+// (the E4M3 wgmma's alignment is not modelled).
+struct Fp8FoldedRow {
+  std::vector<float> o;             // per channel
+  std::array<float, 4> folded{};    // per lane
+  std::array<float, 4> checksum{};  // d0, d1, d2, magnitude
+  int blocks = 0;
+};
+Fp8FoldedRow fp8_folded_row(int head_dim);
+// One key block: `p` (block_n E4M3 values), `v` (block_n x head_dim E4M3 values), each lane's
+// rescale factor for what the row held before.
+void fp8_folded_add(Fp8FoldedRow& row, std::span<const float> p, std::span<const float> v,
+                    const std::array<float, 4>& alpha);
+// q8::check_fp8_output's two checks at `tol_output` (the launcher's absolute floor left out):
+// O against the folded sums, and the sums against the checksum columns (4096 tol_output of the
+// magnitude).
+struct Fp8RowChecks {
+  double o_error = 0, o_threshold = 0, gemm_error = 0, gemm_threshold = 0;
+  bool o_ok() const { return o_error <= o_threshold; }
+  bool gemm_ok() const { return gemm_error <= gemm_threshold; }
+};
+Fp8RowChecks fp8_folded_checks(const Fp8FoldedRow& row, float tol_output);
+
 // --- int8 EFTA: strided checksums per thread, exact single-error repair --------------------
 //
 // A thread of the m16n8k32 accumulator layout holds, per row, the values x_j = acc[8 j + e] of a

@@ -669,3 +669,59 @@ TEST_CASE("fp8 wgmma Flash-ABFT: three E4M3 digits hold a key's channel sum to 2
   CHECK(two_digits_short);
   CHECK_THROWS_AS(fp8_wgmma_rows(std::vector<float>(129, 1.0f)), std::invalid_argument);
 }
+
+TEST_CASE("fp8 wgmma Flash-ABFT: O against its folded sums, the sums against the checksum columns",
+          "[protect][q8]") {
+  // The kernel's row model over four 128-key blocks: clean rows pass both checks at the default
+  // 2e-7; a flipped O value, or one lane's wrong rescale factor (lane 0's included), parts O from
+  // the sums beyond FP32 rounding; a flipped checksum column shows in the second check once it
+  // moves the row's sum past 4096 tol_output of the magnitude, and a last-bit flip does not.
+  using ftattn::quant_model::round_e4m3;
+  std::mt19937 rng(31);
+  std::normal_distribution<float> normal(0.0f, 100.0f);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  constexpr int kKeys = 128, kBlocks = 4;
+  auto flip = [](float x, int bit) {
+    return std::bit_cast<float>(std::bit_cast<uint32_t>(x) ^ (1u << bit));
+  };
+  for (int d : {64, 128})
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<std::vector<float>> ps, vs;
+      std::vector<float> alphas;
+      for (int b = 0; b < kBlocks; ++b) {
+        std::vector<float> p(kKeys), v(kKeys * d);
+        for (float& x : p) x = round_e4m3(256.0f * std::exp2(-8.0f * unit(rng)));
+        for (float& x : v) x = round_e4m3(std::clamp(normal(rng), -448.0f, 448.0f));
+        ps.push_back(p), vs.push_back(v);
+        alphas.push_back(b == 0 ? 0.0f : std::exp2(-unit(rng)));
+      }
+      // Lane `bad_lane`'s factor at block 2 is doubled, an exponent flip (-1: none).
+      auto run = [&](int bad_lane) {
+        Fp8FoldedRow row = fp8_folded_row(d);
+        for (int b = 0; b < kBlocks; ++b) {
+          std::array<float, 4> a{};
+          a.fill(alphas[b]);
+          if (b == 2 && bad_lane >= 0) a[bad_lane] *= 2.0f;
+          fp8_folded_add(row, ps[b], vs[b], a);
+        }
+        return row;
+      };
+      INFO("head_dim " << d << " trial " << trial);
+      const Fp8FoldedRow clean = run(-1);
+      const Fp8RowChecks ok = fp8_folded_checks(clean, 2e-7f);
+      REQUIRE(ok.o_ok());
+      REQUIRE(ok.gemm_ok());
+      Fp8FoldedRow o_flip = clean;
+      o_flip.o[5] = flip(o_flip.o[5], 20);
+      CHECK_FALSE(fp8_folded_checks(o_flip, 2e-7f).o_ok());
+      for (int lane : {0, 2}) CHECK_FALSE(fp8_folded_checks(run(lane), 2e-7f).o_ok());
+      Fp8FoldedRow big = clean, small = clean;
+      // An exponent bit that grows the column a lot (bit 30 below 2, bit 29 from 2 to 2^64).
+      big.checksum[0] = flip(big.checksum[0], std::abs(big.checksum[0]) < 2.0f ? 30 : 29);
+      small.checksum[0] = flip(small.checksum[0], 0);
+      CHECK_FALSE(fp8_folded_checks(big, 2e-7f).gemm_ok());
+      CHECK(fp8_folded_checks(small, 2e-7f).gemm_ok());
+      CHECK(fp8_folded_checks(big, 2e-7f).o_ok());  // O itself is intact
+    }
+  CHECK_THROWS_AS(fp8_folded_row(256), std::invalid_argument);
+}
