@@ -47,26 +47,16 @@ InjectionSpace fused_space(const KernelConfig& c, const Problem& pr, FaultSite s
       s.elements = m_tiles * (c.head_dim / 8) * 4;
       break;
     case FaultSite::pv:
-      if (has_pv_site(c)) {
-        // fp8 Flash-ABFT's wgmma kernel: the block's FP32 P V tile as GEMM II leaves it, O's
-        // channels of its first piece (at head dim 128 the first 64); the kernel takes the
-        // element modulo its count.
-        if (c.precision == Precision::fp8_e4m3) {
-          s.elements = 0;
-          break;
-        }
-      } else if (c.precision != Precision::int8) {
+      if (!has_pv_site(c))
         throw ConfigError(fmt::format(
-            "site pv is a key block's own P V tile: {} accumulates P V in O itself, use site "
-            "output",
-            c.name()));
-      }
-      if (uses_wgmma(c))
-        throw ConfigError(fmt::format(
-            "site pv is the mma.sync int8 kernel's per-block INT32 P V: {} accumulates P V onto "
-            "its INT32 O, use site output (or --arch sm_90 for the mma.sync kernel)",
-            c.name()));
-      s.elements = m_tiles * (c.head_dim / 8) * 4;
+            "site pv is a key block's own P V tile, which {} does not keep: it accumulates P V "
+            "{}, use site output{}",
+            c.name(), c.precision == Precision::int8 ? "onto its INT32 O" : "in O itself",
+            c.precision == Precision::int8 ? " (or --arch sm_90 for the mma.sync kernel)" : ""));
+      // int8 on mma.sync: the block's INT32 P V. fp8 Flash-ABFT's wgmma kernel: its FP32 tile as
+      // GEMM II leaves it, O's channels of the first piece (at head dim 128 the first 64), of
+      // which the kernel takes the element modulo its count.
+      s.elements = c.precision == Precision::int8 ? m_tiles * (c.head_dim / 8) * 4 : 0;
       break;
     case FaultSite::checksum:
       s.elements = 0;  // scheme-specific: the kernel takes the element modulo its count
