@@ -387,10 +387,15 @@ bool uses_wgmma(const KernelConfig& c) {
                        (c.head_dim == 64 || c.head_dim == 128);
   const bool q8_ok = q8 && ((c.protection == Protection::none && !c.fault_injection) || q8_abft);
   const bool b16_ok = b16 && !is_block_sparse(c.mask) && c.protection != Protection::decoupled;
-  // f16_pasa (kernel/fwd_pasa_sm90.cuh): unprotected and without injection sites; its checked
-  // variants keep the sm80 skeleton.
+  // f16_pasa: unprotected on every tile (kernel/fwd_pasa_sm90.cuh, fwd_ws_sm90.cuh); with
+  // Flash-ABFT, and with injection sites, on the warp-specialised tiles of two and three consumer
+  // warpgroups (fwd_ws_sm90.cuh: the checksum tile beside O in GEMM II). EFTA keeps the sm80
+  // skeleton.
+  const bool pasa_ws_tile = c.num_warps == 8 || c.num_warps == 12;
   const bool pasa_ok = c.precision == Precision::f16_pasa && !is_block_sparse(c.mask) &&
-                       c.protection == Protection::none && !c.fault_injection;
+                       ((c.protection == Protection::none && !c.fault_injection) ||
+                        (pasa_ws_tile && (c.protection == Protection::none ||
+                                          c.protection == Protection::flash_abft)));
   return (q8_ok || b16_ok || pasa_ok) && head_dim_ok && c.arch.sm == 90 && c.arch.arch_specific &&
          c.backend == Backend::nvrtc && (c.block_n == 64 || c.block_n == 128) &&
          c.num_warps % 4 == 0 && c.block_m == 16 * c.num_warps && c.num_stages >= 2;

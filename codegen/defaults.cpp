@@ -356,15 +356,23 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
     // Head dim 96: 192 x 128 w12s2, 1.56-2.57x the mma.sync 128 x 32 w4s1 at 1k-16k keys, both
     // masks, and ahead of every other wgmma tile (d96_pasa_tiles.csv); up to 256 keys, and 512
     // causal (short_d96), 64 x 128 w4s2: 1.04-1.31x it there (d96_pasa_short_tiles.csv).
-    const bool three = three_d128 || (c.head_dim == 96 && !short_d96) ||
-                       (c.head_dim == 64 && keys > (is_causal(c.mask) ? 8192 : 2048));
-    const bool two = (c.head_dim == 128 && !three) || c.head_dim >= 192;
-    wgmma_pasa.block_m = three ? 192 : two ? 128 : 64;
-    wgmma_pasa.num_warps = three ? 12 : two ? 8 : 4;
     // Head dim 32: 64 x 128 w4s2, 1.31-1.44x the mma.sync 128 x 64 w4s2 at 1k-16k keys, and
     // 64 x 64 causal up to 1k keys (1.31-1.36x against 1.28-1.32x), as f16 there
     // (d32_pasa_tiles.csv).
     const bool short_causal_d32 = c.head_dim == 32 && is_causal(c.mask) && keys <= 1024;
+    // Flash-ABFT rides in the warp-specialised kernel only (its checksum tile beside O in GEMM
+    // II, l its ones column): three consumers at head dims 32-128. On the H200
+    // (nvidia-h200/pasa_abft_tiles_d*.csv, 1k / 4k / 16k keys, both masks, K and V prepared and
+    // per call) 1.02-1.38x 128 x 128 w8s2 and 1.5-3.0x the mma.sync tiles it had, but at head dim
+    // 128 and 1k keys causal (w8s2 1-2% ahead) and at head dim 32 causal up to 1k keys, where the
+    // mma.sync 128 x 64 w4s2 stays (1.04-1.05x).
+    const bool abft_three =
+        c.protection == Protection::flash_abft && c.head_dim <= 128 && !short_causal_d32;
+    const bool three = three_d128 || abft_three || (c.head_dim == 96 && !short_d96) ||
+                       (c.head_dim == 64 && keys > (is_causal(c.mask) ? 8192 : 2048));
+    const bool two = (c.head_dim == 128 && !three) || c.head_dim >= 192;
+    wgmma_pasa.block_m = three ? 192 : two ? 128 : 64;
+    wgmma_pasa.num_warps = three ? 12 : two ? 8 : 4;
     wgmma_pasa.block_n = c.head_dim >= 192 || short_causal_d32 ? 64 : 128;
     wgmma_pasa.num_stages = 2;
     if (uses_wgmma(wgmma_pasa)) c = wgmma_pasa;

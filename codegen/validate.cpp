@@ -206,7 +206,7 @@ void validate(const KernelConfig& c) {
   if (c.num_warps == 12 && !warp_specialized(c)) {
     throw ConfigError(
         "num_warps 12 (three consumer warpgroups) is the 16-bit warp-specialised kernel on "
-        "sm_90a (f16_pasa unprotected, or f16 and bf16 unprotected or with flash_abft, or with "
+        "sm_90a (f16, bf16 and f16_pasa unprotected or with flash_abft, or f16 and bf16 with "
         "EFTA at head dims 32 and 64; head dims 32, 64, 96 and 128, block_m 192, block_n 64 or "
         "128, two or more stages, backend nvrtc): use 1, 2, 4 or 8");
   }

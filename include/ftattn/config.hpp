@@ -105,13 +105,16 @@ void validate_head_dim(int head_dim);
 // True when `config` runs a Hopper warpgroup-MMA skeleton (kernel/fwd_q8_sm90.cuh for fp8_e4m3 and
 // int8, unprotected and without fault injection, and both with flash_abft and its injection
 // builds on one warpgroup at head_dims 64 and 128; kernel/fwd_sm90.cuh for f16 and bf16, any
-// protection but decoupled and injection builds, masks none or causal): sm_90a, head_dim 64 or 128
+// protection but decoupled and injection builds, masks none or causal; f16_pasa unprotected, and
+// with flash_abft and injection builds on the warp-specialised tiles of two and three consumer
+// warpgroups, kernel/fwd_pasa_sm90.cuh and fwd_ws_sm90.cuh): sm_90a, head_dim 64 or 128
 // (and 96 for f16, bf16 and f16_pasa: rows of three 64-byte swizzle atoms), block_n 64 or 128, 16
 // rows per warp in whole warpgroups (num_warps 4 or 8), two or more stages; head_dims 192 and 256
 // for int8 and fp8, and at 256 for f16, bf16 and f16_pasa unprotected at block_n 64 with two
 // consumer warpgroups (the warp-specialised kernel, num_warps 8: O's 128 registers need its
-// consumers' 224); head_dim 192 on that tile for f16_pasa unprotected and for f16 and bf16 with any
-// checksum scheme and injection build (GEMM II m64n192 to m64n208). Other configs run the mma.sync
+// consumers' 224); head_dim 192 on that tile for f16_pasa unprotected or with flash_abft and for
+// f16 and bf16 with any checksum scheme and injection build (GEMM II m64n192 to m64n208). Other
+// configs run the mma.sync
 // skeletons (on sm_90 ptxas emulates mma.sync e4m3 with f16 MMAs);
 // `--arch sm_90` keeps them.
 bool uses_wgmma(const KernelConfig& config);

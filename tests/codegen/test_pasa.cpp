@@ -205,23 +205,42 @@ TEST_CASE("f16_pasa EFTA resolves to a valid config at every head dim and arch",
           }
 }
 
+namespace {
+
+// f16_pasa with Flash-ABFT at its head-dim-128 defaults on `arch`, and the same tile unprotected,
+// both compiled.
+struct AbftBesidePlain {
+  KernelConfig abft, plain;
+  codegen::KernelSource src;
+  runtime::NvrtcOutput out, base;
+};
+
+AbftBesidePlain abft_beside_plain(Arch arch, Mask m) {
+  AbftBesidePlain b;
+  b.abft = test::default_config(128, Precision::f16_pasa, m, arch, Protection::flash_abft);
+  b.plain = b.abft;
+  b.plain.protection = Protection::none;
+  b.src = codegen::generate(b.abft);
+  b.out = runtime::compile_with_nvrtc(b.src);
+  b.base = runtime::compile_with_nvrtc(codegen::generate(b.plain));
+  return b;
+}
+
+}  // namespace
+
 TEST_CASE("f16_pasa with flash_abft: the checksum prologue and one more MMA per 16 keys",
           "[pasa][codegen][nvrtc]") {
   for (Mask m : {Mask::none, Mask::causal}) {
-    // Flash-ABFT's tile, unprotected: the same sm80 skeleton (the unprotected default runs the
-    // wgmma one).
-    const KernelConfig abft =
-        test::default_config(128, Precision::f16_pasa, m, Arch{90, true}, Protection::flash_abft);
-    KernelConfig plain = abft;
-    plain.protection = Protection::none;
+    // The mma.sync skeleton (sm_90 without "a"): Flash-ABFT's tile against the same tile
+    // unprotected.
+    const AbftBesidePlain b = abft_beside_plain(Arch{90, false}, m);
+    const KernelConfig& abft = b.abft;
     INFO(abft.name());
-    REQUIRE_FALSE(uses_wgmma(plain));
-    CHECK(abft.shared_memory_bytes() == plain.shared_memory_bytes());  // V's checksum: padding
-    const codegen::KernelSource src = codegen::generate(abft);
-    const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
-    const runtime::NvrtcOutput base = runtime::compile_with_nvrtc(codegen::generate(plain));
-    CHECK(out.ptx.find(".entry " + codegen::checksum_symbol(src.symbol)) != std::string::npos);
-    CHECK(base.ptx.find(".entry checksums_") == std::string::npos);
+    REQUIRE_FALSE(uses_wgmma(abft));
+    REQUIRE_FALSE(uses_wgmma(b.plain));
+    CHECK(abft.shared_memory_bytes() == b.plain.shared_memory_bytes());  // V's checksum: padding
+    CHECK(b.out.ptx.find(".entry " + codegen::checksum_symbol(b.src.symbol)) != std::string::npos);
+    CHECK(b.base.ptx.find(".entry checksums_") == std::string::npos);
     // GEMM II gains one n8 tile per 16-key step and 16-row tile: the checksum column. The loop
     // body appears once per variant (masked or not): count the copies from the plain kernel's
     // FP32 MMAs (GEMM II and the recovery tile).
@@ -229,13 +248,37 @@ TEST_CASE("f16_pasa with flash_abft: the checksum prologue and one more MMA per 
     const int d = abft.head_dim, n = abft.block_n;
     const int tiles = abft.block_m / 16 / abft.num_warps;
     const int per_copy = tiles * ((d / 8) * (n / 16) + d / 16);
-    const int copies = test::count(base.ptx, f32_mma) / per_copy;
+    const int copies = test::count(b.base.ptx, f32_mma) / per_copy;
     CHECK(copies >= 1);
-    CHECK(test::count(base.ptx, f32_mma) == copies * per_copy);
-    CHECK(test::count(out.ptx, f32_mma) - test::count(base.ptx, f32_mma) ==
+    CHECK(test::count(b.base.ptx, f32_mma) == copies * per_copy);
+    CHECK(test::count(b.out.ptx, f32_mma) - test::count(b.base.ptx, f32_mma) ==
           copies * tiles * (n / 16));
-    const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
-    CHECK(r.registers > 0);
+    CHECK(runtime::parse_ptxas_log(b.out.log, b.src.symbol).registers > 0);
+  }
+}
+
+TEST_CASE("f16_pasa with flash_abft on sm_90a: the checksum tile beside O in GEMM II's wgmma",
+          "[pasa][codegen][nvrtc]") {
+  // The warp-specialised kernel at its defaults (three consumers at head dim 128): GEMM II's
+  // wgmmas grow from m64n128 to m64n136 (O's 16 n8 tiles and the checksum tile; GEMM I keeps
+  // FP16 accumulators, so only GEMM II has FP32 ones of that width), nothing spills and ptxas
+  // serialises no wgmma (it did with GEMM II and GEMM I back to back, so the turn finishes GEMM
+  // II first there, as f16's three consumers do).
+  for (Mask m : {Mask::none, Mask::causal}) {
+    const AbftBesidePlain b = abft_beside_plain(Arch{90, true}, m);
+    INFO(b.abft.name());
+    REQUIRE(warp_specialized(b.abft));
+    REQUIRE(warp_specialized(b.plain));
+    CHECK((b.abft.block_m == 192 && b.abft.num_warps == 12));
+    CHECK(b.out.ptx.find(".entry " + codegen::checksum_symbol(b.src.symbol)) != std::string::npos);
+    const std::string o_only = "m64n128k16.f32.f16.f16", with_tile = "m64n136k16.f32.f16.f16";
+    CHECK(test::count(b.base.ptx, o_only) > 0);
+    CHECK(test::count(b.base.ptx, with_tile) == 0);
+    CHECK(test::count(b.out.ptx, o_only) == 0);
+    CHECK(test::count(b.out.ptx, with_tile) == test::count(b.base.ptx, o_only));
+    const ResourceUsage r = runtime::parse_ptxas_log(b.out.log, b.src.symbol);
+    CHECK(r.spill_stores == 0);
+    CHECK(r.performance_notes.empty());
   }
 }
 
@@ -421,8 +464,10 @@ TEST_CASE(
     }
 }
 
-TEST_CASE("f16_pasa defaults: the wgmma skeleton on sm_90a when unprotected, mma.sync otherwise",
-          "[pasa]") {
+TEST_CASE(
+    "f16_pasa defaults: the wgmma skeleton on sm_90a unprotected and with Flash-ABFT, mma.sync "
+    "otherwise",
+    "[pasa]") {
   // The H100 runs' tiles (codegen/defaults.cpp): three consumer warpgroups, 192 x 128 w12s2, at
   // head dim 128 and at 64 but for causal runs up to 8k keys, which keep 64 x 128 w4s2.
   for (Mask m : {Mask::none, Mask::causal}) {
@@ -468,13 +513,41 @@ TEST_CASE("f16_pasa defaults: the wgmma skeleton on sm_90a when unprotected, mma
     CHECK(warp_specialized(d256));
     CHECK(
         (d256.block_m == 128 && d256.block_n == 64 && d256.num_warps == 8 && d256.num_stages == 2));
-    // sm_80, a checksum scheme or injection sites: the sm80 PASA kernel.
+    // Flash-ABFT and its injection builds: three consumers at head dims 32-128 (at 32 causal up
+    // to 1k keys the mma.sync 128 x 64 w4s2), 128 x 64 w8s2 at 192, mma.sync at 256 (GEMM II's
+    // m64n256 leaves no room for the tile).
+    for (bool inject : {false, true}) {
+      for (int d : {32, 64, 96, 128}) {
+        const KernelConfig abft = test::default_config(d, Precision::f16_pasa, m, Arch{90, true},
+                                                       Protection::flash_abft, inject);
+        INFO(abft.name());
+        CHECK(warp_specialized(abft));
+        CHECK((abft.block_m == 192 && abft.block_n == 128 && abft.num_warps == 12 &&
+               abft.num_stages == 2));
+      }
+      KernelConfig open_abft;
+      open_abft.head_dim = 32, open_abft.precision = Precision::f16_pasa, open_abft.mask = m;
+      open_abft.protection = Protection::flash_abft, open_abft.fault_injection = inject;
+      const Problem short32 = Problem::bhsd(1, 8, 8, 1024, 1024, 32);
+      const KernelConfig d32_short = with_defaults(open_abft, Arch{90, true}, &short32);
+      INFO(d32_short.name());
+      CHECK(uses_wgmma(d32_short) == (m == Mask::none));
+      const KernelConfig d192 = test::default_config(192, Precision::f16_pasa, m, Arch{90, true},
+                                                     Protection::flash_abft, inject);
+      CHECK(warp_specialized(d192));
+      CHECK((d192.block_m == 128 && d192.block_n == 64 && d192.num_warps == 8));
+      CHECK_FALSE(uses_wgmma(test::default_config(256, Precision::f16_pasa, m, Arch{90, true},
+                                                  Protection::flash_abft, inject)));
+    }
+    // sm_80, EFTA, or injection sites on one warpgroup: the sm80 PASA kernel. Unprotected
+    // injection builds of a warp-specialised tile run it.
     CHECK_FALSE(uses_wgmma(test::default_config(128, Precision::f16_pasa, m, Arch{80, false})));
-    CHECK_FALSE(uses_wgmma(
-        test::default_config(256, Precision::f16_pasa, m, Arch{90, true}, Protection::flash_abft)));
     CHECK_FALSE(uses_wgmma(test::default_config(128, Precision::f16_pasa, m, Arch{90, true},
                                                 Protection::efta_correct)));
-    CHECK_FALSE(uses_wgmma(test::default_config(128, Precision::f16_pasa, m, Arch{90, true},
+    CHECK(warp_specialized(test::default_config(128, Precision::f16_pasa, m, Arch{90, true},
                                                 Protection::none, /*inject=*/true)));
+    KernelConfig one_group = d64;
+    one_group.block_m = 64, one_group.num_warps = 4, one_group.fault_injection = true;
+    CHECK_FALSE(uses_wgmma(one_group));
   }
 }

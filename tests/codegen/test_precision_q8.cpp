@@ -498,9 +498,16 @@ TEST_CASE("8-bit on sm_90a: the wgmma skeleton, when it applies, and what it com
     c.precision = Precision::f16_pasa;
     c.protection = Protection::efta_detect;
   }));
+  // PASA's injection builds ride in the warp-specialised kernel (two warpgroups here), and on
+  // one warpgroup keep the sm80 skeleton.
+  CHECK(with([](KernelConfig& c) {
+    c.precision = Precision::f16_pasa;
+    c.fault_injection = true;
+  }));
   CHECK_FALSE(with([](KernelConfig& c) {
     c.precision = Precision::f16_pasa;
     c.fault_injection = true;
+    c.block_m = 64, c.num_warps = 4;
   }));
   CHECK_FALSE(with([](KernelConfig& c) { c.protection = Protection::flash_abft; }));
   CHECK(with([](KernelConfig& c) { c.head_dim = 256; }));  // two swizzle atoms per row

@@ -99,8 +99,11 @@ TEST_CASE("validate: head_dim, warps, stages, block_n", "[validate]") {
                          "num_warps 12 (three consumer warpgroups) is the 16-bit");
     REQUIRE_CONFIG_ERROR(validate(checked), "unprotected or with flash_abft");
   }
+  // f16_pasa: three consumers unprotected and with Flash-ABFT, not with EFTA.
   KernelConfig pasa_checked = make(128, 192, 128, 12, 2, sm90a, Precision::f16_pasa);
   pasa_checked.protection = Protection::flash_abft;
+  CHECK_NOTHROW(validate(pasa_checked));
+  pasa_checked.protection = Protection::efta_detect;
   REQUIRE_CONFIG_ERROR(validate(pasa_checked), "num_warps 12");
   REQUIRE_CONFIG_ERROR(validate(make(128, 192, 128, 12, 2, sm90a, Precision::int8)),
                        "num_warps 12");

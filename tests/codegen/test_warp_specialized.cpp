@@ -105,19 +105,21 @@ TEST_CASE("warp_specialized: two consumer warpgroups of 16-bit tiles on sm_90a",
            {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct}) {
         KernelConfig checked = ws;
         checked.protection = prot;
-        // Protected PASA runs the mma.sync skeleton.
-        CHECK(warp_specialized(checked) == (p != Precision::f16_pasa));
-        CHECK(launch_threads(checked) == (p != Precision::f16_pasa ? 384 : 256));
+        // PASA with EFTA runs the mma.sync skeleton; with Flash-ABFT this one.
+        const bool runs = p != Precision::f16_pasa || prot == Protection::flash_abft;
+        CHECK(warp_specialized(checked) == runs);
+        CHECK(launch_threads(checked) == (runs ? 384 : 256));
         // Three consumers: Flash-ABFT, and EFTA at head dims up to 64 only (at 128 its consumers
         // spill kilobytes).
         KernelConfig three = test::tile_config(d, 192, 128, 12, 2, kSm90a, p, Mask::none, prot);
         CHECK(warp_specialized(three) ==
-              (p != Precision::f16_pasa && (prot == Protection::flash_abft || d <= 64)));
+              (prot == Protection::flash_abft || (p != Precision::f16_pasa && d <= 64)));
       }
+      // Injection builds, PASA's unprotected ones too.
       KernelConfig injected = ws;
       injected.protection = p == Precision::f16_pasa ? Protection::none : Protection::flash_abft;
       injected.fault_injection = true;
-      CHECK(warp_specialized(injected) == (p != Precision::f16_pasa));
+      CHECK(warp_specialized(injected));
       // No warpgroup MMAs, no warp specialisation.
       KernelConfig sm80 = ws;
       sm80.arch = Arch{80, false};

@@ -261,6 +261,111 @@ TEST_CASE("f16_pasa with flash_abft: right answers, no false alarm, a live check
     }
 }
 
+TEST_CASE(
+    "f16_pasa with flash_abft warp-specialised: clean beside mma.sync, live, faults seen and "
+    "repaired",
+    "[gpu][pasa][wgmma16][protect]") {
+  Runtime& rt = pasa_runtime();
+  const std::optional<Arch> hopper = gpu_test::hopper_device(rt, "the wgmma skeleton");
+  if (!hopper) return;
+  // Two and three consumer warpgroups carry Flash-ABFT's tile beside O in GEMM II; l is its ones
+  // column. Same inputs on the mma.sync kernel (sm_90): both carry the FP16-score error, so the
+  // wgmma one must come as close to the reference. Odd lengths, GQA, LSE, a long run, PASA's
+  // overflow cases; no alarm on any.
+  // Head dim 192: its one tile, 128 x 64 w8s2 (the mma.sync kernel: one 16-row tile per warp).
+  struct Tile {
+    int d, block_m, block_n, warps;
+  };
+  std::vector<Tile> tiles{{192, 128, 64, 8}};
+  for (int d : {32, 64, 96, 128})
+    for (int w : {8, 12}) tiles.push_back({d, 16 * w, 128, w});
+  for (const Tile& t : tiles)
+    for (Mask m : {Mask::none, Mask::causal}) {
+      const int d = t.d;
+      KernelConfig c = pasa_config(d, m);
+      c.protection = Protection::flash_abft;
+      c.block_m = t.block_m, c.block_n = t.block_n, c.num_warps = t.warps, c.num_stages = 2;
+      c.arch = *hopper;
+      REQUIRE(warp_specialized(c));
+      KernelConfig sync = c;
+      sync.arch = Arch{90, false};
+      sync.block_m = d >= 192 ? 64 : 128, sync.num_warps = 4, sync.num_stages = 1;
+      REQUIRE_FALSE(uses_wgmma(sync));
+      for (const Problem& pr :
+           {Problem::bhsd(2, 4, 2, 203, 517, d), Problem::bhsd(2, 16, 8, 2048, 2048, d)}) {
+        const uint64_t seed = 7100 + d + pr.seqlen_q;
+        const int rows = pr.seqlen_q > 1000 ? 128 : 0;
+        FaultReport fa, fb;
+        const ProtectOptions report;
+        const auto a =
+            gpu_test::run_case(rt, c, pr, true, rows, seed, false, nullptr, &report, &fa);
+        const auto b =
+            gpu_test::run_case(rt, sync, pr, true, rows, seed, false, nullptr, &report, &fb);
+        INFO(a.config_name << " s" << pr.seqlen_q << ": " << a.report.summary() << "; "
+                           << fa.summary() << " | mma.sync: " << b.report.summary());
+        CHECK(a.report.passed);
+        CHECK(fa.clean());
+        CHECK(fb.clean());
+        CHECK(a.report.rel_l2_error <= 1.5 * b.report.rel_l2_error + 1e-4);
+        CHECK(a.report.max_lse_error <= 2 * b.report.max_lse_error + 1e-4);
+      }
+      const Problem big = Problem::bhsd(1, 4, 4, 1280, 1280, d);
+      for (bool uniform : {true, false}) {
+        const OverflowRun o = overflow_run(rt, c, big, uniform, 30.0, uniform ? 0.5 : 10.0, {});
+        INFO(c.name() << (uniform ? " uniform" : " hybrid") << ": non-finite " << o.non_finite
+                      << ", rel L2 " << o.rel_l2 << "; " << o.fault.summary());
+        CHECK(o.non_finite == 0);
+        CHECK(o.rel_l2 < 5e-3);
+        CHECK(o.fault.clean());
+      }
+      // The check is live; on 400 causal rows the three consumers' ragged tile comes first.
+      gpu_test::check_live_output(rt, c, Problem::bhsd(1, 2, 2, 400, 512, d), 7200 + d);
+    }
+
+  // Planted faults in the injection build (CTA 0, block 1): an O exponent flip and one of the
+  // checksum column (lane 4: its hi part) are seen by the output check and recompute repairs
+  // them; l, the ones column, flipped far up in an odd lane or through an even one, by the
+  // row-sum stage; a flipped score moves O and its checksum alike, Flash-ABFT's blind spot.
+  for (int d : {64, 128})
+    for (int w : {8, 12})
+      for (Mask m : {Mask::none, Mask::causal}) {
+        KernelConfig c = pasa_config(d, m);
+        c.protection = Protection::flash_abft, c.fault_injection = true;
+        c.block_m = 16 * w, c.block_n = 128, c.num_warps = w, c.num_stages = 2;
+        c.arch = *hopper;
+        REQUIRE(warp_specialized(c));
+        const Problem pr = Problem::bhsd(1, 2, 2, 400, 512, d);
+        struct Plant {
+          FaultSite site;
+          int thread, element, bit;
+          FaultStage stage;
+        };
+        for (const Plant& x : {Plant{FaultSite::output, 5, 2, 30, FaultStage::output},
+                               Plant{FaultSite::checksum, 4, 0, 30, FaultStage::output},
+                               Plant{FaultSite::row_sum, 4, 1, 28, FaultStage::row_sum},
+                               Plant{FaultSite::row_sum, 5, 1, 29, FaultStage::row_sum}}) {
+          ProtectOptions o;
+          o.inject = FaultPlan{x.site, 0, x.thread, 1, x.element, x.bit};
+          const gpu_test::Planted seen = gpu_test::run_planted(rt, c, pr, o, 9);
+          INFO(c.name() << " " << to_string(x.site) << " thread " << x.thread << " bit " << x.bit
+                        << ": " << seen.fault.summary() << " | " << seen.result.report.summary());
+          REQUIRE(seen.fault.detected >= 1);
+          CHECK(seen.fault.corrected == 0);
+          CHECK(seen.fault.events.at(0).stage == x.stage);
+          o.on_fault = OnFault::recompute;
+          const gpu_test::Planted fixed = gpu_test::run_planted(rt, c, pr, o, 9);
+          INFO("recompute: " << fixed.fault.summary() << " | " << fixed.result.report.summary());
+          CHECK(fixed.fault.recomputed_tiles >= 1);
+          CHECK(fixed.result.report.passed);
+        }
+        ProtectOptions o;
+        o.inject = FaultPlan{FaultSite::scores, 0, 5, 1, 2, 27};
+        const gpu_test::Planted score = gpu_test::run_planted(rt, c, pr, o, 9);
+        INFO(c.name() << " scores: " << score.fault.summary());
+        CHECK(score.fault.detected == 0);
+      }
+}
+
 namespace {
 
 KernelConfig pasa_efta_config(int head_dim, Mask m, Protection prot, bool inject = false) {

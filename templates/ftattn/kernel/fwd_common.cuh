@@ -147,6 +147,12 @@ struct Bool {
   static constexpr bool value = B;
 };
 
+// A hook that does nothing: the default of a kernel part's optional callback.
+struct Nothing {
+  template <class... Args>
+  __device__ __forceinline__ void operator()(Args&&...) const {}
+};
+
 // The main loop's walk over key blocks: blocks that need no mask come first (keys below every
 // row's diagonal and inside the sequence); only the last few, at the diagonal or the sequence
 // end, pay for masking. Block-sparse masks visit only active blocks (`next_active(b)`: the first

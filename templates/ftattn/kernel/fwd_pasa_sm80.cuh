@@ -305,12 +305,16 @@ __device__ __forceinline__ void keep_recovery_tile(const float (&tile)[4], float
 // of their own: free to sink the exponentials between GEMM II's wgmmas, or to share S''s
 // registers under the next GEMM I, ptxas serialised every wgmma of the kernel (C7511 / C7513).
 // kSlack > 0 (bias): O skips its multiplies where no row of the warp moved its max.
-template <class T, bool kMasked, int kSlack, int kST, int kOT>
+// kRowSums false: l is kept elsewhere (Flash-ABFT's ones column, rescaled with O in `o`), so the
+// f16 pair sums are skipped. `on_rescale` sees the block's factors before l and O take them (the
+// injection builds' rescale site).
+template <class T, bool kMasked, int kSlack, bool kRowSums = true, int kST, int kOT,
+          class OnRescale = detail::Nothing>
 __device__ __forceinline__ void wgmma_softmax(const AttentionParams& p, u32 (&s)[kST][2],
                                               const float (&rc)[4], int first_row, int key0,
                                               int lane, int diag, float (&row_max)[2],
                                               float (&row_sum)[2], float (&o)[kOT][4],
-                                              u32 (&pa)[kST / 2][4]) {
+                                              u32 (&pa)[kST / 2][4], OnRescale&& on_rescale = {}) {
   using P = precision::F16Pasa;
   if constexpr (kMasked)
     detail::for_each_masked<1, kST, T::causal>(
@@ -322,6 +326,7 @@ __device__ __forceinline__ void wgmma_softmax(const AttentionParams& p, u32 (&s)
   float rescale[2];
   u32 neg_b_hi[2], neg_b_lo[2];
   bias<false, kST, kSlack>(s, 0u, rc, p.scale_log2, row_max, rescale, neg_b_hi, neg_b_lo);
+  on_rescale(rescale);
   u32 sum[2][kST];
 #pragma unroll
   for (int nt = 0; nt < kST; ++nt)
@@ -330,8 +335,8 @@ __device__ __forceinline__ void wgmma_softmax(const AttentionParams& p, u32 (&s)
       s[nt][r] = prob<false>(s[nt][r], 0u, neg_b_hi[r], neg_b_lo[r]);
       sum[r][nt] = s[nt][r];
     }
-  add_row_sums(row_sum, rescale, sum);
-  // P pinned before O's branch: packed after it, it took 32 register moves a block.
+  if constexpr (kRowSums) add_row_sums(row_sum, rescale, sum);
+    // P pinned before O's branch: packed after it, it took 32 register moves a block.
 #pragma unroll
   for (int kc = 0; kc < kST / 2; ++kc) {
     pa[kc][0] = s[2 * kc][0];

@@ -14,7 +14,8 @@
 //   softmax  pasa::bias and pasa::prob of the sm80 kernel: the max, b = m - rec and
 //            P = 2^(S'' - b) on f16x2, l summed pairwise in f16 then FP32.
 //   GEMM II  O += P V, m64n{head_dim}k16 with P from registers, FP32 accumulators, as f16's.
-// Protected and fault-injection variants keep the sm80 kernel (codegen: uses_wgmma).
+// Flash-ABFT and the injection builds run the warp-specialised kernel (fwd_ws_sm90.cuh), EFTA
+// the sm80 one (codegen: uses_wgmma).
 #pragma once
 
 #include "ftattn/arch/sm80/cp_async.cuh"
@@ -33,7 +34,11 @@ template <int HeadDim, int BlockM, int BlockN, int NumWarps, int NumStages, bool
 struct PasaWgmmaTraits : FwdWgmmaTraits<HeadDim, BlockM, BlockN, NumWarps, NumStages,
                                         precision::F16Pasa, ProtectT, Causal, BlockSparse, Inject> {
   static constexpr int shift_threads = 128;  // the shift kernel's CTA (pasa_shift_sm80)
-  static_assert(!ProtectT::enabled && !Inject, "protected PASA runs the sm80 skeleton");
+  // Flash-ABFT and the injection sites ride in the warp-specialised kernel only; EFTA's checks
+  // of FP16 scores are the sm80 skeleton's.
+  static_assert((!ProtectT::enabled && !Inject) ||
+                    (NumWarps != 4 && ProtectT::k_atoms == 0 && ProtectT::v_atoms <= 1),
+                "protected PASA runs the warp-specialised kernel with Flash-ABFT, or the sm80 one");
   // The recovery tile of blocks 8c ... 8c + 7 is computed on block 8c: every block from the
   // first is visited, in order.
   static_assert(!BlockSparse, "block-sparse PASA runs the sm80 skeleton");

@@ -2,8 +2,8 @@
 // fwd_sm90.cuh (f16, bf16, unprotected or with a checksum scheme: Flash-ABFT's checksum atom in
 // each V tile and GEMM II's extra n8 tile, checked at the end of the row; EFTA's checksum rows
 // below the keys, GEMM I's extra n8 tile and its checked softmax) and fwd_pasa_sm90.cuh (f16_pasa:
-// FP16 scores, the recovery MMA against the shift rows below the keys, PASA's softmax), scheduled
-// the way FlashAttention-3 schedules them.
+// FP16 scores, the recovery MMA against the shift rows below the keys, PASA's softmax; unprotected
+// or with Flash-ABFT's tile), scheduled the way FlashAttention-3 schedules them.
 //
 //   producer   the last warpgroup (56 registers each; 32 beside three consumers) copies Q once
 //              by cp.async, then its first thread copies every key block's K and V tiles by
@@ -64,14 +64,13 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   constexpr int kCT = T::checksum_tiles;        // checksum schemes: GEMM II's checksum tiles
   constexpr int kSC = T::score_checksum_tiles;  // EFTA: GEMM I's checksum tile
   constexpr bool kEfta = T::Protect::k_atoms > 0;
-  static_assert(!(kPasa && T::inject), "f16_pasa's injection sites are the mma.sync kernel's");
   // efta_correct rebuilds a faulty score from the weighted checksum rows in the K buffer, so the
   // buffer is released after the softmax, not after GEMM I.
   constexpr bool kLateKRelease = T::Protect::correct;
   // Three 16-bit FP32-score consumers: GEMM II done before GEMM I, so O, S and P never all
   // sit in the wgmma pipeline at once (160 registers each). P staged in shared memory instead,
   // so that the two could go back to back, ran 0.90-0.97x (staged_p_ab.csv).
-  constexpr bool kSplitTurn = T::num_warps == 12 && !P::pasa;
+  constexpr bool kSplitTurn = T::num_warps == 12 && (!P::pasa || (kCT > 0 && T::head_dim > 96));
   // EFTA (two consumers): FlashAttention-3's overlap inside each warpgroup. A turn issues this
   // block's GEMM I, then the previous block's GEMM II, and waits for GEMM I alone, so the softmax
   // runs while GEMM II does; O takes the block's factors, and GEMM II's registers its P, once
@@ -93,10 +92,10 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   // (efta_lazy_rescale_ab.csv).
   constexpr int kLazyRescale = detail::kLazyRescaleSlack;
   // Flash-ABFT: l is the ones column of GEMM II's checksum tile (its odd column groups), which the
-  // tile computes anyway, so the softmax adds no probabilities. It is the sum of the 16-bit P that
-  // O took, as EFTA's l is. Like the FP32 sum before it, l is outside Flash-ABFT's output check;
-  // a range check (check_ones_row_sum) catches its gross faults.
-  constexpr bool kOnesRowSum = kCT > 0 && !kEfta && !kPasa;
+  // tile computes anyway, so the softmax adds no probabilities (f16_pasa: no f16 pair sums). It is
+  // the sum of the 16-bit P that O took, as EFTA's l is. Like the FP32 sum before it, l is outside
+  // Flash-ABFT's output check; a range check (check_ones_row_sum) catches its gross faults.
+  constexpr bool kOnesRowSum = kCT > 0 && !kEfta;
   constexpr int kStages = T::num_stages;
   constexpr int kRowBytes = T::row_bytes;
   constexpr int kConsumers = T::threads;  // 256 or 384
@@ -312,7 +311,8 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
     auto global_row = [&](int r) { return row0 + warp_row + lane / 4 + r * 8; };
     // Fault injection (builds that ask for it): the one-warpgroup kernel's points (fwd_sm90.cuh).
     // O and its checksums are hit once block it's GEMM II is done, after the next turn.
-    auto inject = [&](int site, int it, float* values, int n) {
+    // f16_pasa's S and P are f16 pairs: a value is one packed register of two halves.
+    auto inject = [&](int site, int it, auto* values, int n) {
       if constexpr (T::inject) inject_values(p.fault, site, it, values, n);
     };
     auto inject_output = [&](int it) {
@@ -472,8 +472,8 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
             turn(j, yes, yes, no);
           if constexpr (!kOverlap) inject_output(j - 1);
         }
-        if constexpr (T::inject) {  // not f16_pasa
-          inject(fault_site_scores, j, &s[0][0], kST * 4);
+        if constexpr (T::inject) {
+          inject(fault_site_scores, j, &s[0][0], kPasa ? kST * 2 : kST * 4);
           // The checksum site is the concatenation [S checksums, O checksums]: S's are hit here.
           if constexpr (kSC > 0)
             if (p.fault.element % ((kSC + kCT) * 4) < kSC * 4)
@@ -501,9 +501,11 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
         } else if constexpr (kPasa) {
           float rc[4];
           pasa::block_recovery<T::recovery_blocks>(rc_table, j, lane, rc);
-          pasa::wgmma_softmax<T, decltype(masked)::value, kLazyRescale>(
-              p, s, rc, row0 + warp_row, j * T::block_n, lane, diag, row_max[0], row_sum[0], o[0],
-              pa);
+          // O and its checksum tile take the block's factors; with the ones column no f16 sums.
+          pasa::wgmma_softmax<T, decltype(masked)::value, kLazyRescale, !kOnesRowSum>(
+              p, s, rc, row0 + warp_row, j * T::block_n, lane, diag, row_max[0], row_sum[0], acc[0],
+              pa, [&](float(&rescale)[2]) { inject(fault_site_rescale, j, rescale, 2); });
+          inject(fault_site_probs, j, &pa[0][0], kST * 2);
         } else {
           if (decltype(masked)::value)
             detail::for_each_masked<1, kST, T::causal>(
