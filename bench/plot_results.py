@@ -436,6 +436,9 @@ def main():
                    "int8 Flash-ABFT on the wgmma kernel, 10,000 flips per bar (1 x 2 x 512)")
     sites_campaign(folder, "campaign_fp8_abft_wgmma",
                    "fp8 Flash-ABFT on the wgmma kernel, 10,000 flips per bar (1 x 2 x 512)")
+    sites_campaign(folder, "campaign_pasa_abft_ws",
+                   "f16_pasa Flash-ABFT warp-specialised, 10,000 flips per bar (1 x 2 x 512)")
+    tile_sweep(folder, "pasa_abft_tiles")
 
 
 if __name__ == "__main__":
