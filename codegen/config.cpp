@@ -425,6 +425,12 @@ bool q8_tensor_maps(const KernelConfig& c) {
 }
 
 namespace {
+// FwdWgmmaTraits::ones_tile: unprotected f16_pasa on three consumers at head dims up to 96 takes l
+// from an n8 tile of ones beside O in GEMM II, in an atom after V's channels.
+bool pasa_ones_tile(const KernelConfig& c) {
+  return c.precision == Precision::f16_pasa && c.protection == Protection::none &&
+         c.num_warps == 12 && c.head_dim <= 96 && warp_specialized(c);
+}
 // Q's tile and every stage's K and V tiles (FwdWgmmaTraits::loop_bytes with one Q buffer).
 int64_t wgmma16_loop_bytes(const KernelConfig& c) {
   auto align = [](int64_t b) { return (b + 1023) / 1024 * 1024; };
@@ -433,7 +439,7 @@ int64_t wgmma16_loop_bytes(const KernelConfig& c) {
   // per key. f16_pasa: the shift rows of 8 blocks below the keys.
   const auto [k_atoms, v_atoms] = codegen::checksum_atoms(c.protection);
   const int64_t atom = codegen::swizzle_atom_bytes(static_cast<int>(row));
-  const int64_t checksum_atom = v_atoms > 0 ? atom * c.block_n : 0;
+  const int64_t checksum_atom = v_atoms > 0 || pasa_ones_tile(c) ? atom * c.block_n : 0;
   const int64_t shift_rows = c.precision == Precision::f16_pasa ? 8 : 0;
   return align(c.block_m * row) +
          c.num_stages * (align((c.block_n + 8 * k_atoms + shift_rows) * row) +

@@ -282,6 +282,41 @@ TEST_CASE("f16_pasa with flash_abft on sm_90a: the checksum tile beside O in GEM
   }
 }
 
+TEST_CASE("unprotected f16_pasa on three consumers: l from a tile of ones beside O in GEMM II",
+          "[pasa][codegen][nvrtc]") {
+  // Head dims up to 96 (FwdWgmmaTraits::ones_tile): GEMM II grows by one n8 tile (m64n72 at 64),
+  // V's stages by an atom of ones, and nothing else: no checksum prologue, no spill, no ptxas
+  // note. At 128 the tile would not fit the back-to-back turn (Flash-ABFT's splits it there),
+  // so GEMM II stays m64n128.
+  for (Mask m : {Mask::none, Mask::causal}) {
+    const KernelConfig d64 =
+        test::tile_config(64, 192, 128, 12, 2, Arch{90, true}, Precision::f16_pasa, m);
+    const KernelConfig d128 =
+        test::tile_config(128, 192, 128, 12, 2, Arch{90, true}, Precision::f16_pasa, m);
+    INFO(d64.name());
+    REQUIRE(warp_specialized(d64));
+    const codegen::KernelSource src = codegen::generate(d64);
+    const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
+    CHECK(test::count(out.ptx, "m64n72k16.f32.f16.f16") > 0);
+    CHECK(test::count(out.ptx, "m64n64k16.f32.f16.f16") == 0);
+    CHECK(out.ptx.find(".entry checksums_") == std::string::npos);
+    const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
+    CHECK(r.spill_stores == 0);
+    CHECK(r.performance_notes.empty());
+    // The atom of ones: one 128-byte swizzle atom per key of each stage, as Flash-ABFT's.
+    KernelConfig abft = d64;
+    abft.protection = Protection::flash_abft;
+    CHECK(d64.shared_memory_bytes() == abft.shared_memory_bytes());
+    KernelConfig one_group = d64;
+    one_group.block_m = 64, one_group.num_warps = 4;
+    CHECK(test::count(runtime::compile_with_nvrtc(codegen::generate(one_group)).ptx,
+                      "m64n72k16.f32.f16.f16") == 0);
+    const runtime::NvrtcOutput wide = runtime::compile_with_nvrtc(codegen::generate(d128));
+    CHECK(test::count(wide.ptx, "m64n128k16.f32.f16.f16") > 0);
+    CHECK(test::count(wide.ptx, "m64n136k16.f32.f16.f16") == 0);
+  }
+}
+
 TEST_CASE("f16_pasa workspace: shifted keys, then one shift vector per key block", "[pasa]") {
   const Problem pr = Problem::bhsd(2, 8, 4, 100, 130, 64);
   const runtime::PasaLayout l = runtime::PasaLayout::of(pr, 64);
@@ -316,14 +351,16 @@ TEST_CASE("f16_pasa compiles at every head dim, spilling only where documented",
           // branch that chose its MMA). The warp-specialised kernel (two warpgroups,
           // kernel/fwd_ws_sm90.cuh) has three turns with GEMM I per step (the first block's,
           // every eighth block's with the recovery, the others'), and GEMM II in all but the
-          // first and once more after the loop.
+          // first and once more after the loop. Three consumers at head dims up to 96 take l
+          // from an n8 tile of ones beside O: GEMM II m64n{d + 8}.
           const bool ws = warp_specialized(c);
           const int gemm1 = ws ? 6 : 4, recovery = ws ? 4 : 2, gemm2 = ws ? 5 : 2;
+          const int gemm2_n = d + (c.num_warps == 12 && d <= 96 ? 8 : 0);
           const std::string wgmma = "wgmma.mma_async.sync.aligned.m64n";
           CHECK(test::count(out.ptx, wgmma + std::to_string(c.block_n) + "k16.f16.f16.f16") ==
                 gemm1 * (d / 16));
           CHECK(test::count(out.ptx, wgmma + "8k16.f32.f16.f16") == recovery * (d / 16));
-          CHECK(test::count(out.ptx, wgmma + std::to_string(d) + "k16.f32.f16.f16") ==
+          CHECK(test::count(out.ptx, wgmma + std::to_string(gemm2_n) + "k16.f32.f16.f16") ==
                 gemm2 * (c.block_n / 16));
           CHECK(test::count(out.ptx, "mma.sync") == 0);
           // Three consumer warpgroups leave the producer 32 registers (setmaxnreg; its copy

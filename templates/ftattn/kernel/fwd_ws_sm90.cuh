@@ -28,6 +28,7 @@
 #pragma once
 
 #include "ftattn/arch/sm80/cp_async.cuh"
+#include "ftattn/arch/sm80/shared.cuh"
 #include "ftattn/arch/sm90/barriers.cuh"
 #include "ftattn/arch/sm90/tile_load.cuh"
 #include "ftattn/arch/sm90/tma.cuh"
@@ -119,7 +120,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   // then arrive on the same "full" barriers as the TMA copies' thread. Flash-ABFT's chunks by
   // the TMA unit ran 0.48-0.53x as 16-byte bulk copies (abft_bulk_chunks_ab.csv) and 0.98-1.02x
   // as one box of overlapping 128-byte rows per block (abft_tma_chunks_ab.csv).
-  constexpr bool kThreadCopies = kEfta || kCT > 0;
+  constexpr bool kThreadCopies = kEfta || T::Protect::v_atoms > 0;
   using Pipeline = sm90::WsPipeline<kStages, kProducers, T::num_warps,
                                     kThreadCopies ? kProducers + 1 : 1, T::q_buffers>;
   static_assert(Pipeline::barrier_bytes <= T::barrier_bytes, "the mbarriers follow the tiles");
@@ -138,6 +139,15 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   if (threadIdx.x == 0) {
     pipe.init(walking ? kQLoaders : kProducers);
     sm90::fence_barrier_init();  // seen by the TMA unit
+  }
+  if constexpr (T::ones_tile) {
+    // Every stage's V atom after the channels: each key's 16 bytes (1, 0) four times, l's column
+    // in every column group. Written once: the TMA copies fill the channels only.
+    for (int c = threadIdx.x; c < kStages * T::block_n; c += T::launch_threads)
+      sm80::st_shared_u128(sV + (c / T::block_n) * T::v_tile_bytes + T::kv_tile_bytes +
+                               sm90::swizzled_offset<T::atom_bytes>(c % T::block_n, 0),
+                           uint4_{0x3c00u, 0x3c00u, 0x3c00u, 0x3c00u});
+    sm90::fence_async_shared();  // seen by the tensor cores
   }
   __syncthreads();
 
@@ -268,7 +278,8 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
           sm90::mbarrier_expect_tx(pipe.v_full(s), detail::kv_tma_bytes<T>);
           detail::tma_load_rows<T, T::block_n>(dv, maps.v, key0, head_kv, batch, pipe.v_full(s));
         }
-        if constexpr (kCT > 0)  // each key's checksum chunk, in an atom after its head_dim ones
+        if constexpr (T::Protect::v_atoms > 0)  // each key's checksum chunk, in an atom after its
+                                                // head_dim ones
           detail::load_v_checksum_chunks<T, kProducers>(
               dv, cs_base + cs_head * cs.v_per_head + key0 * 16ll * kCT, t);
         if constexpr (kThreadCopies) pipe.commit_v(ring);
@@ -536,7 +547,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
       };
       detail::walk_key_blocks<T>(
           p.seqlen_k, row0, diag, n_blocks, [](int b) { return b; }, step);
-      if constexpr (kCT > 0) v_bound = v_bounds[lane % 4];
+      if constexpr (T::Protect::v_atoms > 0) v_bound = v_bounds[lane % 4];
       turn(n_blocks, detail::Bool<true>{}, detail::Bool<false>{},
            detail::Bool<false>{});  // the last block's GEMM II
       inject_output(n_blocks - 1);
@@ -553,7 +564,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
     float l[1][2];  // EFTA's checked against the ones column, Flash-ABFT's that column
     detail::epilogue_row_sums<T, kOnesRowSum, kLazyRescale, kOT>(
         p, acc[0], row_sum[0], lower_bound, row_max[0], l[0], global_row, lane, batch, head);
-    if constexpr (kCT > 0)  // the end-of-row output check, log and recompute list (fwd_sm80.cuh)
+    if constexpr (T::Protect::v_atoms > 0)  // the end-of-row output check, log and recompute list
       detail::check_output<T, true>(p, o, reinterpret_cast<const float(&)[1][kCT][4]>(acc[0][kOT]),
                                     l, v_bound, n_blocks, batch, head, lane,
                                     [&](int, int r) { return global_row(r); });

@@ -16,6 +16,10 @@ struct None {
   static constexpr int k16_rows = 0;    // 8-bit skeleton: f16 checksum rows appended to K (fp8)
   static constexpr bool efta = false;   // 8-bit skeleton: EFTA's score and softmax checks
   static constexpr int ones_row = -1;   // 8-bit skeleton: the V^T row of ones (EFTA)
+  // Unprotected f16_pasa's n8 tile of ones beside O (FwdWgmmaTraits::ones_tile): every column
+  // group is (1, 0), so each lane holds l itself.
+  __device__ static int ones_lane(int lane) { return lane; }
+  __device__ static int second_ones_lane(int lane) { return lane; }
 
   struct State {};
 

@@ -20,6 +20,11 @@ __device__ __forceinline__ void ld_shared_u64(u32 addr, u32 (&v)[2]) {
   asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(v[0]), "=r"(v[1]) : "r"(addr));
 }
 
+__device__ __forceinline__ void st_shared_u128(u32 addr, uint4_ v) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w));
+}
+
 __device__ __forceinline__ uint4_ ld_shared_u128(u32 addr) {
   uint4_ v;
   asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
