@@ -392,10 +392,10 @@ bool uses_wgmma(const KernelConfig& c) {
   // warpgroups (fwd_ws_sm90.cuh: the checksum tile beside O in GEMM II). EFTA keeps the sm80
   // skeleton.
   const bool pasa_ws_tile = c.num_warps == 8 || c.num_warps == 12;
-  const bool pasa_ok = c.precision == Precision::f16_pasa && !is_block_sparse(c.mask) &&
-                       ((c.protection == Protection::none && !c.fault_injection) ||
-                        (pasa_ws_tile && (c.protection == Protection::none ||
-                                          c.protection == Protection::flash_abft)));
+  const bool pasa_ok =
+      c.precision == Precision::f16_pasa && !is_block_sparse(c.mask) &&
+      (pasa_ws_tile ? c.protection == Protection::none || c.protection == Protection::flash_abft
+                    : c.protection == Protection::none && !c.fault_injection);
   return (q8_ok || b16_ok || pasa_ok) && head_dim_ok && c.arch.sm == 90 && c.arch.arch_specific &&
          c.backend == Backend::nvrtc && (c.block_n == 64 || c.block_n == 128) &&
          c.num_warps % 4 == 0 && c.block_m == 16 * c.num_warps && c.num_stages >= 2;

@@ -305,9 +305,9 @@ __device__ __forceinline__ void keep_recovery_tile(const float (&tile)[4], float
 // of their own: free to sink the exponentials between GEMM II's wgmmas, or to share S''s
 // registers under the next GEMM I, ptxas serialised every wgmma of the kernel (C7511 / C7513).
 // kSlack > 0 (bias): O skips its multiplies where no row of the warp moved its max.
-// kRowSums false: l is kept elsewhere (Flash-ABFT's ones column, rescaled with O in `o`), so the
-// f16 pair sums are skipped. `on_rescale` sees the block's factors before l and O take them (the
-// injection builds' rescale site).
+// kRowSums false: l is kept elsewhere (the ones column of a tile beside O in `o`, rescaled with
+// it), so the f16 pair sums are skipped. `on_rescale` sees the block's factors before l and O take
+// them (the injection builds' rescale site).
 template <class T, bool kMasked, int kSlack, bool kRowSums = true, int kST, int kOT,
           class OnRescale = detail::Nothing>
 __device__ __forceinline__ void wgmma_softmax(const AttentionParams& p, u32 (&s)[kST][2],
@@ -335,8 +335,10 @@ __device__ __forceinline__ void wgmma_softmax(const AttentionParams& p, u32 (&s)
       s[nt][r] = prob<false>(s[nt][r], 0u, neg_b_hi[r], neg_b_lo[r]);
       sum[r][nt] = s[nt][r];
     }
-  if constexpr (kRowSums) add_row_sums(row_sum, rescale, sum);
-    // P pinned before O's branch: packed after it, it took 32 register moves a block.
+  if constexpr (kRowSums) {
+    add_row_sums(row_sum, rescale, sum);
+  }
+  // P pinned before O's branch: packed after it, it took 32 register moves a block.
 #pragma unroll
   for (int kc = 0; kc < kST / 2; ++kc) {
     pa[kc][0] = s[2 * kc][0];

@@ -62,7 +62,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   constexpr bool kPasa = P::pasa;
   constexpr int kST = T::s_tiles;
   constexpr int kOT = T::o_tiles;
-  constexpr int kCT = T::checksum_tiles;        // checksum schemes: GEMM II's checksum tiles
+  constexpr int kCT = T::checksum_tiles;        // GEMM II's checksum tiles (f16_pasa: or its ones)
   constexpr int kSC = T::score_checksum_tiles;  // EFTA: GEMM I's checksum tile
   constexpr bool kEfta = T::Protect::k_atoms > 0;
   // efta_correct rebuilds a faulty score from the weighted checksum rows in the K buffer, so the
@@ -70,7 +70,9 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   constexpr bool kLateKRelease = T::Protect::correct;
   // Three 16-bit FP32-score consumers: GEMM II done before GEMM I, so O, S and P never all
   // sit in the wgmma pipeline at once (160 registers each). P staged in shared memory instead,
-  // so that the two could go back to back, ran 0.90-0.97x (staged_p_ab.csv).
+  // so that the two could go back to back, ran 0.90-0.97x (staged_p_ab.csv). f16_pasa's FP16
+  // scores go back to back, but with Flash-ABFT's tile at head dim 128 (there ptxas serialised
+  // every wgmma, C7512).
   constexpr bool kSplitTurn = T::num_warps == 12 && (!P::pasa || (kCT > 0 && T::head_dim > 96));
   // EFTA (two consumers): FlashAttention-3's overlap inside each warpgroup. A turn issues this
   // block's GEMM I, then the previous block's GEMM II, and waits for GEMM I alone, so the softmax
@@ -93,7 +95,8 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   // (efta_lazy_rescale_ab.csv).
   constexpr int kLazyRescale = detail::kLazyRescaleSlack;
   // Flash-ABFT: l is the ones column of GEMM II's checksum tile (its odd column groups), which the
-  // tile computes anyway, so the softmax adds no probabilities (f16_pasa: no f16 pair sums). It is
+  // tile computes anyway, so the softmax adds no probabilities (f16_pasa: no f16 pair sums; its
+  // unprotected three consumers up to head dim 96 have a tile of ones for it alone). It is
   // the sum of the 16-bit P that O took, as EFTA's l is. Like the FP32 sum before it, l is outside
   // Flash-ABFT's output check; a range check (check_ones_row_sum) catches its gross faults.
   constexpr bool kOnesRowSum = kCT > 0 && !kEfta;
@@ -278,8 +281,8 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
           sm90::mbarrier_expect_tx(pipe.v_full(s), detail::kv_tma_bytes<T>);
           detail::tma_load_rows<T, T::block_n>(dv, maps.v, key0, head_kv, batch, pipe.v_full(s));
         }
-        if constexpr (T::Protect::v_atoms > 0)  // each key's checksum chunk, in an atom after its
-                                                // head_dim ones
+        // Each key's checksum chunk, in an atom after its head_dim ones.
+        if constexpr (T::Protect::v_atoms > 0)
           detail::load_v_checksum_chunks<T, kProducers>(
               dv, cs_base + cs_head * cs.v_per_head + key0 * 16ll * kCT, t);
         if constexpr (kThreadCopies) pipe.commit_v(ring);
