@@ -11,8 +11,8 @@ namespace ftattn::tuner {
 Pruned enumerate(const Family& family, const Knobs& knobs) {
   Pruned out;
   // The 16-bit precisions also run three consumer warpgroups on sm_90a (192 rows, 12 warps; the
-  // default at head dim 128, and f16_pasa's at 64 too), so their spaces hold them; f16 and bf16
-  // only unprotected or with Flash-ABFT (validate() drops the rest).
+  // default at head dim 128, and f16_pasa's at 64 too), so their spaces hold them: unprotected or
+  // with Flash-ABFT, and f16 and bf16 with EFTA at head dims up to 64 (validate() drops the rest).
   std::vector<std::pair<int, int>> rows_warps;
   for (int m : knobs.block_m)
     for (int w : knobs.num_warps) rows_warps.emplace_back(m, w);
