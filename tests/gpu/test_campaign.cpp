@@ -62,6 +62,24 @@ std::string about(const Setup& s, FaultSite site, const campaign::CampaignResult
          campaign::summary_table(r.tally);
 }
 
+// `check(setup)` on the 8-bit wgmma kernel with Flash-ABFT (`precision`, 512 keys) at head dims 64
+// and 128, both masks; on a GPU other than sm_90a a warning instead.
+template <class Check>
+void on_q8_abft_wgmma(Precision precision, Check&& check) {
+  Runtime rt;
+  REQUIRE(rt.has_device());
+  if (rt.device_arch() != Arch{90, true}) {
+    WARN("the wgmma kernel needs sm_90a: not run");
+    return;
+  }
+  for (int d : {64, 128})
+    for (Mask mask : {Mask::none, Mask::causal}) {
+      Setup s = make_setup(rt, Protection::flash_abft, mask, d, 512, precision);
+      REQUIRE(uses_wgmma(s.config));
+      check(s);
+    }
+}
+
 }  // namespace
 
 TEST_CASE("a small campaign runs end to end and classifies every trial", "[gpu][campaign]") {
@@ -224,26 +242,17 @@ TEST_CASE("int8 Flash-ABFT on the wgmma kernel: no silent flip of O, its checksu
   // O stays INT32 over all key blocks with the checksum columns beside it, held to them exactly
   // through the folds' rounding; l to the ones column. A flip in a checksum column alarms with
   // O intact (a false positive).
-  Runtime rt;
-  REQUIRE(rt.has_device());
-  if (rt.device_arch() != Arch{90, true}) {
-    WARN("the wgmma kernel needs sm_90a: not run");
-    return;
-  }
-  for (int d : {64, 128})
-    for (Mask mask : {Mask::none, Mask::causal}) {
-      Setup s = make_setup(rt, Protection::flash_abft, mask, d, 512, Precision::int8);
-      REQUIRE(uses_wgmma(s.config));
-      for (FaultSite site :
-           {FaultSite::output, FaultSite::checksum, FaultSite::row_sum, FaultSite::rescale}) {
-        const campaign::CampaignResult r = run_site(s, site, 2000);
-        INFO(about(s, site, r));
-        CHECK(r.tally.count(campaign::Outcome::sdc) <= r.tally.trials / 1000);
-        CHECK(r.tally.count(campaign::Outcome::detected) +
-                  r.tally.count(campaign::Outcome::false_positive) >
-              r.tally.trials / 20);
-      }
+  on_q8_abft_wgmma(Precision::int8, [](Setup& s) {
+    for (FaultSite site :
+         {FaultSite::output, FaultSite::checksum, FaultSite::row_sum, FaultSite::rescale}) {
+      const campaign::CampaignResult r = run_site(s, site, 2000);
+      INFO(about(s, site, r));
+      CHECK(r.tally.count(campaign::Outcome::sdc) <= r.tally.trials / 1000);
+      CHECK(r.tally.count(campaign::Outcome::detected) +
+                r.tally.count(campaign::Outcome::false_positive) >
+            r.tally.trials / 20);
     }
+  });
 }
 
 TEST_CASE("fp8 Flash-ABFT on the wgmma kernel: no silent flip of O, its checksums or a rescale",
@@ -255,24 +264,15 @@ TEST_CASE("fp8 Flash-ABFT on the wgmma kernel: no silent flip of O, its checksum
   // silently on the H200). A block's P V tile (site pv) is held to the checksum columns only
   // within the E4M3 wgmma's bound: that site keeps silent flips (docs/protection.md), so it is
   // not asserted here.
-  Runtime rt;
-  REQUIRE(rt.has_device());
-  if (rt.device_arch() != Arch{90, true}) {
-    WARN("the wgmma kernel needs sm_90a: not run");
-    return;
-  }
-  for (int d : {64, 128})
-    for (Mask mask : {Mask::none, Mask::causal}) {
-      Setup s = make_setup(rt, Protection::flash_abft, mask, d, 512, Precision::fp8_e4m3);
-      REQUIRE(uses_wgmma(s.config));
-      for (FaultSite site : {FaultSite::output, FaultSite::checksum, FaultSite::rescale}) {
-        const campaign::CampaignResult r = run_site(s, site, 2000);
-        INFO(about(s, site, r));
-        CHECK(r.tally.count(campaign::Outcome::sdc) <= (site == FaultSite::rescale ? 2 : 0));
-        if (site != FaultSite::checksum)
-          CHECK(r.tally.count(campaign::Outcome::detected) > r.tally.trials / 10);
-      }
+  on_q8_abft_wgmma(Precision::fp8_e4m3, [](Setup& s) {
+    for (FaultSite site : {FaultSite::output, FaultSite::checksum, FaultSite::rescale}) {
+      const campaign::CampaignResult r = run_site(s, site, 2000);
+      INFO(about(s, site, r));
+      CHECK(r.tally.count(campaign::Outcome::sdc) <= (site == FaultSite::rescale ? 2 : 0));
+      if (site != FaultSite::checksum)
+        CHECK(r.tally.count(campaign::Outcome::detected) > r.tally.trials / 10);
     }
+  });
 }
 
 TEST_CASE("efta_detect sees a score flipped far up, where its product check gives up",
