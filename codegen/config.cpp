@@ -389,13 +389,16 @@ bool uses_wgmma(const KernelConfig& c) {
   const bool b16_ok = b16 && !is_block_sparse(c.mask) && c.protection != Protection::decoupled;
   // f16_pasa: unprotected on every tile (kernel/fwd_pasa_sm90.cuh, fwd_ws_sm90.cuh); with
   // Flash-ABFT, and with injection sites, on the warp-specialised tiles of two and three consumer
-  // warpgroups (fwd_ws_sm90.cuh: the checksum tile beside O in GEMM II). EFTA keeps the sm80
-  // skeleton.
+  // warpgroups (fwd_ws_sm90.cuh: the checksum tile beside O in GEMM II); with EFTA on two consumer
+  // warpgroups up to head dim 128 (kernel/pasa_efta_sm90.cuh).
+  const bool pasa_efta =
+      c.protection == Protection::efta_detect || c.protection == Protection::efta_correct;
   const bool pasa_ws_tile = c.num_warps == 8 || c.num_warps == 12;
   const bool pasa_ok =
       c.precision == Precision::f16_pasa && !is_block_sparse(c.mask) &&
-      (pasa_ws_tile ? c.protection == Protection::none || c.protection == Protection::flash_abft
-                    : c.protection == Protection::none && !c.fault_injection);
+      (pasa_efta      ? c.num_warps == 8 && c.head_dim <= 128
+       : pasa_ws_tile ? c.protection == Protection::none || c.protection == Protection::flash_abft
+                      : c.protection == Protection::none && !c.fault_injection);
   return (q8_ok || b16_ok || pasa_ok) && head_dim_ok && c.arch.sm == 90 && c.arch.arch_specific &&
          c.backend == Backend::nvrtc && (c.block_n == 64 || c.block_n == 128) &&
          c.num_warps % 4 == 0 && c.block_m == 16 * c.num_warps && c.num_stages >= 2;

@@ -368,12 +368,22 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
     // mma.sync 128 x 64 w4s2 stays (1.04-1.05x).
     const bool abft_three =
         c.protection == Protection::flash_abft && c.head_dim <= 128 && !short_causal_d32;
-    const bool three = three_d128 || abft_three || (c.head_dim == 96 && !short_d96) ||
-                       (c.head_dim == 64 && keys > (is_causal(c.mask) ? 8192 : 2048));
-    const bool two = (c.head_dim == 128 && !three) || c.head_dim >= 192;
+    // EFTA rides in the warp-specialised kernel on two consumers (kernel/pasa_efta_sm90.cuh) at
+    // head dims 64 and 128 with the key blocks of its mma.sync tiles, 64: its GEMM I check
+    // allows FP16 noise in proportion to the scores a thread sums, so 128-key blocks let about
+    // twice the score flips through silently (H200, 10,000 flips: 993 / 642 of them at head dim
+    // 128 without a mask / causal against 553 / 344; nvidia-h200/campaign_pasa_efta_ws*.csv).
+    // 128 x 64 w8s2 ran 1.26-1.35x the mma.sync 128 x 64 w4s1 at 128 and 1.02-1.07x at 64;
+    // 128 x 128 w8s2 1.53-1.77x and 1.25-1.37x (pasa_efta_tiles.csv). Head dim 96 keeps the
+    // mma.sync 128 x 32 (64-key blocks: 2.5x its silent score flips; pasa_efta_tiles_d96.csv),
+    // and 32 its own (the warp-specialised tiles ran 0.98-1.09x there).
+    const bool efta_ws = efta && (c.head_dim == 64 || c.head_dim == 128);
+    const bool three = !efta && (three_d128 || abft_three || (c.head_dim == 96 && !short_d96) ||
+                                 (c.head_dim == 64 && keys > (is_causal(c.mask) ? 8192 : 2048)));
+    const bool two = (c.head_dim == 128 && !three && !efta) || c.head_dim >= 192 || efta_ws;
     wgmma_pasa.block_m = three ? 192 : two ? 128 : 64;
     wgmma_pasa.num_warps = three ? 12 : two ? 8 : 4;
-    wgmma_pasa.block_n = c.head_dim >= 192 || short_causal_d32 ? 64 : 128;
+    wgmma_pasa.block_n = c.head_dim >= 192 || short_causal_d32 || efta ? 64 : 128;
     wgmma_pasa.num_stages = 2;
     if (uses_wgmma(wgmma_pasa)) c = wgmma_pasa;
   }

@@ -159,8 +159,9 @@ TEST_CASE("f16_pasa EFTA units: the inject flag, the checksum prologue and K' ch
           "[pasa][codegen][protect]") {
   for (Protection p : {Protection::efta_detect, Protection::efta_correct})
     for (bool inject : {false, true}) {
+      // sm_80's kernel; sm_90a's warp-specialised one below.
       const KernelConfig c =
-          test::default_config(128, Precision::f16_pasa, Mask::causal, Arch{90, true}, p, inject);
+          test::default_config(128, Precision::f16_pasa, Mask::causal, Arch{80, false}, p, inject);
       INFO(c.name());
       CHECK(c.name().ends_with("_inj") == inject);
       const codegen::KernelSource src = codegen::generate(c);
@@ -437,8 +438,56 @@ TEST_CASE("f16_pasa EFTA compiles with and without injection points: prologue, s
           const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
           INFO("registers " << r.registers << ", spill stores " << r.spill_stores);
           CHECK(r.registers > 0);
+          if (!inject) {  // the warp-specialised kernel: no spill, no serialised wgmma
+            CHECK(r.spill_stores == 0);
+            CHECK(r.performance_notes.empty());
+          }
         }
       }
+}
+
+TEST_CASE(
+    "f16_pasa EFTA on sm_90a: two consumer warpgroups up to head dim 128, FP32 checksum "
+    "tile of its own, no spill or note",
+    "[pasa][codegen][nvrtc][protect]") {
+  for (Protection p : {Protection::efta_detect, Protection::efta_correct})
+    for (Mask m : {Mask::none, Mask::causal}) {
+      // The defaults: 128 x 64 w8s2 at head dims 64 and 128 (the mma.sync tiles' key blocks, so
+      // the score check's coverage is theirs), the sm80 kernel at 32, 96 and 256.
+      for (int d : {64, 128}) {
+        const KernelConfig c = test::default_config(d, Precision::f16_pasa, m, Arch{90, true}, p);
+        INFO(c.name());
+        CHECK(warp_specialized(c));
+        CHECK((c.block_m == 128 && c.block_n == 64 && c.num_warps == 8 && c.num_stages == 2));
+      }
+      for (int d : {32, 96, 256})
+        CHECK_FALSE(uses_wgmma(test::default_config(d, Precision::f16_pasa, m, Arch{90, true}, p)));
+      for (int d : {32, 64, 96, 128})
+        for (int block_n : {64, 128}) {
+          const KernelConfig c =
+              test::tile_config(d, 128, block_n, 8, 2, Arch{90, true}, Precision::f16_pasa, m, p);
+          INFO(c.name());
+          REQUIRE(warp_specialized(c));
+          // One warpgroup and three consumers keep the sm80 kernel.
+          for (int w : {4, 12}) {
+            KernelConfig other = c;
+            other.num_warps = w, other.block_m = 16 * w;
+            CHECK_FALSE(uses_wgmma(other));
+          }
+          const codegen::KernelSource src = codegen::generate(c);
+          CHECK(src.text.find("attention_fwd_ws_sm90<") != std::string::npos);
+          const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
+          // GEMM I keeps FP16 accumulators at its width; its checksum tile is an m64n8 wgmma with
+          // FP32 ones, issued with each of GEMM I's k-steps.
+          const std::string gemm1 = fmt::format("m64n{}k16.f16.f16.f16", block_n);
+          const std::string tile = "m64n8k16.f32.f16.f16";
+          CHECK(test::count(out.ptx, gemm1) > 0);
+          CHECK(test::count(out.ptx, tile) >= test::count(out.ptx, gemm1));
+          const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
+          CHECK(r.spill_stores == 0);
+          CHECK(r.performance_notes.empty());
+        }
+    }
 }
 
 TEST_CASE(
@@ -576,11 +625,9 @@ TEST_CASE(
       CHECK_FALSE(uses_wgmma(test::default_config(256, Precision::f16_pasa, m, Arch{90, true},
                                                   Protection::flash_abft, inject)));
     }
-    // sm_80, EFTA, or injection sites on one warpgroup: the sm80 PASA kernel. Unprotected
-    // injection builds of a warp-specialised tile run it.
+    // sm_80, or injection sites on one warpgroup: the sm80 PASA kernel. Unprotected injection
+    // builds of a warp-specialised tile run it.
     CHECK_FALSE(uses_wgmma(test::default_config(128, Precision::f16_pasa, m, Arch{80, false})));
-    CHECK_FALSE(uses_wgmma(test::default_config(128, Precision::f16_pasa, m, Arch{90, true},
-                                                Protection::efta_correct)));
     CHECK(warp_specialized(test::default_config(128, Precision::f16_pasa, m, Arch{90, true},
                                                 Protection::none, /*inject=*/true)));
     KernelConfig one_group = d64;

@@ -152,6 +152,11 @@ struct Nothing {
   template <class... Args>
   __device__ __forceinline__ void operator()(Args&&...) const {}
 };
+// Whether an optional argument was left out (its type Nothing).
+template <class X>
+inline constexpr bool is_nothing = false;
+template <>
+inline constexpr bool is_nothing<Nothing> = true;
 
 // The main loop's walk over key blocks: blocks that need no mask come first (keys below every
 // row's diagonal and inside the sequence); only the last few, at the diagonal or the sequence

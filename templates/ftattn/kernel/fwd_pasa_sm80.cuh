@@ -290,12 +290,39 @@ __device__ __forceinline__ void block_recovery(const float (&table)[4], int j, i
 
 // The recovery tile copied out of its MMA's registers into `table`, pinned there: read after the
 // branch that issued the MMA, the MMA's own registers made ptxas serialise every wgmma (C7514).
+// EFTA's GEMM I checksum tile and own sums (kernel/pasa_efta_sm90.cuh) likewise (C7511).
 __device__ __forceinline__ void keep_recovery_tile(const float (&tile)[4], float (&table)[4]) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     table[i] = tile[i];
     asm volatile("" : "+f"(table[i]));
   }
+}
+
+// EFTA's second evaluation of PASA's softmax on the warp-specialised kernel (wgmma_softmax): its
+// own running max and l, the zero it adds to S'' (unknown to the compilers, so that they keep the
+// two apart), and the row halves whose P differed from the first evaluation's (bit r).
+struct SecondEvaluation {
+  float row_max[2];
+  float row_sum[2];
+  u32 zero2;
+  unsigned alarms;
+};
+
+// EFTA's end-of-row comparison of l and the final max (the LSE's) with the second evaluation's:
+// the same operations on the same values, so equal unless a fault hit one. Earlier maxima are
+// checked through the next block's P.
+__device__ __forceinline__ void check_second_evaluation(const AttentionParams& p, float row_sum,
+                                                        float row_sum2, float row_max,
+                                                        float row_max2, int row, int batch,
+                                                        int head) {
+  if (row >= p.seqlen_q) return;
+  if (row_sum != row_sum2)
+    record_fault(p.fault_log, batch, head, row, -1, fault_stage_row_sum, false,
+                 fabsf(row_sum - row_sum2), 0.f);
+  if (row_max != row_max2)
+    record_fault(p.fault_log, batch, head, row, -1, fault_stage_probs, false,
+                 fabsf(row_max - row_max2), 0.f);
 }
 
 // One key block's softmax on the Hopper PASA kernels (fwd_pasa_sm90.cuh, fwd_ws_sm90.cuh) for a
@@ -307,15 +334,20 @@ __device__ __forceinline__ void keep_recovery_tile(const float (&tile)[4], float
 // kSlack > 0 (bias): O skips its multiplies where no row of the warp moved its max.
 // kRowSums false: l is kept elsewhere (the ones column of a tile beside O in `o`, rescaled with
 // it), so the f16 pair sums are skipped. `on_rescale` sees the block's factors before l and O take
-// them (the injection builds' rescale site).
+// them (the injection builds' rescale site), `on_prob(i, p)` each P register i (2 nt + r) as it is
+// made (EFTA's probs site, before the comparison). `second` (EFTA): the block evaluated a second
+// time from S'' + zero with its own max and l, each P compared with the first's bit for bit.
 template <class T, bool kMasked, int kSlack, bool kRowSums = true, int kST, int kOT,
-          class OnRescale = detail::Nothing>
+          class OnRescale = detail::Nothing, class OnProb = detail::Nothing,
+          class Second = detail::Nothing>
 __device__ __forceinline__ void wgmma_softmax(const AttentionParams& p, u32 (&s)[kST][2],
                                               const float (&rc)[4], int first_row, int key0,
                                               int lane, int diag, float (&row_max)[2],
                                               float (&row_sum)[2], float (&o)[kOT][4],
-                                              u32 (&pa)[kST / 2][4], OnRescale&& on_rescale = {}) {
+                                              u32 (&pa)[kST / 2][4], OnRescale&& on_rescale = {},
+                                              OnProb&& on_prob = {}, Second&& second = {}) {
   using P = precision::F16Pasa;
+  constexpr bool kSecond = !detail::is_nothing<Second>;
   if constexpr (kMasked)
     detail::for_each_masked<1, kST, T::causal>(
         first_row, key0, lane, p.seqlen_k, diag, [&](int, int nt, int i) {
@@ -323,22 +355,32 @@ __device__ __forceinline__ void wgmma_softmax(const AttentionParams& p, u32 (&s)
           x = i % 2 == 0 ? (x & 0xffff0000u) | P::neg_inf_half
                          : (x & 0x0000ffffu) | (u32(P::neg_inf_half) << 16);
         });
-  float rescale[2];
-  u32 neg_b_hi[2], neg_b_lo[2];
+  float rescale[2], rescale2[2];
+  u32 neg_b_hi[2], neg_b_lo[2], neg_b_hi2[2], neg_b_lo2[2];
   bias<false, kST, kSlack>(s, 0u, rc, p.scale_log2, row_max, rescale, neg_b_hi, neg_b_lo);
   on_rescale(rescale);
-  u32 sum[2][kST];
+  if constexpr (kSecond)
+    bias<true, kST, kSlack>(s, second.zero2, rc, p.scale_log2, second.row_max, rescale2, neg_b_hi2,
+                            neg_b_lo2);
+  u32 sum[2][kST], sum2[2][kST];
 #pragma unroll
   for (int nt = 0; nt < kST; ++nt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      s[nt][r] = prob<false>(s[nt][r], 0u, neg_b_hi[r], neg_b_lo[r]);
+      const u32 x = s[nt][r];
+      s[nt][r] = prob<false>(x, 0u, neg_b_hi[r], neg_b_lo[r]);
+      on_prob(2 * nt + r, s[nt][r]);
       sum[r][nt] = s[nt][r];
+      if constexpr (kSecond) {
+        sum2[r][nt] = prob<true>(x, second.zero2, neg_b_hi2[r], neg_b_lo2[r]);
+        second.alarms |= sum2[r][nt] != s[nt][r] ? 1u << r : 0u;
+      }
     }
   if constexpr (kRowSums) {
     add_row_sums(row_sum, rescale, sum);
   }
-  // P pinned before O's branch: packed after it, it took 32 register moves a block.
+  if constexpr (kSecond) add_row_sums(second.row_sum, rescale2, sum2);
+    // P pinned before O's branch: packed after it, it took 32 register moves a block.
 #pragma unroll
   for (int kc = 0; kc < kST / 2; ++kc) {
     pa[kc][0] = s[2 * kc][0];
@@ -728,20 +770,9 @@ __device__ __forceinline__ void attention_fwd_pasa_sm80(const AttentionParams& p
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      if constexpr (kEfta) {
-        // l and the final max (the LSE's) against the second evaluation's: the same operations
-        // on the same values, so equal unless a fault hit one. Earlier maxima are checked
-        // through the next block's P.
-        const int row = global_row(mt, r);
-        if (row < p.seqlen_q) {
-          if (row_sum[mt][r] != row_sum2[mt][r])
-            record_fault(p.fault_log, batch, head, row, -1, fault_stage_row_sum, false,
-                         fabsf(row_sum[mt][r] - row_sum2[mt][r]), 0.f);
-          if (row_max[mt][r] != row_max2[mt][r])
-            record_fault(p.fault_log, batch, head, row, -1, fault_stage_probs, false,
-                         fabsf(row_max[mt][r] - row_max2[mt][r]), 0.f);
-        }
-      }
+      if constexpr (kEfta)
+        pasa::check_second_evaluation(p, row_sum[mt][r], row_sum2[mt][r], row_max[mt][r],
+                                      row_max2[mt][r], global_row(mt, r), batch, head);
       l[mt][r] = quad_sum(row_sum[mt][r]);
     }
   if constexpr (Protect::v_atoms > 0)

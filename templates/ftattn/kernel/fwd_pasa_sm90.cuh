@@ -14,8 +14,8 @@
 //   softmax  pasa::bias and pasa::prob of the sm80 kernel: the max, b = m - rec and
 //            P = 2^(S'' - b) on f16x2, l summed pairwise in f16 then FP32.
 //   GEMM II  O += P V, m64n{head_dim}k16 with P from registers, FP32 accumulators, as f16's.
-// Flash-ABFT and the injection builds run the warp-specialised kernel (fwd_ws_sm90.cuh), EFTA
-// the sm80 one (codegen: uses_wgmma).
+// Flash-ABFT, EFTA and the injection builds run the warp-specialised kernel (fwd_ws_sm90.cuh;
+// EFTA on two consumer warpgroups; codegen: uses_wgmma).
 #pragma once
 
 #include "ftattn/arch/sm80/cp_async.cuh"
@@ -34,11 +34,13 @@ template <int HeadDim, int BlockM, int BlockN, int NumWarps, int NumStages, bool
 struct PasaWgmmaTraits : FwdWgmmaTraits<HeadDim, BlockM, BlockN, NumWarps, NumStages,
                                         precision::F16Pasa, ProtectT, Causal, BlockSparse, Inject> {
   static constexpr int shift_threads = 128;  // the shift kernel's CTA (pasa_shift_sm80)
-  // Flash-ABFT and the injection sites ride in the warp-specialised kernel only; EFTA's checks
-  // of FP16 scores are the sm80 skeleton's.
-  static_assert((!ProtectT::enabled && !Inject) ||
-                    (NumWarps != 4 && ProtectT::k_atoms == 0 && ProtectT::v_atoms <= 1),
-                "protected PASA runs the warp-specialised kernel with Flash-ABFT, or the sm80 one");
+  // Flash-ABFT and the injection sites ride in the warp-specialised kernel only, EFTA on its two
+  // consumer warpgroups up to head dim 128.
+  static_assert(
+      (!ProtectT::enabled && !Inject) ||
+          (NumWarps != 4 && (ProtectT::k_atoms == 0 || (NumWarps == 8 && HeadDim <= 128))),
+      "protected PASA runs the warp-specialised kernel (EFTA: two consumers), or the sm80 "
+      "one");
   // The recovery tile of blocks 8c ... 8c + 7 is computed on block 8c: every block from the
   // first is visited, in order.
   static_assert(!BlockSparse, "block-sparse PASA runs the sm80 skeleton");

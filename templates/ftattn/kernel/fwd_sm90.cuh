@@ -68,6 +68,8 @@ struct FwdWgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, 
   static constexpr int recovery_blocks = 8;
   static constexpr int shift_row = BlockN + 8 * ProtectT::k_atoms;
   static constexpr int k_rows = shift_row + (PrecisionT::pasa ? recovery_blocks : 0);
+  // GEMM I's checksum tile: beside the scores in GEMM I's wgmma, or for f16_pasa (FP16 scores) an
+  // m64n8 wgmma of its own with FP32 accumulators.
   static constexpr int score_checksum_tiles = ProtectT::k_atoms > 0 ? 1 : 0;
   static constexpr int k_tile_bytes = align(k_rows * row_bytes);
   static constexpr int kv_tile_bytes = align(BlockN * row_bytes);
@@ -506,7 +508,8 @@ __device__ __forceinline__ float efta_checked_row_sum(const AttentionParams& p,
 // The epilogue's l of row halves 0 and 1 from a warp's accumulators `acc` (O's kOT tiles, then
 // the checksum tiles): under EFTA the ones column checked against the FP32 sum `row_sum` and
 // SNVR's `lower_bound`; where l is the ones column (kOnesRowSum: Flash-ABFT) that column, its
-// range checked with the lazy rescale's slack kSlack; otherwise the quad's sum of `row_sum`.
+// range checked with the lazy rescale's slack kSlack; otherwise (f16_pasa's EFTA too, whose l the
+// second evaluation checks) the quad's sum of `row_sum`.
 template <class T, bool kOnesRowSum, int kSlack, int kOT, int kNT, class GlobalRow>
 __device__ __forceinline__ void epilogue_row_sums(
     const AttentionParams& p, const float (&acc)[kNT][4], const float (&row_sum)[2],
@@ -517,7 +520,7 @@ __device__ __forceinline__ void epilogue_row_sums(
       reinterpret_cast<const float(&)[kCT > 0 ? kCT : 1][4]>(acc[kOT]);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    if constexpr (T::Protect::k_atoms > 0) {
+    if constexpr (T::Protect::k_atoms > 0 && !T::Precision::pasa) {
       l[r] = efta_checked_row_sum<T>(p, checksums, r, row_sum[r], lower_bound[r], global_row(r),
                                      row_max[r], lane, batch, head);
     } else if constexpr (kOnesRowSum) {

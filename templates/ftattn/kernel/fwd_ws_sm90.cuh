@@ -2,8 +2,9 @@
 // fwd_sm90.cuh (f16, bf16, unprotected or with a checksum scheme: Flash-ABFT's checksum atom in
 // each V tile and GEMM II's extra n8 tile, checked at the end of the row; EFTA's checksum rows
 // below the keys, GEMM I's extra n8 tile and its checked softmax) and fwd_pasa_sm90.cuh (f16_pasa:
-// FP16 scores, the recovery MMA against the shift rows below the keys, PASA's softmax; unprotected
-// or with Flash-ABFT's tile), scheduled the way FlashAttention-3 schedules them.
+// FP16 scores, the recovery MMA against the shift rows below the keys, PASA's softmax; unprotected,
+// with Flash-ABFT's tile, or with EFTA: kernel/pasa_efta_sm90.cuh's GEMM I check and the softmax
+// evaluated twice), scheduled the way FlashAttention-3 schedules them.
 //
 //   producer   the last warpgroup (56 registers each; 32 beside three consumers) copies Q once
 //              by cp.async, then its first thread copies every key block's K and V tiles by
@@ -36,6 +37,7 @@
 #include "ftattn/arch/sm90/ws_pipeline.cuh"
 #include "ftattn/kernel/fwd_pasa_sm80.cuh"
 #include "ftattn/kernel/fwd_sm90.cuh"
+#include "ftattn/kernel/pasa_efta_sm90.cuh"
 #include "ftattn/kernel/tile_walk.cuh"
 
 namespace ftattn {
@@ -65,6 +67,9 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   constexpr int kCT = T::checksum_tiles;        // GEMM II's checksum tiles (f16_pasa: or its ones)
   constexpr int kSC = T::score_checksum_tiles;  // EFTA: GEMM I's checksum tile
   constexpr bool kEfta = T::Protect::k_atoms > 0;
+  // f16_pasa with EFTA (two consumers): GEMM I's checksum tile as an FP32 wgmma of its own, the
+  // scores' own sums and the check of kernel/pasa_efta_sm90.cuh, and the softmax evaluated twice.
+  constexpr bool kPasaEfta = kPasa && kEfta;
   // efta_correct rebuilds a faulty score from the weighted checksum rows in the K buffer, so the
   // buffer is released after the softmax, not after GEMM I.
   constexpr bool kLateKRelease = T::Protect::correct;
@@ -87,12 +92,14 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
   // ptxas puts it.
   constexpr bool kOverlap = T::num_warps == 8 && kEfta && !P::pasa;
   constexpr bool kAlarmsFirst = kOverlap && !T::Protect::correct;
-  // Three EFTA consumers (head dims 32 and 64) take the split turn below instead.
-  static_assert(!kEfta || kOverlap || (kSplitTurn && T::head_dim <= 64),
-                "EFTA runs on two consumers, or three at head dims up to 64");
+  // Three EFTA consumers (head dims 32 and 64) take the split turn below instead; f16_pasa's two
+  // the plain one.
+  static_assert(
+      !kEfta || kOverlap || (kSplitTurn && T::head_dim <= 64) || (kPasaEfta && T::num_warps == 8),
+      "EFTA runs on two consumers, or three at head dims up to 64");
   // Without EFTA a row keeps its max until a block passes it by 2^8 (softmax_block, pasa::bias).
-  // EFTA rescales every block: efta_detect with the lazy rescale ran 0.95-0.97x
-  // (efta_lazy_rescale_ab.csv).
+  // f16's EFTA rescales every block: efta_detect with the lazy rescale ran 0.95-0.97x
+  // (efta_lazy_rescale_ab.csv). f16_pasa's keeps it: both evaluations take the same slack.
   constexpr int kLazyRescale = detail::kLazyRescaleSlack;
   // Flash-ABFT: l is the ones column of GEMM II's checksum tile (its odd column groups), which the
   // tile computes anyway, so the softmax adds no probabilities (f16_pasa: no f16 pair sums; its
@@ -343,6 +350,10 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
     [[maybe_unused]] const float* k_norms =
         reinterpret_cast<const float*>(cs_base + cs.knorm_offset + cs_head * cs.knorm_per_head);
     if constexpr (kEfta) q_norm = detail::efta_q_norm<T>(p, in.q, row0, warp_row, lane);
+    // f16_pasa: the second evaluation of its softmax, from S'' + 0 (a zero unknown to the
+    // compilers).
+    [[maybe_unused]] pasa::SecondEvaluation second{
+        {neg_inf(), neg_inf()}, {0.f, 0.f}, static_cast<u32>(min(p.seqlen_k, 0)), 0u};
 
     // Q has landed: before GEMM I reads it, and before the epilogue stages O over it (a CTA whose
     // rows see no key still had its Q copied, and the late copy overwrote the staged zeros).
@@ -366,8 +377,16 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
       u32 pa[kST / 2][4];  // the previous block's P, GEMM II's A operand
       // This block's S, then P (EFTA: and the checksum tile after it). PASA: the recovery tile
       // q . r_j in FP32 of the eight blocks from 8 (j / 8), computed on the first of them.
-      typename detail::ScoreTile<kPasa, kST + kSC>::type s_all;
+      typename detail::ScoreTile<kPasa, kST + (kPasa ? 0 : kSC)>::type s_all;
       auto& s = reinterpret_cast<typename detail::ScoreTile<kPasa, kST>::type&>(s_all);
+      // GEMM I's checksum tile (EFTA): beside the scores, or f16_pasa's FP32 one.
+      [[maybe_unused]] float sc_pasa[4];
+      auto score_checksums = [&]() -> float(&)[4] {
+        if constexpr (kPasa)
+          return sc_pasa;
+        else
+          return s_all[kST];
+      };
       [[maybe_unused]] float rc_table[4];
       // One turn on the tensor cores: GEMM II of block j - 1 (PV), GEMM I of block j into s (QK),
       // PASA's recovery tile (REC); returns once all are done and their buffers released. Which
@@ -378,7 +397,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
         using QK = decltype(qk);
         // Two consumers: GEMM I first and GEMM II left in flight (kOverlap, finish_turn).
         constexpr bool kSplitGroups = kOverlap && PV::value && QK::value;
-        [[maybe_unused]] float rc_tile[4];
+        [[maybe_unused]] float rc_tile[4], sc_tile[4];
         if (QK::value) pipe.wait_k(base + j);
         if (PV::value) pipe.wait_v(base + j - 1);
         // The producer's thread copies (checksum rows and chunks), seen by the tensor cores. K and
@@ -406,6 +425,10 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
             const u64 kd = sm90::k_step_descriptor<kRowBytes>(sKs, T::k_rows, 0, ks);
             if constexpr (kPasa) {
               sm90::wgmma_f16acc_ss(reinterpret_cast<u32(&)[kST * 2]>(s), qd, kd, ks > 0);
+              if constexpr (kEfta)
+                sm90::wgmma_16bit_ss<false>(
+                    sc_tile, qd, sm90::k_step_descriptor<kRowBytes>(sKs, T::k_rows, T::block_n, ks),
+                    ks > 0);
               if constexpr (decltype(rec)::value)
                 sm90::wgmma_16bit_ss<false>(
                     rc_tile, qd,
@@ -443,6 +466,7 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
           if (PV::value) pipe.release_v(base + j - 1);
         }
         if constexpr (decltype(rec)::value) pasa::keep_recovery_tile(rc_tile, rc_table);
+        if constexpr (kPasaEfta && QK::value) pasa::keep_recovery_tile(sc_tile, sc_pasa);
       };
       // kOverlap: block j - 1's GEMM II, left in flight by block j's turn, done before O takes this
       // block's factors and GEMM II's registers take its P.
@@ -471,6 +495,14 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
         }
       };
 
+      // efta_correct: K's buffer, once every lane's weighted checksum has read it.
+      auto release_k_late = [&](int j) {
+        if constexpr (kLateKRelease) {
+          __syncwarp();
+          if (lane == 0) pipe.release_k(base + j);
+        }
+      };
+
       auto step = [&](int, const int j, auto masked) {
         // EFTA's sum of |k| over this thread's keys of the block: loaded while the turn runs.
         [[maybe_unused]] float k_norm = 0.f;
@@ -491,18 +523,41 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
           // The checksum site is the concatenation [S checksums, O checksums]: S's are hit here.
           if constexpr (kSC > 0)
             if (p.fault.element % ((kSC + kCT) * 4) < kSC * 4)
-              inject(fault_site_checksum, j, s_all[kST], kSC * 4);
+              inject(fault_site_checksum, j, score_checksums(), kSC * 4);
         }
-        if constexpr (kEfta) {
+        if constexpr (kPasaEfta) {
+          const u32 sKs = sK + ((base + j) % kStages) * T::k_tile_bytes;
+          float own[2];
+          pasa::own_score_sums(s, own);
+          const float walk = q_norm * rsqrtf(float(T::head_dim)) * k_norm;
+          pasa::check_scores<T>(p, s, {sc_pasa[0] + sc_pasa[1], sc_pasa[2] + sc_pasa[3]}, own, walk,
+                                sQt, sKs, warp_row + lane / 4, lane % 4, j, global_row(0), batch,
+                                head);
+          release_k_late(j);
+          float rc[4];
+          pasa::block_recovery<T::recovery_blocks>(rc_table, j, lane, rc);
+          second.alarms = 0u;
+          pasa::wgmma_softmax<T, decltype(masked)::value, kLazyRescale>(
+              p, s, rc, row0 + warp_row, j * T::block_n, lane, diag, row_max[0], row_sum[0], acc[0],
+              pa, [&](float(&rescale)[2]) { inject(fault_site_rescale, j, rescale, 2); },
+              [&](int i, u32& prob) {
+                if constexpr (T::inject)
+                  inject_value_at(p.fault, fault_site_probs, j, i, kST * 2, prob);
+              },
+              second);
+          if (second.alarms != 0u)
+#pragma unroll
+            for (int r = 0; r < 2; ++r)
+              if ((second.alarms >> r) & 1u)
+                record_fault(p.fault_log, batch, head, global_row(r), -1, fault_stage_probs, false,
+                             1.f, 0.f);
+        } else if constexpr (kEfta) {
           const u32 sKs = sK + ((base + j) % kStages) * T::k_tile_bytes;
           detail::EftaBlock<kST> efta;
           detail::efta_softmax<T, decltype(masked)::value>(
-              p, s, s_all[kST], efta, sQt, sKs, row0, warp_row, j, j, lane, diag, q_norm, k_norm,
-              row_max[0], row_sum[0], lower_bound, batch, head, inject);
-          if constexpr (kLateKRelease) {
-            __syncwarp();  // every lane's weighted checksum has read the buffer
-            if (lane == 0) pipe.release_k(base + j);
-          }
+              p, s, score_checksums(), efta, sQt, sKs, row0, warp_row, j, j, lane, diag, q_norm,
+              k_norm, row_max[0], row_sum[0], lower_bound, batch, head, inject);
+          release_k_late(j);
           if constexpr (kAlarmsFirst)
             detail::efta_report_alarms(p, efta, global_row(0), batch, head);
           finish_turn(j);
@@ -565,6 +620,11 @@ __device__ __forceinline__ void attention_fwd_ws_sm90(const AttentionParams& p,
     else
       sm90::named_barrier_sync(kConsumersDone, kConsumers);
     float l[1][2];  // EFTA's checked against the ones column, Flash-ABFT's that column
+    if constexpr (kPasaEfta)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        pasa::check_second_evaluation(p, row_sum[0][r], second.row_sum[r], row_max[0][r],
+                                      second.row_max[r], global_row(r), batch, head);
     detail::epilogue_row_sums<T, kOnesRowSum, kLazyRescale, kOT>(
         p, acc[0], row_sum[0], lower_bound, row_max[0], l[0], global_row, lane, batch, head);
     if constexpr (T::Protect::v_atoms > 0)  // the end-of-row output check, log and recompute list
