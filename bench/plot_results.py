@@ -439,6 +439,13 @@ def main():
     sites_campaign(folder, "campaign_pasa_abft_ws",
                    "f16_pasa Flash-ABFT warp-specialised, 10,000 flips per bar (1 x 2 x 512)")
     tile_sweep(folder, "pasa_abft_tiles")
+    build_campaign(folder, "campaign_pasa_efta_ws",
+                   ("scores", "probs", "row_max", "row_sum", "rescale", "output", "checksum"),
+                   "f16_pasa EFTA warp-specialised 128 x 128 w8s2, 10,000 flips per bar (1 x 2 x 512)")
+    build_campaign(folder, "campaign_pasa_efta_tiles", ("scores", "output"),
+                   "f16_pasa EFTA by tile (key-block size), 10,000 flips per bar (1 x 2 x 512)")
+    tile_sweep(folder, "pasa_efta_tiles")
+    tile_sweep(folder, "pasa_efta_tiles_d96")
 
 
 if __name__ == "__main__":
