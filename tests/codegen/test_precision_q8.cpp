@@ -494,9 +494,14 @@ TEST_CASE("8-bit on sm_90a: the wgmma skeleton, when it applies, and what it com
   CHECK(with([](KernelConfig& c) { c.precision = Precision::int8; }));
   CHECK(with([](KernelConfig& c) { c.precision = Precision::f16; }));       // kernel/fwd_sm90.cuh
   CHECK(with([](KernelConfig& c) { c.precision = Precision::f16_pasa; }));  // fwd_pasa_sm90.cuh
-  CHECK_FALSE(with([](KernelConfig& c) {  // checked PASA keeps fwd_pasa_sm80.cuh
+  CHECK(with([](KernelConfig& c) {  // EFTA on PASA: the warp-specialised kernel, two consumers
     c.precision = Precision::f16_pasa;
     c.protection = Protection::efta_detect;
+  }));
+  CHECK_FALSE(with([](KernelConfig& c) {  // on one warpgroup it keeps fwd_pasa_sm80.cuh
+    c.precision = Precision::f16_pasa;
+    c.protection = Protection::efta_detect;
+    c.block_m = 64, c.num_warps = 4;
   }));
   // PASA's injection builds ride in the warp-specialised kernel (two warpgroups here), and on
   // one warpgroup keep the sm80 skeleton.

@@ -105,10 +105,8 @@ TEST_CASE("warp_specialized: two consumer warpgroups of 16-bit tiles on sm_90a",
            {Protection::flash_abft, Protection::efta_detect, Protection::efta_correct}) {
         KernelConfig checked = ws;
         checked.protection = prot;
-        // PASA with EFTA runs the mma.sync skeleton; with Flash-ABFT this one.
-        const bool runs = p != Precision::f16_pasa || prot == Protection::flash_abft;
-        CHECK(warp_specialized(checked) == runs);
-        CHECK(launch_threads(checked) == (runs ? 384 : 256));
+        CHECK(warp_specialized(checked));  // PASA's EFTA too (kernel/pasa_efta_sm90.cuh)
+        CHECK(launch_threads(checked) == 384);
         // Three consumers: Flash-ABFT, and EFTA at head dims up to 64 only (at 128 its consumers
         // spill kilobytes).
         KernelConfig three = test::tile_config(d, 192, 128, 12, 2, kSm90a, p, Mask::none, prot);
