@@ -290,7 +290,7 @@ __device__ __forceinline__ void block_recovery(const float (&table)[4], int j, i
 
 // The recovery tile copied out of its MMA's registers into `table`, pinned there: read after the
 // branch that issued the MMA, the MMA's own registers made ptxas serialise every wgmma (C7514).
-// EFTA's GEMM I checksum tile and own sums (kernel/pasa_efta_sm90.cuh) likewise (C7511).
+// EFTA's GEMM I checksum tile (fwd_ws_sm90.cuh) likewise.
 __device__ __forceinline__ void keep_recovery_tile(const float (&tile)[4], float (&table)[4]) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {

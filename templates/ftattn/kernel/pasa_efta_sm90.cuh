@@ -12,8 +12,6 @@
 //             element from the weighted checksum rows.
 #pragma once
 
-#include "ftattn/arch/sm80/shared.cuh"
-#include "ftattn/arch/sm90/wgmma.cuh"
 #include "ftattn/kernel/fwd_pasa_sm80.cuh"
 #include "ftattn/kernel/fwd_sm90.cuh"
 
