@@ -380,7 +380,7 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
     const bool efta_ws = efta && (c.head_dim == 64 || c.head_dim == 128);
     const bool three = !efta && (three_d128 || abft_three || (c.head_dim == 96 && !short_d96) ||
                                  (c.head_dim == 64 && keys > (is_causal(c.mask) ? 8192 : 2048)));
-    const bool two = (c.head_dim == 128 && !three && !efta) || c.head_dim >= 192 || efta_ws;
+    const bool two = efta ? efta_ws : (c.head_dim == 128 && !three) || c.head_dim >= 192;
     wgmma_pasa.block_m = three ? 192 : two ? 128 : 64;
     wgmma_pasa.num_warps = three ? 12 : two ? 8 : 4;
     wgmma_pasa.block_n = c.head_dim >= 192 || short_causal_d32 || efta ? 64 : 128;

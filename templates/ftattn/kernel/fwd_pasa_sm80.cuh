@@ -379,8 +379,10 @@ __device__ __forceinline__ void wgmma_softmax(const AttentionParams& p, u32 (&s)
   if constexpr (kRowSums) {
     add_row_sums(row_sum, rescale, sum);
   }
-  if constexpr (kSecond) add_row_sums(second.row_sum, rescale2, sum2);
-    // P pinned before O's branch: packed after it, it took 32 register moves a block.
+  if constexpr (kSecond) {
+    add_row_sums(second.row_sum, rescale2, sum2);
+  }
+  // P pinned before O's branch: packed after it, it took 32 register moves a block.
 #pragma unroll
   for (int kc = 0; kc < kST / 2; ++kc) {
     pa[kc][0] = s[2 * kc][0];
