@@ -131,4 +131,25 @@ FaultReport check_live_output(Runtime& rt, const KernelConfig& config, const Pro
   return tripped;
 }
 
+void check_beside_mma_sync(Runtime& rt, const KernelConfig& c, const KernelConfig& sync,
+                           int long_batch, uint64_t seed0) {
+  const int d = c.head_dim;
+  for (const Problem& pr :
+       {Problem::bhsd(2, 4, 2, 203, 517, d), Problem::bhsd(long_batch, 16, 8, 2048, 2048, d)}) {
+    const uint64_t seed = seed0 + d + pr.seqlen_q;
+    const int rows = pr.seqlen_q > 1000 ? 128 : 0;
+    FaultReport fa, fb;
+    const ProtectOptions report;
+    const auto a = run_case(rt, c, pr, true, rows, seed, false, nullptr, &report, &fa);
+    const auto b = run_case(rt, sync, pr, true, rows, seed, false, nullptr, &report, &fb);
+    INFO(a.config_name << " s" << pr.seqlen_q << ": " << a.report.summary() << "; " << fa.summary()
+                       << " | mma.sync: " << b.report.summary());
+    CHECK(a.report.passed);
+    CHECK(fa.clean());
+    CHECK(fb.clean());
+    CHECK(a.report.rel_l2_error <= 1.5 * b.report.rel_l2_error + 1e-4);
+    CHECK(a.report.max_lse_error <= 2 * b.report.max_lse_error + 1e-4);
+  }
+}
+
 }  // namespace ftattn::gpu_test

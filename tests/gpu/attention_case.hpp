@@ -75,4 +75,11 @@ ProtectOptions plant(FaultSite site, int bit, int element = 3, OnFault on_fault 
 FaultReport check_live_output(Runtime& rt, const KernelConfig& config, const Problem& problem,
                               uint64_t seed);
 
+// A protected wgmma kernel `c` beside the mma.sync one `sync` on the same inputs: odd lengths
+// with GQA, and `long_batch` x 16 heads of 2k keys (128 rows checked), both with LSE. The wgmma
+// one must come within 1.5x the mma.sync one's error of the reference (and of its LSE error
+// twice); no alarm on either. Seeds from seed0 + head dim + query length.
+void check_beside_mma_sync(Runtime& rt, const KernelConfig& c, const KernelConfig& sync,
+                           int long_batch, uint64_t seed0);
+
 }  // namespace ftattn::gpu_test

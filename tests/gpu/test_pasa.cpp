@@ -33,31 +33,6 @@ KernelConfig pasa_config(int head_dim, Mask m) {
   return c;
 }
 
-// A protected warp-specialised kernel `c` beside the mma.sync one `sync` on the same inputs: odd
-// lengths with GQA, and `long_batch` x 16 heads of 2k keys (128 rows checked), both with LSE. Both
-// carry the FP16-score error, so the wgmma one must come as close to the reference; no alarm on
-// either. Seeds from seed0 + head dim + query length.
-void check_beside_mma_sync(Runtime& rt, const KernelConfig& c, const KernelConfig& sync,
-                           int long_batch, uint64_t seed0) {
-  const int d = c.head_dim;
-  for (const Problem& pr :
-       {Problem::bhsd(2, 4, 2, 203, 517, d), Problem::bhsd(long_batch, 16, 8, 2048, 2048, d)}) {
-    const uint64_t seed = seed0 + d + pr.seqlen_q;
-    const int rows = pr.seqlen_q > 1000 ? 128 : 0;
-    FaultReport fa, fb;
-    const ProtectOptions report;
-    const auto a = gpu_test::run_case(rt, c, pr, true, rows, seed, false, nullptr, &report, &fa);
-    const auto b = gpu_test::run_case(rt, sync, pr, true, rows, seed, false, nullptr, &report, &fb);
-    INFO(a.config_name << " s" << pr.seqlen_q << ": " << a.report.summary() << "; " << fa.summary()
-                       << " | mma.sync: " << b.report.summary());
-    CHECK(a.report.passed);
-    CHECK(fa.clean());
-    CHECK(fb.clean());
-    CHECK(a.report.rel_l2_error <= 1.5 * b.report.rel_l2_error + 1e-4);
-    CHECK(a.report.max_lse_error <= 2 * b.report.max_lse_error + 1e-4);
-  }
-}
-
 }  // namespace
 
 TEST_CASE("f16_pasa matches the FP64 reference on normal inputs", "[gpu][pasa]") {
@@ -316,7 +291,7 @@ TEST_CASE(
       sync.arch = Arch{90, false};
       sync.block_m = d >= 192 ? 64 : 128, sync.num_warps = 4, sync.num_stages = 1;
       REQUIRE_FALSE(uses_wgmma(sync));
-      check_beside_mma_sync(rt, c, sync, 2, 7100);
+      gpu_test::check_beside_mma_sync(rt, c, sync, 2, 7100);
       const Problem big = Problem::bhsd(1, 4, 4, 1280, 1280, d);
       for (bool uniform : {true, false}) {
         const OverflowRun o = overflow_run(rt, c, big, uniform, 30.0, uniform ? 0.5 : 10.0, {});
@@ -446,7 +421,7 @@ TEST_CASE("f16_pasa EFTA warp-specialised: clean beside mma.sync on every head d
           sync.arch = Arch{90, false};
           sync.block_n = 64, sync.num_warps = 4, sync.num_stages = 1;
           REQUIRE_FALSE(uses_wgmma(sync));
-          check_beside_mma_sync(rt, c, sync, 1, 7300);
+          gpu_test::check_beside_mma_sync(rt, c, sync, 1, 7300);
           gpu_test::check_live_output(rt, c, Problem::bhsd(1, 2, 2, 400, 512, d), 7400 + d);
         }
 }
