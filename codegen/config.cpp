@@ -382,10 +382,15 @@ bool uses_wgmma(const KernelConfig& c) {
                            (c.head_dim == 192 && (q8 || wide_tile));
   // The 16-bit skeleton also carries every checksum scheme and the fault-injection sites; the
   // 8-bit one-warpgroup skeleton Flash-ABFT (and its injection sites) at head dims 64 and 128,
-  // whose checksum rows ride in GEMM II (kernel/fwd_q8_sm90.cuh).
-  const bool q8_abft = q8 && c.protection == Protection::flash_abft && c.num_warps == 4 &&
-                       (c.head_dim == 64 || c.head_dim == 128);
-  const bool q8_ok = q8 && ((c.protection == Protection::none && !c.fault_injection) || q8_abft);
+  // whose checksum rows ride in GEMM II (kernel/fwd_q8_sm90.cuh), and int8 efta_detect there,
+  // its K checksum rows in GEMM I too.
+  const bool q8_checked =
+      c.protection == Protection::flash_abft ||
+      (c.precision == Precision::int8 && c.protection == Protection::efta_detect);
+  const bool q8_protected =
+      q8 && q8_checked && c.num_warps == 4 && (c.head_dim == 64 || c.head_dim == 128);
+  const bool q8_ok =
+      q8 && ((c.protection == Protection::none && !c.fault_injection) || q8_protected);
   const bool b16_ok = b16 && !is_block_sparse(c.mask) && c.protection != Protection::decoupled;
   // f16_pasa: unprotected on every tile (kernel/fwd_pasa_sm90.cuh, fwd_ws_sm90.cuh); with
   // Flash-ABFT, and with injection sites, on the warp-specialised tiles of two and three consumer
@@ -742,8 +747,10 @@ int KernelConfig::shared_memory_bytes() const {
     // Q8WgmmaTraits (kernel/fwd_q8_sm90.cuh): swizzled Q, K (+ a float per key) and V^T tiles
     // at 1024-byte boundaries, and 1024 bytes to align the dynamic base.
     auto align = [](int64_t b) { return (b + 1023) / 1024 * 1024; };
-    const int64_t tail = align(int64_t{head_dim} * block_n + 8 * block_n);  // V^T, its tail
-    const int64_t stage = align(tail + int64_t{block_n} * head_dim);        // and K
+    // V^T, its tail, and K (int8 EFTA: its 16 checksum rows below the keys).
+    const int64_t tail = align(int64_t{head_dim} * block_n + 8 * block_n);
+    const int64_t k_rows = protection == Protection::efta_detect ? 16 : 0;
+    const int64_t stage = align(tail + (block_n + k_rows) * int64_t{head_dim});
     const int64_t loop = align(int64_t{block_m} * head_dim) + num_stages * stage;
     const int64_t out = int64_t{block_m} * (2 * head_dim + 16);
     // The warp-specialised skeleton's mbarriers follow the tiles, the one-warpgroup one's do

@@ -9,6 +9,7 @@
 #include "codegen/checksum_atoms.hpp"
 #include "codegen/swizzle_atom.hpp"
 #include "ftattn/errors.hpp"
+#include "ftattn/quantize_params.cuh"
 #include "runtime/driver.hpp"
 
 namespace ftattn::runtime {
@@ -120,6 +121,26 @@ Q8TensorMaps encode_q8_tensor_maps(const KernelConfig& c, const AttentionParams&
                        swizzle_of(c.block_n)};
     require_copyable(vt_check);
     encode(maps.vt_check, vt_check);
+  }
+  if (c.precision == Precision::int8 && c.protection == Protection::efta_detect) {
+    // EFTA's K rows after every head's V^T rows (q8_k_rows_offset): per KV head and key block,
+    // 16 rows of head_dim bytes, landed below the block's keys in K's swizzle.
+    const codegen::Q8ChecksumRows rows = codegen::q8_checksum_rows(c);
+    const auto n_blocks = static_cast<cuuint64_t>((p.seqlen_k + c.block_n - 1) / c.block_n);
+    const auto k_rows = static_cast<cuuint64_t>(rows.k);
+    const char* base = static_cast<const char*>(p.checksums) +
+                       q8_k_rows_offset(p.batch, p.heads_kv, rows.v_bytes(p.v_seq_stride));
+    const Box k_check{"K checksum rows",
+                      CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                      base,
+                      {d, n_blocks * k_rows, heads},
+                      {d, n_blocks * k_rows * d},
+                      {static_cast<cuuint32_t>(codegen::swizzle_atom_bytes(c.head_dim)),
+                       static_cast<cuuint32_t>(k_rows), 1},
+                      3,
+                      swizzle_of(codegen::swizzle_atom_bytes(c.head_dim))};
+    require_copyable(k_check);
+    encode(maps.k_check, k_check);
   }
   return maps;
 }

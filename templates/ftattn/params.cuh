@@ -137,7 +137,9 @@ struct alignas(128) TensorMap {
 //   vt:      keys_padded x head_dim x (batch heads_kv) bytes, boxes of block_n x head_dim;
 //   k_scale: keys_padded x (batch heads_kv) floats, boxes of block_n x 1;
 //   vt_check: int8 Flash-ABFT's checksum rows of V^T (protect/int8_checksums.cuh), keys_padded x
-//             8 x (batch heads_kv) bytes, boxes of block_n x 2 (the two digit rows).
+//             8 x (batch heads_kv) bytes, boxes of block_n x 2 (the two digit rows);
+//   k_check: int8 EFTA's checksum rows of every K block (the two digit tiles of its strided
+//            sums), head_dim x (16 key blocks) x (batch heads_kv) bytes, boxes of head_dim x 16.
 // K and V^T boxes land in the wgmma swizzle of their row width (64 or 128 bytes); whatever lies
 // past a dimension's end is written as zeros, as the cp.async copies zero-fill.
 struct Q8TensorMaps {
@@ -145,6 +147,7 @@ struct Q8TensorMaps {
   TensorMap vt;
   TensorMap k_scale;
   TensorMap vt_check;
+  TensorMap k_check;
 };
 
 // The 16-bit wgmma skeletons' TMA tensor maps (kernel/fwd_ws_sm90.cuh, and fwd_sm90.cuh and

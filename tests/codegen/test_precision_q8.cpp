@@ -151,11 +151,75 @@ TEST_CASE("int8 with flash_abft on sm_90a: the checksum rows ride in the wgmma k
         CHECK(r.spill_stores <= (inject ? 64 : 8));
         if (!inject) CHECK(r.performance_notes.empty());
       }
-  // Head dim 256 (no n8 tile fits beside O's 256 columns) and EFTA keep the mma.sync skeleton.
+  // Head dim 256 (no n8 tile fits beside O's 256 columns) and efta_correct keep the mma.sync
+  // skeleton (efta_detect's wgmma kernel: below).
   CHECK_FALSE(
       uses_wgmma(default_config(256, Precision::int8, Mask::none, kSm90a, Protection::flash_abft)));
   CHECK_FALSE(uses_wgmma(
-      default_config(128, Precision::int8, Mask::none, kSm90a, Protection::efta_detect)));
+      default_config(128, Precision::int8, Mask::none, kSm90a, Protection::efta_correct)));
+}
+
+TEST_CASE(
+    "int8 with efta_detect on sm_90a: K digit rows in the wgmma kernel's GEMM I, softmax twice",
+    "[codegen][nvrtc][q8][protect]") {
+  const std::string ex2 = "ex2.approx.ftz.f32";  // P's exponentials (precision/int8.cuh)
+  for (int d : {64, 128})
+    for (int n : {64, 128})
+      for (Mask m : {Mask::none, Mask::causal})
+        for (bool inject : {false, true}) {
+          KernelConfig efta = test::tile_config(d, 64, n, 4, 2, kSm90a, Precision::int8, m,
+                                                Protection::efta_detect);
+          efta.fault_injection = inject;
+          INFO(efta.name());
+          REQUIRE(uses_wgmma(efta));
+          CHECK_FALSE(warp_specialized(efta));
+          KernelConfig abft = efta;  // the same tile with Flash-ABFT's V checksums alone
+          abft.protection = Protection::flash_abft;
+          // 16 rows of head_dim bytes below each stage's keys.
+          CHECK(efta.shared_memory_bytes() - abft.shared_memory_bytes() == 2 * 16 * d);
+          const codegen::Q8ChecksumRows rows = codegen::q8_checksum_rows(efta);
+          CHECK((rows.k == 16 && rows.v == 8));
+          const codegen::KernelSource src = codegen::generate(efta);
+          CHECK(src.text.find("ftattn::Q8WgmmaTraits<") != std::string::npos);
+          CHECK(src.text.find("ftattn::protect::Int8Efta<false>") != std::string::npos);
+          CHECK(count(src.text, codegen::q8_k_rows_symbol(src.symbol) + "(") == 1);
+          const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
+          const runtime::NvrtcOutput base = runtime::compile_with_nvrtc(codegen::generate(abft));
+          // GEMM I is m64n(block_n + 16) where Flash-ABFT's is m64n(block_n): the keys' tiles and
+          // the two digit tiles, in as many wgmmas; GEMM II is Flash-ABFT's.
+          const std::string gemm1 =
+              "wgmma.mma_async.sync.aligned.m64n" + std::to_string(n) + "k32.s32.s8.s8";
+          const std::string checked =
+              "wgmma.mma_async.sync.aligned.m64n" + std::to_string(n + 16) + "k32.s32.s8.s8";
+          const std::string gemm2 =
+              "wgmma.mma_async.sync.aligned.m64n" + std::to_string(d + 16) + "k32.s32.u8.s8";
+          CHECK(count(base.ptx, gemm1) >= d / 32);
+          CHECK(count(out.ptx, checked) == count(base.ptx, gemm1));
+          CHECK(count(out.ptx, gemm1) == 0);
+          CHECK(count(out.ptx, gemm2) == count(base.ptx, gemm2));
+          CHECK(count(out.ptx, "mma.sync") == 0);
+          // One more TMA box per K copy: the block's 16 checksum rows.
+          CHECK(count(out.ptx, "cp.async.bulk.tensor.3d") >
+                count(base.ptx, "cp.async.bulk.tensor.3d"));
+          // The softmax runs twice: the second evaluation is not merged into the first.
+          REQUIRE(count(base.ptx, ex2) > 0);
+          CHECK(count(out.ptx, ex2) == 2 * count(base.ptx, ex2));
+          // The defaults' tiles (128 keys at head dim 128, two CTAs per SM; 64 at 64, three) fit
+          // without spills; 64 keys at 128 keep a few bytes in local memory and 128 at 64 spill
+          // (the three-CTA cap).
+          const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
+          CHECK(r.registers > 0);
+          const bool default_tile = n == (d == 128 ? 128 : 64);
+          CHECK(r.registers <= (d == 128 && n == 128 ? 255 : 168));
+          if (default_tile && !inject) {
+            CHECK(r.spill_stores == 0);
+            CHECK(r.performance_notes.empty());
+          }
+          const KernelConfig chosen =
+              default_config(d, Precision::int8, m, kSm90a, Protection::efta_detect, inject);
+          CHECK((chosen.block_m == 64 && chosen.num_warps == 4 && chosen.num_stages == 2 &&
+                 chosen.block_n == (d == 128 ? 128 : 64)));
+        }
 }
 
 TEST_CASE("fp8 with flash_abft on sm_90a: E4M3 checksum rows ride in the wgmma kernel's GEMM II",
@@ -218,7 +282,8 @@ TEST_CASE("int8 EFTA: K and V^T checksum rows, their kernels, a second softmax e
     open.head_dim = d;
     open.precision = Precision::int8;
     open.protection = prot;
-    const KernelConfig efta = with_defaults(open, kSm90a);
+    // The mma.sync skeleton's (on sm_90a efta_detect runs the wgmma kernel: above).
+    const KernelConfig efta = with_defaults(open, Arch{90, false});
     KernelConfig plain = efta;
     plain.protection = Protection::none;
     INFO(efta.name());

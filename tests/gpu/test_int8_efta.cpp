@@ -3,6 +3,7 @@
 // scores and P V exactly, whatever the bit, and flipped O elements from their FP32 checksums.
 #include <catch2/catch.hpp>
 
+#include "ftattn/campaign.hpp"
 #include "ftattn/runtime.hpp"
 #include "tests/gpu/attention_case.hpp"
 
@@ -25,6 +26,25 @@ KernelConfig int8_config(int head_dim, Mask m, Protection prot, bool inject = fa
   return c;
 }
 
+// efta_detect on the one-warpgroup wgmma tile 64 x block_n w4s2 (sm_90a, head dims 64 and 128).
+KernelConfig wgmma_efta_config(int head_dim, int block_n, Mask m, bool inject = false) {
+  KernelConfig c = int8_config(head_dim, m, Protection::efta_detect, inject);
+  c.block_m = 64;
+  c.num_warps = 4;
+  c.block_n = block_n;
+  c.num_stages = 2;
+  return c;
+}
+
+// f(head_dim, block_n, mask) on every wgmma tile int8 efta_detect takes, when the GPU is sm_90a.
+template <class F>
+void for_each_wgmma_tile(Runtime& rt, F&& f) {
+  if (!gpu_test::hopper_device(rt, "int8 efta_detect on the wgmma kernel")) return;
+  for (int d : {64, 128})
+    for (int n : {64, 128})
+      for (Mask m : {Mask::none, Mask::causal}) f(d, n, m);
+}
+
 // Seed of the fault-plan runs. Their plants (gpu_test::plant) hit key-block iteration 1 of 8 at
 // 512 keys and the default 64-key blocks.
 constexpr uint64_t kPlantedSeed = 11;
@@ -42,6 +62,9 @@ TEST_CASE("int8 EFTA: right answers, no false alarm, a live output check, recomp
         // the softmax's second evaluation is bitwise: a clean run must report nothing.
         const Problem pr = Problem::bhsd(2, 4, 2, 203, 517, d);
         gpu_test::check_clean_protected(rt, int8_config(d, m, prot), pr, 4100 + d);
+        // The FP32 output check's threshold is live. The wgmma kernel (efta_detect on sm_90a at
+        // head dims 64 and 128) checks its INT32 O exactly instead: its planted flips below.
+        if (uses_wgmma(rt.resolve(int8_config(d, m, prot), &pr))) continue;
         const FaultReport tripped =
             gpu_test::check_live_output(rt, int8_config(d, m, prot), pr, 4100 + d);
         CHECK(tripped.events.at(0).threshold > 0.f);  // the FP32 check, not an exact one
@@ -94,11 +117,11 @@ TEST_CASE("int8 flash_abft sees a flipped P V accumulator exactly, any bit",
 TEST_CASE("int8 EFTA detects a flip at every site, recompute repairs the output",
           "[gpu][q8][protect][int8_efta]") {
   const Problem pr = Problem::bhsd(1, 2, 2, 256, 512, 128);
-  for (Protection prot : {Protection::efta_detect, Protection::efta_correct})
-    for (FaultSite site :
-         {FaultSite::scores, FaultSite::checksum, FaultSite::probs, FaultSite::row_max,
-          FaultSite::row_sum, FaultSite::rescale, FaultSite::output, FaultSite::pv}) {
-      const KernelConfig c = int8_config(128, Mask::causal, prot, true);
+  for (Protection prot : {Protection::efta_detect, Protection::efta_correct}) {
+    const KernelConfig c = int8_config(128, Mask::causal, prot, true);
+    // Every site the kernel has: pv is a key block's own INT32 P V, which the wgmma kernel
+    // (efta_detect on sm_90a) does not keep.
+    for (FaultSite site : campaign::sites_of(int8_runtime().resolve(c, &pr))) {
       // Bit 29: a large change of a float, P's top bit in byte 3 of a packed word, 2^29 in an
       // INT32 accumulator.
       const gpu_test::Planted seen =
@@ -112,4 +135,49 @@ TEST_CASE("int8 EFTA detects a flip at every site, recompute repairs the output"
       CHECK(fixed.result.report.passed);
       if (fixed.fault.detected > fixed.fault.corrected) CHECK(fixed.fault.recomputed_tiles >= 1);
     }
+  }
+}
+
+TEST_CASE("int8 efta_detect on the wgmma kernel: clean beside mma.sync on every head dim and tile",
+          "[gpu][q8][protect][int8_efta]") {
+  Runtime& rt = int8_runtime();
+  for_each_wgmma_tile(rt, [&](int d, int n, Mask m) {
+    const KernelConfig c = wgmma_efta_config(d, n, m);
+    REQUIRE(uses_wgmma(rt.resolve(c)));
+    KernelConfig sync = int8_config(d, m, Protection::efta_detect);
+    sync.arch = Arch{90, false};  // the mma.sync skeleton
+    gpu_test::check_beside_mma_sync(rt, c, sync, 1, 7500);
+  });
+}
+
+TEST_CASE("int8 efta_detect on the wgmma kernel sees a flip at every site, every tile",
+          "[gpu][q8][protect][int8_efta]") {
+  Runtime& rt = int8_runtime();
+  for_each_wgmma_tile(rt, [&](int d, int n, Mask m) {
+    const Problem pr = Problem::bhsd(1, 2, 2, 256, 512, d);
+    const KernelConfig c = wgmma_efta_config(d, n, m, true);
+    REQUIRE(uses_wgmma(rt.resolve(c, &pr)));
+    // Bit 29 at every site (element 3 of the checksum site is a GEMM I digit value), and a
+    // score's and P's lowest bit (the scores' check is exact, P compared bit for bit).
+    struct Plant {
+      FaultSite site;
+      int bit, element;
+    };
+    std::vector<Plant> plants{{FaultSite::scores, 0, 3}, {FaultSite::probs, 0, 3}};
+    for (FaultSite site : campaign::sites_of(rt.resolve(c, &pr))) plants.push_back({site, 29, 3});
+    for (const Plant& plant : plants) {
+      const gpu_test::Planted seen = gpu_test::run_planted(
+          rt, c, pr, gpu_test::plant(plant.site, plant.bit, plant.element), kPlantedSeed);
+      INFO("d" << d << " n" << n << " " << to_string(m) << " " << to_string(plant.site) << " bit "
+               << plant.bit << " element " << plant.element << ": " << seen.result.report.summary()
+               << "; " << seen.fault.summary());
+      CHECK(seen.fault.detected >= 1);
+      const gpu_test::Planted fixed = gpu_test::run_planted(
+          rt, c, pr, gpu_test::plant(plant.site, plant.bit, plant.element, OnFault::recompute),
+          kPlantedSeed);
+      INFO("recompute: " << fixed.result.report.summary() << "; " << fixed.fault.summary());
+      CHECK(fixed.result.report.passed);
+      CHECK(fixed.fault.recomputed_tiles >= 1);
+    }
+  });
 }

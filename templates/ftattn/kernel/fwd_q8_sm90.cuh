@@ -1,5 +1,5 @@
-// Forward skeleton for fp8_e4m3 and int8 on Hopper (sm_90a), unprotected: the 8-bit skeleton's
-// loop (kernel/fwd_q8_sm80.cuh) with warpgroup MMAs. On sm_90 ptxas emulates mma.sync e4m3 with
+// Forward skeleton for fp8_e4m3 and int8 on Hopper (sm_90a), unprotected or with Flash-ABFT (int8
+// also efta_detect): the 8-bit skeleton's loop (kernel/fwd_q8_sm80.cuh) with warpgroup MMAs. On sm_90 ptxas emulates mma.sync e4m3 with
 // f16 MMAs, so only wgmma reaches Hopper's FP8 rate; int8's s8 wgmma outruns mma.sync s8 too.
 //
 // Each warpgroup (4 warps) owns 64 query rows. GEMM I, S = Q K^T, reads Q and K from shared
@@ -57,7 +57,13 @@ struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, P
   static constexpr int scale_offset = tail_offset + (fp8_checksum ? 4 : 2) * tail_row;
   static constexpr int l_row_offset = tail_offset + 7 * tail_row;
   static constexpr int k_offset = align(tail_offset + 8 * tail_row);
-  static constexpr int stage_bytes = align(k_offset + BlockN * HeadDim);
+  // int8 EFTA (detect): 16 K rows below the block's keys, the two base-128 digit tiles of the
+  // strided sums sum_nt K[8 nt + e] (protect/int8_checksums.cuh, by TMA with K), so that GEMM I
+  // (m64n80 or m64n144) gives each thread's checksum columns beside its scores.
+  static constexpr bool efta = ProtectT::efta;
+  static constexpr int k_check_rows = efta ? ProtectT::k_rows : 0;
+  static constexpr int gemm1_n = BlockN + k_check_rows;
+  static constexpr int stage_bytes = align(k_offset + gemm1_n * HeadDim);
   // Flash-ABFT's checksum columns. int8: the digits of each key's channel sum, and 64 l; s32
   // wgmmas take n in steps of 16 past 64, so two n8 tiles ride in GEMM II; the second reads the
   // rows after the tail (the stage's K rows), which no check looks at. fp8: one n8 tile more in
@@ -65,7 +71,7 @@ struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, P
   // O is (q8::fold_piece).
   static constexpr int checksum_tiles = !checksum ? 0 : fp8_checksum ? 1 : 2;
   // The bytes of a key block's TMA copies (q8::load_k_block, load_vt_block).
-  static constexpr int k_tma_bytes = BlockN * HeadDim + BlockN * 4;
+  static constexpr int k_tma_bytes = gemm1_n * HeadDim + BlockN * 4;
   static constexpr int v_tma_bytes = HeadDim * BlockN + digit_rows * BlockN;
   static constexpr int o_stride = HeadDim * 2 + 16;  // the epilogue stages 16-bit O rows
   static constexpr int loop_bytes = q_bytes + NumStages * stage_bytes;
@@ -131,9 +137,11 @@ struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, P
   static_assert(BlockN == 64 || BlockN == 128, "wgmma tiles: 64- or 128-byte V^T rows");
   static_assert(NumWarps % 4 == 0 && BlockM == 16 * NumWarps, "64 rows per warpgroup");
   static_assert(NumStages >= 2, "the wgmma skeleton prefetches at least one block");
-  static_assert(!ProtectT::enabled ||
-                    (NumWarps == 4 && (HeadDim == 64 || HeadDim == 128) && !ProtectT::efta),
-                "checksums: Flash-ABFT, one warpgroup, head_dim 64 or 128 (codegen's uses_wgmma)");
+  static_assert(!ProtectT::enabled || (NumWarps == 4 && (HeadDim == 64 || HeadDim == 128) &&
+                                       (!efta || (!PrecisionT::float_accumulators &&
+                                                  !ProtectT::correct && k_check_rows == 16))),
+                "checksums: Flash-ABFT, or int8 efta_detect, one warpgroup, head_dim 64 or 128 "
+                "(codegen's uses_wgmma)");
   static_assert(!Inject || ProtectT::enabled, "injection builds carry a checksum scheme");
 };
 
@@ -200,6 +208,9 @@ __device__ __forceinline__ void load_k_block(u32 stage, const Q8TensorMaps& maps
   for (int a = 0; a < T::head_dim / atom; ++a)
     sm90::tma_load(stage + T::k_offset + a * T::block_n * atom, maps.k, a * atom, key0, kv, bar);
   sm90::tma_load(stage + T::scale_offset, maps.k_scale, key0, kv, bar);
+  if constexpr (T::efta)  // one atom wide (head_dim 64 or 128): the rows below the keys
+    sm90::tma_load(stage + T::k_offset + T::block_n * T::head_dim, maps.k_check, 0,
+                   key0 / T::block_n * T::k_check_rows, kv, bar);
 }
 template <class T>
 __device__ __forceinline__ void load_vt_block(u32 stage, const Q8TensorMaps& maps, int key0, int kv,
@@ -390,6 +401,15 @@ __device__ __forceinline__ void fold_output(float (&o)[kOT][4], Fp8RowSums& sums
   }
 }
 
+// Blocks between lazy_softmax's checks of l: each adds at most 255 block_n / 4 to a thread's
+// share, 255 block_n to the row's l, so 64 of them add at most 2^21 (block_n <= 128). A check
+// halves the rows whose l exceeds kLazyHalveAbove.
+inline constexpr int kLazySumCheck = 64;
+inline constexpr float kLazyHalveAbove = 0x1p22f;
+__device__ __forceinline__ bool lazy_sum_check(int it) {
+  return it % kLazySumCheck == kLazySumCheck - 1;
+}
+
 // int8's softmax keeps O in INT32 (GEMM II accumulates onto it) and rescales it only when it
 // must. P = round(255 2^(x s_Q - ref)), unsigned, against a per-row reference `ref` that is a
 // whole number (base-2 logits): while a block's rounded-up max stays at or below ref nothing is
@@ -410,24 +430,20 @@ __device__ __forceinline__ void fold_output(float (&o)[kOT][4], Fp8RowSums& sums
 struct NoShiftFault {
   __device__ __forceinline__ void operator()(int, int&) const {}
 };
-template <class T, int kST, int kOT, class ShiftFault = NoShiftFault>
-__device__ __forceinline__ void lazy_softmax(const float (&x)[kST][4], const float (&q_scale)[2],
-                                             float (&ref)[2], float (&row_sum)[2], int (&o)[kOT][4],
-                                             u32 (&pa)[kST / 4][4], bool check_sum,
-                                             const ShiftFault& fault) {
-  using P = typename T::Precision;
-  float block_max[2];
-  bool need[2], halve[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    block_max[r] = block_row_max(x, r, q_scale[r]);
-    need[r] = block_max[r] > ref[r];
-    halve[r] = check_sum && quad_sum(row_sum[r]) > 0x1p22f;
-  }
-  // The fold: the new references and l's rescale first, O's shift after P is written, when the
-  // scores' registers are free (Flash-ABFT's checksum tiles need room there).
+// lazy_softmax's reference step, shared with int8 EFTA's second evaluation: from the block's
+// rounded-up row maxima, the rows whose maxima outgrow their reference (need) and the rows to
+// halve, each row's new reference and the shift O and l take (0 where the warp does not fold).
+// Returns whether the warp folds. EFTA builds (kClamp) clamp the step to [0, 30]: it is never below
+// 0, but a wrong ref (a fault) may make it so, or NaN, and the conversion and shifts must stay
+// defined while the checks see the fault. `on_shift(r, shift)` runs on each row half's shift before
+// its reference moves (lazy_softmax: the injection hook and l's rescale).
+template <bool kClamp = false, class OnShift = detail::Nothing>
+__device__ __forceinline__ bool lazy_reference_step(const float (&block_max)[2],
+                                                    const bool (&need)[2], const bool (&halve)[2],
+                                                    float (&ref)[2], int (&shift)[2],
+                                                    OnShift&& on_shift = {}) {
   const bool fold = __any_sync(0xffffffffu, need[0] || need[1] || halve[0] || halve[1]);
-  int shift[2] = {0, 0};
+  shift[0] = shift[1] = 0;
   if (fold) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -436,17 +452,115 @@ __device__ __forceinline__ void lazy_softmax(const float (&x)[kST][4], const flo
       // Nothing seen yet (ref -inf): O and l are 0, any shift leaves them so. A step above 30
       // shifts by 30: what stays of the old O is then at most 2 (|O| < 2^31), against a new
       // block whose largest P is at least 128.
-      shift[r] = ref[r] == neg_inf() ? 30 : static_cast<int>(fminf(to - ref[r], 30.f));
-      fault(r, shift[r]);
-      row_sum[r] *= __int_as_float((127 - shift[r]) << 23);  // 2^-shift, exactly
+      const float step = kClamp ? fmaxf(to - ref[r], 0.f) : to - ref[r];
+      shift[r] = ref[r] == neg_inf() ? 30 : static_cast<int>(fminf(step, 30.f));
+      on_shift(r, shift[r]);
       ref[r] = to;
     }
   }
+  return fold;
+}
+// lazy_softmax's scores: a tile of dequantised, masked scores (x, kST tiles of 8 keys).
+template <int kST>
+struct TileScores {
+  const float (&x)[kST][4];
+  __device__ __forceinline__ float row_max(int r, float qs) const {
+    return block_row_max(x, r, qs);
+  }
+  template <class Word>
+  __device__ __forceinline__ void words(int r, float qs, float offset, u32 (&pa)[kST / 4][4],
+                                        Word&& word) const {
+    p_words(x, r, qs, offset, pa, word);
+  }
+};
+
+// int8 EFTA's scores: GEMM I's integers s + z (kCT tiles: the keys', then the digits'),
+// dequantised and masked where they are used (the key scales read from the stage each time), so
+// that no float tile is held beside them: s stays for the second evaluation. Bit for bit the
+// values block_scores gives.
+template <class T, bool Masked, int kCT>
+struct IntScores {
+  static constexpr int kST = T::s_tiles;
+  const AttentionParams& p;
+  const int (&s)[kCT][4];
+  int z;  // 0: the second evaluation's is 0 at run time only, so no compiler merges the two
+  u32 scales_at;
+  int first_row, key0, lane, diag;
+  __device__ __forceinline__ void scales(int nt, float (&ks2)[2]) const {
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
+                 : "=f"(ks2[0]), "=f"(ks2[1])
+                 : "r"(scales_at + (nt * 8 + (lane % 4) * 2) * 4));
+  }
+  // The maxima take s + z, P s - z: with one expression for both the compilers kept a tile of
+  // it from the one pass to the other.
+  __device__ __forceinline__ float score(int nt, int i, const float (&ks2)[2], int zz) const {
+    using P = typename T::Precision;
+    float x = fmaf(P::acc_as_float(s[nt][i] + zz), ks2[i % 2], P::dequant_bias(ks2[i % 2]));
+    if constexpr (Masked) {
+      const int row = first_row + lane / 4 + (i / 2) * 8;
+      const int key = key0 + nt * 8 + (lane % 4) * 2 + i % 2;
+      if (key >= p.seqlen_k || (T::causal && key > row + diag)) x = neg_inf();
+    }
+    return x;
+  }
+  __device__ __forceinline__ float row_max(int r, float qs) const {
+    float mx = neg_inf();
+#pragma unroll
+    for (int nt = 0; nt < kST; ++nt) {
+      float ks2[2];
+      scales(nt, ks2);
+      mx = fmaxf(mx, fmaxf(score(nt, 2 * r, ks2, z), score(nt, 2 * r + 1, ks2, z)));
+    }
+    return __fmul_ru(quad_max(mx), qs);
+  }
+  // p_words' order: keys 0-15, then 16-31 of each chunk of 32.
+  template <class Word>
+  __device__ __forceinline__ void words(int r, float qs, float offset, u32 (&pa)[kST / 4][4],
+                                        Word&& word) const {
+#pragma unroll
+    for (int kc = 0; kc < kST / 4; ++kc)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int nt0 = 4 * kc + 2 * h, nt1 = nt0 + 1;
+        float k0[2], k1[2];
+        scales(nt0, k0);
+        scales(nt1, k1);
+        pa[kc][2 * h + r] = word(fmaf(score(nt0, 2 * r, k0, -z), qs, offset),
+                                 fmaf(score(nt0, 2 * r + 1, k0, -z), qs, offset),
+                                 fmaf(score(nt1, 2 * r, k1, -z), qs, offset),
+                                 fmaf(score(nt1, 2 * r + 1, k1, -z), qs, offset));
+      }
+  }
+};
+
+// One block of the lazy softmax on `x` (TileScores or IntScores); `shift` gets each row half's
+// fold.
+template <class T, class Scores, int kKC, int kOT, class ShiftFault = NoShiftFault>
+__device__ __forceinline__ void lazy_softmax(const Scores& x, const float (&q_scale)[2],
+                                             float (&ref)[2], float (&row_sum)[2], int (&o)[kOT][4],
+                                             u32 (&pa)[kKC][4], bool check_sum,
+                                             const ShiftFault& fault, int (&shift)[2]) {
+  using P = typename T::Precision;
+  float block_max[2];
+  bool need[2], halve[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    block_max[r] = x.row_max(r, q_scale[r]);
+    need[r] = block_max[r] > ref[r];
+    halve[r] = check_sum && quad_sum(row_sum[r]) > kLazyHalveAbove;
+  }
+  // The fold: the new references and l's rescale first, O's shift after P is written, when the
+  // scores' registers are free (Flash-ABFT's checksum tiles need room there).
+  const bool fold =
+      lazy_reference_step<T::efta>(block_max, need, halve, ref, shift, [&](int r, int& step) {
+        fault(r, step);
+        row_sum[r] *= __int_as_float((127 - step) << 23);  // 2^-step, exactly
+      });
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float offset = ref[r] == neg_inf() ? 0.f : -ref[r];  // no key yet: x is -inf, P 0
     unsigned sum = 0;
-    p_words(x, r, q_scale[r], offset, pa, [&](float t0, float t1, float t2, float t3) {
+    x.words(r, q_scale[r], offset, pa, [&](float t0, float t1, float t2, float t3) {
       return P::template p_word<255>(t0, t1, t2, t3, sum);
     });
     row_sum[r] += P::p_sum(sum);
@@ -487,10 +601,6 @@ __device__ __forceinline__ void lazy_softmax(const float (&x)[kST][4], const flo
     }
 }
 
-// Blocks between lazy_softmax's checks of l: each adds at most 255 block_n / 4 to a thread's
-// share, 255 block_n to the row's l, so 64 of them add at most 2^21 (block_n <= 128).
-inline constexpr int kLazySumCheck = 64;
-
 // int8: INT32 accumulators set to the bias (P::acc_zero) by asm volatile moves, which stay
 // where they are written: plain stores were sunk past wgmma_fence next to the wgmma reading
 // them, and ptxas injected warpgroup waits there (C7517, C7519) in the warp-specialised kernel.
@@ -512,18 +622,18 @@ __device__ __forceinline__ void clear_int_output(int (&oi)[kIT][4]) {
     for (int i = 0; i < kIT * 4; ++i) oi[i / 4][i % 4] = 0;
 }
 // One key block's softmax; `it` counts the CTA's blocks (int8 checks l every kLazySumCheck).
-// int8: `fault` is lazy_softmax's injection hook.
+// int8: `shift` gets each row half's fold (lazy_softmax), `fault` is its injection hook.
 template <class T, int kST, int kGroups, int kIT, class ShiftFault = NoShiftFault>
 __device__ __forceinline__ void block_softmax(const float (&x)[kST][4], const float (&kg)[kGroups],
                                               const float (&q_scale)[2], float (&row_max)[2],
                                               float (&row_sum)[2], float (&alpha)[2],
                                               int (&oi)[kIT][4], u32 (&pa)[kST / 4][4], int it,
-                                              const ShiftFault& fault = {}) {
+                                              int (&shift)[2], const ShiftFault& fault = {}) {
   if constexpr (T::Precision::float_accumulators)
     online_softmax<T>(x, kg, q_scale, row_max, row_sum, alpha, pa);
   else
-    lazy_softmax<T>(x, q_scale, row_max, row_sum, oi, pa, it % kLazySumCheck == kLazySumCheck - 1,
-                    fault);
+    lazy_softmax<T>(TileScores<kST>{x}, q_scale, row_max, row_sum, oi, pa, lazy_sum_check(it),
+                    fault, shift);
 }
 // GEMM II: fp8's into the block's tile pv (its first piece), int8's onto O. Issue only.
 template <class T, int kOT, int kIT, int kKC>
@@ -642,6 +752,71 @@ __device__ __forceinline__ void check_fp8_output(const AttentionParams& p, const
   }
 }
 
+// int8 EFTA (detect) on this kernel. GEMM I's identity per thread, exactly in INT32: the scores
+// it holds of keys 8 nt + e against its checksum column e (the two digit tiles GEMM I leaves
+// after the keys' tiles, q8::strided_diff as on mma.sync); a failed column reports its row.
+template <class T, int kCT>
+__device__ __forceinline__ void check_scores(const AttentionParams& p, const int (&s)[kCT][4],
+                                             int batch, int head, int first_row, int lane) {
+  constexpr int kST = T::s_tiles;
+  static_assert(kCT == kST + 2, "the scores' tiles, then two digit tiles");
+  u32 diff[1][4];
+  if (strided_diff<typename T::Precision>(reinterpret_cast<const int(&)[1][kST][4]>(s),
+                                          reinterpret_cast<const int(&)[1][2][4]>(s[kST]), diff))
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      if (diff[0][i] != 0u)
+        report_row(p, batch, head, first_row + lane / 4 + 8 * (i / 2), -1, fault_stage_scores,
+                   false, static_cast<float>(static_cast<int>(diff[0][i])), 0.f);
+}
+
+// int8 EFTA's second evaluation of lazy_softmax on x (IntScores of s + zero), run before the
+// first so that s is free once the first has its float tile: its own block maxima, reference
+// step (ref2, its own running reference) and P, into pa2 and shift2. l is the first's
+// (Flash-ABFT's 64 l column checks it).
+template <class T, class Scores, int kKC>
+__device__ __forceinline__ void second_softmax(const Scores& x, const float (&q_scale)[2],
+                                               const bool (&halve)[2], float (&ref2)[2],
+                                               u32 (&pa2)[kKC][4], int (&shift2)[2]) {
+  using P = typename T::Precision;
+  float block_max[2];
+  bool need[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    block_max[r] = x.row_max(r, q_scale[r]);
+    need[r] = block_max[r] > ref2[r];
+  }
+  lazy_reference_step<true>(block_max, need, halve, ref2, shift2);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float offset = ref2[r] == neg_inf() ? 0.f : -ref2[r];
+    unsigned sum = 0;  // unused: l is the first's
+    x.words(r, q_scale[r], offset, pa2, [&](float t0, float t1, float t2, float t3) {
+      return P::template p_word<255>(t0, t1, t2, t3, sum);
+    });
+  }
+}
+
+// The two evaluations compared: P bit for bit and each row half's fold; a row half that differs
+// reports at the probs stage.
+template <int kKC>
+__device__ __forceinline__ void compare_softmax(const AttentionParams& p, const u32 (&pa)[kKC][4],
+                                                const u32 (&pa2)[kKC][4], const int (&shift)[2],
+                                                const int (&shift2)[2], int batch, int head,
+                                                int first_row, int lane) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    u32 apart = static_cast<u32>(shift[r] ^ shift2[r]);
+#pragma unroll
+    for (int kc = 0; kc < kKC; ++kc)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) apart |= pa[kc][2 * h + r] ^ pa2[kc][2 * h + r];
+    if (apart != 0u)
+      report_row(p, batch, head, first_row + lane / 4 + 8 * r, -1, fault_stage_probs, false, 1.f,
+                 0.f);
+  }
+}
+
 }  // namespace q8
 
 template <class T>
@@ -654,6 +829,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p,
   static_assert(T::num_warps == 4, "one warpgroup; two run warp-specialised (fwd_q8_ws_sm90.cuh)");
   using Acc = typename P::Acc;
   constexpr bool kInt = !P::float_accumulators;  // int8: INT32 accumulators, O too (lazy_softmax)
+  constexpr int kCT = T::gemm1_n / 8;            // GEMM I's tiles: the keys', EFTA's digits
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const u32 sQ = (sm80::smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -730,6 +906,9 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p,
   float pv[kInt ? 1 : kOT / T::pv_pieces + T::checksum_tiles][4] = {};
   [[maybe_unused]] q8::Fp8RowSums sums;
   float alpha[2] = {1.f, 1.f};
+  // int8 EFTA: the second evaluation's running reference, and a 0 the compilers cannot see.
+  [[maybe_unused]] float row_max2[2] = {neg_inf(), neg_inf()};
+  [[maybe_unused]] const int zero = min(p.seqlen_k, 0);
   // Fault injection (injection builds only): flip the planned bit of value `index` of a class of
   // `n` values this thread holds, as raw bits.
   auto inject = [&](int site, int n_block, auto* values, int n) {
@@ -741,11 +920,12 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p,
     const u32 sStage = stage_at(it % kStages);
     pipeline.begin_step(it, full);
 
-    // GEMM I: this warpgroup's 64 rows of S = Q K^T (fp8: FP32; int8: INT32 from its bias).
-    Acc s[kST][4];
+    // GEMM I: this warpgroup's 64 rows of S = Q K^T (fp8: FP32; int8: INT32 from its bias),
+    // with int8 EFTA's two digit tiles after the keys'.
+    Acc s[kCT][4];
     if constexpr (kInt)
 #pragma unroll
-      for (int i = 0; i < kST * 4; ++i) s[i / 4][i % 4] = P::acc_zero;
+      for (int i = 0; i < kCT * 4; ++i) s[i / 4][i % 4] = P::acc_zero;
     sm90::wgmma_fence();
     q8::gemm1<T>(s, sQ, sStage + T::k_offset, group_row);
     sm90::wgmma_commit();
@@ -754,21 +934,48 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p,
     // fp8: the previous block's P V into O (pv is 0 before the first block).
     if constexpr (T::pv_in_flight) q8::fold_piece<T>(o[0], sums, pv, alpha, 0);
 
-    // Dequantise by key, mask, and the online softmax: P lands in GEMM II's A fragments.
-    float x[kST][4];
-    float kg[T::block_n / 64];
-    q8::block_scores<T, kMasked>(p, s, sStage, row0 + warp_row, n_block * T::block_n, lane, quad_t,
-                                 diag, x, kg);
-    inject(fault_site_scores, n_block, &x[0][0], kST * 4);
-    u32 pa[kST / 4][4];
+    u32 pa[kST / 4][4];  // P, GEMM II's A fragments
+    int shift[2];        // int8: each row half's fold
     const auto shift_fault = [&](int r, int& shift) {
       if constexpr (T::inject) inject_value_at(p.fault, fault_site_rescale, n_block, r, 2, shift);
     };
-    q8::block_softmax<T>(x, kg, q_scale, row_max[0], row_sum[0], alpha, oi, pa, it, shift_fault);
+    // int8 EFTA: the scores checked against their digit columns, the lazy softmax run a second
+    // time on them as they stand (IntScores: no float tile of its own), before the first takes
+    // its float tile from them; P and the folds compared below. Site scores is the INT32
+    // accumulators here, site checksum GEMM I's 8 digit values or GEMM II's 4.
+    [[maybe_unused]] u32 pa2[T::efta ? kST / 4 : 1][4];
+    [[maybe_unused]] int shift2[2];
+    if constexpr (T::efta) {
+      inject(fault_site_scores, n_block, &s[0][0], kST * 4);
+      if constexpr (T::inject)
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          inject_value_at(p.fault, fault_site_checksum, n_block, j, 12, s[kST + j / 4][j % 4]);
+      q8::check_scores<T>(p, s, batch, head, row0 + warp_row, lane);
+      // The rows the first evaluation halves (lazy_softmax's rule).
+      bool halve[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        halve[r] = q8::lazy_sum_check(it) && quad_sum(row_sum[0][r]) > q8::kLazyHalveAbove;
+      const q8::IntScores<T, kMasked, kCT> again{
+          p, s, zero, sStage + T::scale_offset, row0 + warp_row, n_block * T::block_n, lane, diag};
+      q8::second_softmax<T>(again, q_scale, halve, row_max2, pa2, shift2);
+    }
+
+    // Dequantise by key, mask, and the online softmax: P lands in GEMM II's A fragments.
+    float x[kST][4];
+    float kg[T::block_n / 64];
+    q8::block_scores<T, kMasked>(p, reinterpret_cast<const Acc(&)[kST][4]>(s), sStage,
+                                 row0 + warp_row, n_block * T::block_n, lane, quad_t, diag, x, kg);
+    if constexpr (!T::efta) inject(fault_site_scores, n_block, &x[0][0], kST * 4);
+    q8::block_softmax<T>(x, kg, q_scale, row_max[0], row_sum[0], alpha, oi, pa, it, shift,
+                         shift_fault);
     inject(fault_site_probs, n_block, &pa[0][0], kST);
     inject(fault_site_row_max, n_block, &row_max[0][0], 2);
     inject(fault_site_row_sum, n_block, &row_sum[0][0], 2);
     if constexpr (!kInt) inject(fault_site_rescale, n_block, &alpha[0], 2);
+    if constexpr (T::efta)
+      q8::compare_softmax(p, pa, pa2, shift, shift2, batch, head, row0 + warp_row, lane);
 
     // GEMM II: P V^T-as-B, P from registers.
     sm90::wgmma_fence();
@@ -785,7 +992,12 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p,
     }
     if constexpr (T::checksum && kInt) {
       inject(fault_site_output, n_block, &oi[0][0], kOT * 4);
-      inject(fault_site_checksum, n_block, &oi[kOT][0], 4);
+      if constexpr (T::efta && T::inject)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          inject_value_at(p.fault, fault_site_checksum, n_block, 8 + j, 12, oi[kOT][j]);
+      else
+        inject(fault_site_checksum, n_block, &oi[kOT][0], 4);
     } else if constexpr (T::checksum) {
       inject(fault_site_output, n_block, &o[0][0][0], kOT * 4);
       inject(fault_site_checksum, n_block, &sums.checksum[0], 4);
@@ -796,6 +1008,15 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p,
       p.seqlen_k, row0, diag, n_blocks, [](int b) { return b; }, step);
   sm90::wgmma_wait<0>();
   if constexpr (T::pv_in_flight) q8::fold_piece<T>(o[0], sums, pv, alpha, 0);  // the last P V
+  // int8 EFTA: the last block's reference (the LSE's) against the second evaluation's. Here,
+  // before the CTA barrier: reported in the epilogue, after Flash-ABFT's checks, a mismatch hung
+  // the kernel on the H200 (every row_max flip that a later fold did not heal).
+  if constexpr (T::efta)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      if (__float_as_uint(row_max[0][r]) != __float_as_uint(row_max2[r]))
+        q8::report_row(p, batch, head, row0 + warp_row + lane / 4 + 8 * r, -1, fault_stage_row_max,
+                       false, fabsf(row_max[0][r] - row_max2[r]), 0.f);
   // Every copy has landed (each was waited for): the mbarriers end before the epilogue's
   // staging may write over them.
   __syncthreads();

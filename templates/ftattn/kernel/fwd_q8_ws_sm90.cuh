@@ -165,7 +165,8 @@ __device__ __forceinline__ void attention_fwd_q8_ws_sm90(const AttentionParams& 
                                                    j * T::block_n, lane, lane % 4, diag, x, kg);
       __syncwarp();  // every lane has read its K scales: the K buffer may be refilled
       if (lane == 0) pipe.release_k(j);
-      q8::block_softmax<T>(x, kg, q_scale, row_max[0], row_sum[0], alpha, oi, pa, it);
+      int shift[2];  // the fold's, unused here
+      q8::block_softmax<T>(x, kg, q_scale, row_max[0], row_sum[0], alpha, oi, pa, it, shift);
     };
     detail::walk_key_blocks<T>(
         p.seqlen_k, row0, diag, n_blocks, [](int b) { return b; }, step);

@@ -314,6 +314,20 @@ __device__ __forceinline__ void wgmma_u8s8_rs(int (&d)[64], const u32 (&a)[4], u
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
 
+// D += A B^T, m64n{80, 144}k32 s8 -> s32 (wrapping), A and B K-major in shared memory: int8
+// EFTA's GEMM I at 64- and 128-key blocks, with the two digit tiles of its K checksum rows below
+// the keys.
+__device__ __forceinline__ void wgmma_s8_ss(int (&d)[40], u64 a, u64 b) {
+  asm volatile(FTATTN_WGMMA("m64n80k32.s32.s8.s8", FTATTN_WG_R40 ", %40, %41, p", "%42")
+               : FTATTN_WG_D40("+r", d)
+               : "l"(a), "l"(b), "r"(1));
+}
+__device__ __forceinline__ void wgmma_s8_ss(int (&d)[72], u64 a, u64 b) {
+  asm volatile(FTATTN_WGMMA("m64n144k32.s32.s8.s8", FTATTN_WG_R72 ", %72, %73, p", "%74")
+               : FTATTN_WG_D72("+r", d)
+               : "l"(a), "l"(b), "r"(1));
+}
+
 // D += A B^T, m64n{80, 144}k32 u8 x s8 -> s32 (wrapping), A from registers: int8's GEMM II at
 // head_dims 64 and 128 with Flash-ABFT's checksum rows below V^T's (s32 wgmmas take n in steps
 // of 16 past 64, so two n8 tiles).
