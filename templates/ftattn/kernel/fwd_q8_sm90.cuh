@@ -1,6 +1,7 @@
 // Forward skeleton for fp8_e4m3 and int8 on Hopper (sm_90a), unprotected or with Flash-ABFT (int8
-// also efta_detect): the 8-bit skeleton's loop (kernel/fwd_q8_sm80.cuh) with warpgroup MMAs. On sm_90 ptxas emulates mma.sync e4m3 with
-// f16 MMAs, so only wgmma reaches Hopper's FP8 rate; int8's s8 wgmma outruns mma.sync s8 too.
+// also efta_detect): the 8-bit skeleton's loop (kernel/fwd_q8_sm80.cuh) with warpgroup MMAs. On
+// sm_90 ptxas emulates mma.sync e4m3 with f16 MMAs, so only wgmma reaches Hopper's FP8 rate; int8's
+// s8 wgmma outruns mma.sync s8 too.
 //
 // Each warpgroup (4 warps) owns 64 query rows. GEMM I, S = Q K^T, reads Q and K from shared
 // memory; GEMM II, O += P V, takes P from registers and V^T from shared memory. wgmma needs
@@ -460,30 +461,17 @@ __device__ __forceinline__ bool lazy_reference_step(const float (&block_max)[2],
   }
   return fold;
 }
-// lazy_softmax's scores: a tile of dequantised, masked scores (x, kST tiles of 8 keys).
-template <int kST>
-struct TileScores {
-  const float (&x)[kST][4];
-  __device__ __forceinline__ float row_max(int r, float qs) const {
-    return block_row_max(x, r, qs);
-  }
-  template <class Word>
-  __device__ __forceinline__ void words(int r, float qs, float offset, u32 (&pa)[kST / 4][4],
-                                        Word&& word) const {
-    p_words(x, r, qs, offset, pa, word);
-  }
-};
-
-// int8 EFTA's scores: GEMM I's integers s + z (kCT tiles: the keys', then the digits'),
-// dequantised and masked where they are used (the key scales read from the stage each time), so
-// that no float tile is held beside them: s stays for the second evaluation. Bit for bit the
-// values block_scores gives.
+// int8 EFTA's second evaluation's scores: GEMM I's integers s + z (kCT tiles: the keys', then
+// the digits'; z is 0 at run time only, so that no compiler merges this evaluation with the
+// first), dequantised and masked where they are used (the key scales read from the stage each
+// time), so that no float tile is held beside s. Bit for bit the values block_scores gives. The
+// maxima and P as block_row_max and p_words take them from a tile.
 template <class T, bool Masked, int kCT>
 struct IntScores {
   static constexpr int kST = T::s_tiles;
   const AttentionParams& p;
   const int (&s)[kCT][4];
-  int z;  // 0: the second evaluation's is 0 at run time only, so no compiler merges the two
+  int z;
   u32 scales_at;
   int first_row, key0, lane, diag;
   __device__ __forceinline__ void scales(int nt, float (&ks2)[2]) const {
@@ -533,19 +521,19 @@ struct IntScores {
   }
 };
 
-// One block of the lazy softmax on `x` (TileScores or IntScores); `shift` gets each row half's
+// One block of the lazy softmax on the dequantised, masked scores x; `shift` gets each row half's
 // fold.
-template <class T, class Scores, int kKC, int kOT, class ShiftFault = NoShiftFault>
-__device__ __forceinline__ void lazy_softmax(const Scores& x, const float (&q_scale)[2],
+template <class T, int kST, int kOT, class ShiftFault = NoShiftFault>
+__device__ __forceinline__ void lazy_softmax(const float (&x)[kST][4], const float (&q_scale)[2],
                                              float (&ref)[2], float (&row_sum)[2], int (&o)[kOT][4],
-                                             u32 (&pa)[kKC][4], bool check_sum,
+                                             u32 (&pa)[kST / 4][4], bool check_sum,
                                              const ShiftFault& fault, int (&shift)[2]) {
   using P = typename T::Precision;
   float block_max[2];
   bool need[2], halve[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    block_max[r] = x.row_max(r, q_scale[r]);
+    block_max[r] = block_row_max(x, r, q_scale[r]);
     need[r] = block_max[r] > ref[r];
     halve[r] = check_sum && quad_sum(row_sum[r]) > kLazyHalveAbove;
   }
@@ -560,7 +548,7 @@ __device__ __forceinline__ void lazy_softmax(const Scores& x, const float (&q_sc
   for (int r = 0; r < 2; ++r) {
     const float offset = ref[r] == neg_inf() ? 0.f : -ref[r];  // no key yet: x is -inf, P 0
     unsigned sum = 0;
-    x.words(r, q_scale[r], offset, pa, [&](float t0, float t1, float t2, float t3) {
+    p_words(x, r, q_scale[r], offset, pa, [&](float t0, float t1, float t2, float t3) {
       return P::template p_word<255>(t0, t1, t2, t3, sum);
     });
     row_sum[r] += P::p_sum(sum);
@@ -632,8 +620,7 @@ __device__ __forceinline__ void block_softmax(const float (&x)[kST][4], const fl
   if constexpr (T::Precision::float_accumulators)
     online_softmax<T>(x, kg, q_scale, row_max, row_sum, alpha, pa);
   else
-    lazy_softmax<T>(TileScores<kST>{x}, q_scale, row_max, row_sum, oi, pa, lazy_sum_check(it),
-                    fault, shift);
+    lazy_softmax<T>(x, q_scale, row_max, row_sum, oi, pa, lazy_sum_check(it), fault, shift);
 }
 // GEMM II: fp8's into the block's tile pv (its first piece), int8's onto O. Issue only.
 template <class T, int kOT, int kIT, int kKC>
@@ -774,10 +761,11 @@ __device__ __forceinline__ void check_scores(const AttentionParams& p, const int
 // first so that s is free once the first has its float tile: its own block maxima, reference
 // step (ref2, its own running reference) and P, into pa2 and shift2. l is the first's
 // (Flash-ABFT's 64 l column checks it).
-template <class T, class Scores, int kKC>
-__device__ __forceinline__ void second_softmax(const Scores& x, const float (&q_scale)[2],
-                                               const bool (&halve)[2], float (&ref2)[2],
-                                               u32 (&pa2)[kKC][4], int (&shift2)[2]) {
+template <class T, bool Masked, int kCT, int kKC>
+__device__ __forceinline__ void second_softmax(const IntScores<T, Masked, kCT>& x,
+                                               const float (&q_scale)[2], const bool (&halve)[2],
+                                               float (&ref2)[2], u32 (&pa2)[kKC][4],
+                                               int (&shift2)[2]) {
   using P = typename T::Precision;
   float block_max[2];
   bool need[2];
