@@ -463,9 +463,10 @@ __device__ __forceinline__ bool lazy_reference_step(const float (&block_max)[2],
 }
 // int8 EFTA's second evaluation's scores: GEMM I's integers s + z (kCT tiles: the keys', then
 // the digits'; z is 0 at run time only, so that no compiler merges this evaluation with the
-// first), dequantised and masked where they are used (the key scales read from the stage each
-// time), so that no float tile is held beside s. Bit for bit the values block_scores gives. The
-// maxima and P as block_row_max and p_words take them from a tile.
+// first), dequantised and masked where they are used, so that no float tile is held beside s.
+// Bit for bit the values block_scores gives. The maxima and P as block_row_max and p_words take
+// them from a tile. The key scales are loaded where used too, but ptxas merges those loads with
+// the first evaluation's (docs/protection.md: a fault in a scale's register is common to both).
 template <class T, bool Masked, int kCT>
 struct IntScores {
   static constexpr int kST = T::s_tiles;
