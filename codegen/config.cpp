@@ -747,9 +747,9 @@ int KernelConfig::shared_memory_bytes() const {
     // Q8WgmmaTraits (kernel/fwd_q8_sm90.cuh): swizzled Q, K (+ a float per key) and V^T tiles
     // at 1024-byte boundaries, and 1024 bytes to align the dynamic base.
     auto align = [](int64_t b) { return (b + 1023) / 1024 * 1024; };
-    // V^T, its tail, and K (int8 EFTA: its 16 checksum rows below the keys).
+    // V^T, its tail, and K (int8 EFTA: its checksum rows below the keys).
     const int64_t tail = align(int64_t{head_dim} * block_n + 8 * block_n);
-    const int64_t k_rows = protection == Protection::efta_detect ? 16 : 0;
+    const int64_t k_rows = codegen::q8_checksum_rows(*this).k;
     const int64_t stage = align(tail + (block_n + k_rows) * int64_t{head_dim});
     const int64_t loop = align(int64_t{block_m} * head_dim) + num_stages * stage;
     const int64_t out = int64_t{block_m} * (2 * head_dim + 16);

@@ -76,14 +76,15 @@ Q8TensorMaps encode_q8_tensor_maps(const KernelConfig& c, const AttentionParams&
         "{}: its TMA copies take K and V^T with dense heads (batch stride = heads_kv x head "
         "stride), not K {} / {} and V^T {} / {} bytes",
         c.name(), p.k_batch_stride, p.k_head_stride, p.v_batch_stride, p.v_head_stride));
+  const auto k_atom = static_cast<cuuint32_t>(codegen::swizzle_atom_bytes(c.head_dim));
   const Box k{"K",
               CU_TENSOR_MAP_DATA_TYPE_UINT8,
               p.k,
               {d, static_cast<cuuint64_t>(p.seqlen_k), heads},
               {static_cast<cuuint64_t>(p.k_seq_stride), static_cast<cuuint64_t>(p.k_head_stride)},
-              {static_cast<cuuint32_t>(codegen::swizzle_atom_bytes(c.head_dim)), n, 1},
+              {k_atom, n, 1},
               3,
-              swizzle_of(codegen::swizzle_atom_bytes(c.head_dim))};
+              swizzle_of(static_cast<int>(k_atom))};
   const Box vt{"V^T",
                CU_TENSOR_MAP_DATA_TYPE_UINT8,
                p.v,
@@ -105,11 +106,12 @@ Q8TensorMaps encode_q8_tensor_maps(const KernelConfig& c, const AttentionParams&
   encode(maps.k, k);
   encode(maps.vt, vt);
   encode(maps.k_scale, k_scale);
+  const codegen::Q8ChecksumRows checks = codegen::q8_checksum_rows(c);
   if (c.protection != Protection::none) {
     // Flash-ABFT: int8's two digit rows of each KV head's byte rows of checksums (their
     // buffer's own dense layout, protect/int8_checksums.cuh), fp8's four E4M3 rows
     // (protect/fp8_checksums.cuh), below V^T's rows in its swizzle (Q8WgmmaTraits::digit_rows).
-    const auto rows = static_cast<cuuint64_t>(codegen::q8_checksum_rows(c).v);
+    const auto rows = static_cast<cuuint64_t>(checks.v);
     const cuuint32_t copied = c.precision == Precision::int8 ? 2 : 4;
     const Box vt_check{"V^T checksum rows",
                        CU_TENSOR_MAP_DATA_TYPE_UINT8,
@@ -122,23 +124,21 @@ Q8TensorMaps encode_q8_tensor_maps(const KernelConfig& c, const AttentionParams&
     require_copyable(vt_check);
     encode(maps.vt_check, vt_check);
   }
-  if (c.precision == Precision::int8 && c.protection == Protection::efta_detect) {
-    // EFTA's K rows after every head's V^T rows (q8_k_rows_offset): per KV head and key block,
-    // 16 rows of head_dim bytes, landed below the block's keys in K's swizzle.
-    const codegen::Q8ChecksumRows rows = codegen::q8_checksum_rows(c);
+  if (checks.k > 0) {
+    // int8 EFTA's K rows after every head's V^T rows (q8_k_rows_offset): per KV head and key
+    // block, 16 rows of head_dim bytes, landed below the block's keys in K's swizzle.
     const auto n_blocks = static_cast<cuuint64_t>((p.seqlen_k + c.block_n - 1) / c.block_n);
-    const auto k_rows = static_cast<cuuint64_t>(rows.k);
+    const auto k_rows = static_cast<cuuint64_t>(checks.k);
     const char* base = static_cast<const char*>(p.checksums) +
-                       q8_k_rows_offset(p.batch, p.heads_kv, rows.v_bytes(p.v_seq_stride));
+                       q8_k_rows_offset(p.batch, p.heads_kv, checks.v_bytes(p.v_seq_stride));
     const Box k_check{"K checksum rows",
                       CU_TENSOR_MAP_DATA_TYPE_UINT8,
                       base,
                       {d, n_blocks * k_rows, heads},
                       {d, n_blocks * k_rows * d},
-                      {static_cast<cuuint32_t>(codegen::swizzle_atom_bytes(c.head_dim)),
-                       static_cast<cuuint32_t>(k_rows), 1},
+                      {k_atom, static_cast<cuuint32_t>(k_rows), 1},
                       3,
-                      swizzle_of(codegen::swizzle_atom_bytes(c.head_dim))};
+                      swizzle_of(static_cast<int>(k_atom))};
     require_copyable(k_check);
     encode(maps.k_check, k_check);
   }
