@@ -449,7 +449,7 @@ def main():
     tile_sweep(folder, "int8_efta_wgmma_tiles")
     tile_sweep(folder, "q8_efta_mma_sync_main")
     sites_campaign(folder, "campaign_int8_efta_wgmma",
-                   "int8 efta_detect on the wgmma kernel, 200 flips per bar (1 x 2 x 512)")
+                   "int8 efta_detect on the wgmma kernel, 10,000 flips per bar (1 x 2 x 512)")
 
 
 if __name__ == "__main__":

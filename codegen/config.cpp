@@ -756,7 +756,10 @@ int KernelConfig::shared_memory_bytes() const {
     // The warp-specialised skeleton's mbarriers follow the tiles, the one-warpgroup one's do
     // beyond two stages (with two they take the alignment slack).
     const int64_t barriers = warp_specialized(*this) ? 256 : num_stages > 2 ? 64 : 0;
-    return static_cast<int>(std::min<int64_t>(std::max(loop, out) + barriers + 1024, INT_MAX));
+    // int8 EFTA's second evaluation reads the rows' softmax factors from a copy of its own.
+    const int64_t q_scales = k_rows > 0 ? int64_t{block_m} * 4 : 0;
+    return static_cast<int>(
+        std::min<int64_t>(std::max(loop, out) + barriers + q_scales + 1024, INT_MAX));
   }
   if (element_bytes(precision) == 1) {
     // The 8-bit skeleton (Q8Traits in kernel/fwd_q8_sm80.cuh; the generated unit asserts that the

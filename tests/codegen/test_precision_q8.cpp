@@ -175,8 +175,6 @@ TEST_CASE(
           CHECK_FALSE(warp_specialized(efta));
           KernelConfig abft = efta;  // the same tile with Flash-ABFT's V checksums alone
           abft.protection = Protection::flash_abft;
-          // 16 rows of head_dim bytes below each stage's keys.
-          CHECK(efta.shared_memory_bytes() - abft.shared_memory_bytes() == 2 * 16 * d);
           const codegen::Q8ChecksumRows rows = codegen::q8_checksum_rows(efta);
           CHECK((rows.k == 16 && rows.v == 8));
           const codegen::KernelSource src = codegen::generate(efta);
@@ -204,6 +202,18 @@ TEST_CASE(
           // The softmax runs twice: the second evaluation is not merged into the first.
           REQUIRE(count(base.ptx, ex2) > 0);
           CHECK(count(out.ptx, ex2) == 2 * count(base.ptx, ex2));
+          // Its inputs come from volatile loads of their own (ptxas merged plain ones with the
+          // first evaluation's): per copy of the loop body, a pair of key scales per 8 keys in
+          // each of its two passes (maxima, P), and the rows' factors from their copy.
+          const std::string scales = "ld.shared.v2.f32", again = "ld.volatile.shared.v2.f32";
+          const int copies = count(base.ptx, scales) / (n / 8);
+          REQUIRE(copies >= 1);
+          CHECK(count(base.ptx, scales) == copies * (n / 8));
+          CHECK(count(out.ptx, scales) == count(base.ptx, scales));
+          CHECK(count(out.ptx, again) == copies * (2 * (n / 8) + 1));
+          // Shared memory: 16 rows of head_dim bytes below each stage's keys, and that copy.
+          CHECK(efta.shared_memory_bytes() ==
+                abft.shared_memory_bytes() + 2 * 16 * d + efta.block_m * 4);
           // The defaults' tiles (128 keys at head dim 128, two CTAs per SM; 64 at 64, three) fit
           // without spills; 64 keys at 128 keep a few bytes in local memory and 128 at 64 spill
           // (the three-CTA cap).
@@ -313,6 +323,15 @@ TEST_CASE("int8 EFTA: K and V^T checksum rows, their kernels, a second softmax e
     // The softmax runs twice: the second evaluation is not merged into the first.
     REQUIRE(count(base.ptx, ex2) > 0);
     CHECK(count(out.ptx, ex2) == 2 * count(base.ptx, ex2));
+    // It reads the key scales again, for each row it holds, and the row's factor from its copy
+    // in the Q row's padding, by volatile loads: plain ones ptxas merged with the first
+    // evaluation's, a register both would then trust.
+    const std::string scales = "ld.shared.v2.f32", again = "ld.volatile.shared.v2.f32";
+    REQUIRE(count(base.ptx, scales) > 0);
+    CHECK(count(out.ptx, scales) == count(base.ptx, scales));
+    CHECK(count(out.ptx, again) == 2 * tiles * count(base.ptx, scales));
+    CHECK(count(out.ptx, "ld.volatile.shared.f32") == 2 * tiles * copies);
+    CHECK(count(out.ptx, "st.shared.f32") - count(base.ptx, "st.shared.f32") == 2 * tiles);
     const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
     CHECK(r.spill_stores == 0);  // the defaults' tile fits
   }

@@ -76,6 +76,20 @@ __device__ __forceinline__ void report_row(const AttentionParams& p, int batch, 
     record_fault(p.fault_log, batch, head, row, col, stage, corrected, magnitude, threshold);
 }
 
+// Two floats from shared memory at `at` (two keys' scales, or two rows' softmax factors). EFTA's
+// second evaluation reads its inputs with kAgain: ptxas merges plain loads of one address, so a
+// fault in the merged register would reach both evaluations alike and pass their comparison; a
+// volatile load is issued again.
+template <bool kAgain = false>
+__device__ __forceinline__ void shared_float2(u32 at, float (&ks2)[2]) {
+  if constexpr (kAgain)
+    asm volatile("ld.volatile.shared.v2.f32 {%0, %1}, [%2];\n"
+                 : "=f"(ks2[0]), "=f"(ks2[1])
+                 : "r"(at));
+  else
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(ks2[0]), "=f"(ks2[1]) : "r"(at));
+}
+
 // An exact INT32 accumulator without its starting bias, widened for 64-bit checksum arithmetic.
 template <class P>
 __device__ __forceinline__ long long debiased(int acc) {
@@ -434,6 +448,18 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) q_scale[mt][r] = q8::row_scale(p, batch, head, global_row(mt, r));
+  // EFTA: each row's factor once more, in its Q row's padding, for the second evaluation to read
+  // each block: the registers above, live all through the loop, would otherwise feed both.
+  auto q_scale_at = [&](int mt, int r) {
+    return sQ + (warp_row + mt * 16 + lane / 4 + r * 8) * T::qk_stride + T::head_dim;
+  };
+  if constexpr (Protect::efta)
+    if (lane % 4 == 0)
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(q_scale_at(mt, r)), "f"(q_scale[mt][r]));
 
   float o[kMT][kOT][4];
   float row_max[kMT][2];  // base-2 logits
@@ -696,16 +722,11 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
     // The key scales live in the K buffer: with one stage, the next K is fetched only once every
     // warp has read them (below, with P in registers).
     const u32 sKscale = sKs + T::k_scale_offset;
-    auto key_scales = [&](int nt, float(&ks2)[2]) {
-      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
-                   : "=f"(ks2[0]), "=f"(ks2[1])
-                   : "r"(sKscale + (nt * 8 + quad_t * 2) * 4));
-    };
     float x[kMT][kST][4];
 #pragma unroll
     for (int nt = 0; nt < kST; ++nt) {
       float ks2[2];
-      key_scales(nt, ks2);
+      q8::shared_float2(sKscale + (nt * 8 + quad_t * 2) * 4, ks2);
       const float bias[2] = {P::dequant_bias(ks2[0]), P::dequant_bias(ks2[1])};
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
@@ -744,14 +765,17 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
         if constexpr (Protect::efta) {
           block_l[mt][r] = sum;
           // The second evaluation, from the verified integers: its own dequantisation (key
-          // scales read again), mask, max, rescale and P, compared bit for bit with the first.
+          // scales and the row's factor read again), mask, max, rescale and P, compared bit for
+          // bit with the first.
           const int row = global_row(mt, r);
+          float qs2;
+          asm volatile("ld.volatile.shared.f32 %0, [%1];\n" : "=f"(qs2) : "r"(q_scale_at(mt, r)));
           float x2[kST][2];
           float mx2 = neg_inf();
 #pragma unroll
           for (int nt = 0; nt < kST; ++nt) {
             float ks2[2];
-            key_scales(nt, ks2);
+            q8::shared_float2<true>(sKscale + (nt * 8 + quad_t * 2) * 4, ks2);
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
               const int key = n_block * T::block_n + nt * 8 + quad_t * 2 + c;
@@ -762,7 +786,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
               mx2 = fmaxf(mx2, x2[nt][c]);
             }
           }
-          mx2 = fmaxf(row_max2[mt][r], __fmul_ru(quad_max(mx2), qs));
+          mx2 = fmaxf(row_max2[mt][r], __fmul_ru(quad_max(mx2), qs2));
           const float shift2 = mx2 == neg_inf() ? 0.f : mx2;
           rescale2[mt][r] = fast_exp2(row_max2[mt][r] - shift2);
           row_max2[mt][r] = mx2;
@@ -775,8 +799,8 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
             for (int h = 0; h < 2; ++h) {
               const float(&t0)[2] = x2[4 * kc + 2 * h];
               const float(&t1)[2] = x2[4 * kc + 2 * h + 1];
-              const u32 w2 = P::p_word(fmaf(t0[0], qs, offset2), fmaf(t0[1], qs, offset2),
-                                       fmaf(t1[0], qs, offset2), fmaf(t1[1], qs, offset2), sum2);
+              const u32 w2 = P::p_word(fmaf(t0[0], qs2, offset2), fmaf(t0[1], qs2, offset2),
+                                       fmaf(t1[0], qs2, offset2), fmaf(t1[1], qs2, offset2), sum2);
               if constexpr (kLateP)
                 pa2[mt][kc][2 * h + r] = w2;
               else

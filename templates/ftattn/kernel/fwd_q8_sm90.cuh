@@ -94,7 +94,12 @@ struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, P
   // slack, more in 64 bytes after the tiles.
   static constexpr bool stage_barriers_at_end = NumStages <= 2;
   static constexpr int barrier_bytes = warp_specialized ? 256 : stage_barriers_at_end ? 0 : 64;
-  static constexpr int smem_bytes = tiles_bytes + barrier_bytes + 1024;
+  // int8 EFTA: the rows' softmax factors (q_scale) once more, after the tiles, for the second
+  // evaluation to read each block: the registers the first holds all through the loop would
+  // otherwise feed both (q8::second_softmax).
+  static constexpr int q_scale_offset = tiles_bytes + barrier_bytes;
+  static constexpr int q_scale_bytes = efta ? BlockM * 4 : 0;
+  static constexpr int smem_bytes = tiles_bytes + barrier_bytes + q_scale_bytes + 1024;
 
   // fp8 keeps each key block's P V in an FP32 tile of its own, which q8::fold_output adds to O
   // (Hopper's E4M3 wgmma drops low bits when it adds into a large accumulator). At head_dims 192
@@ -284,9 +289,7 @@ __device__ __forceinline__ void block_scores(const AttentionParams& p, const Acc
 #pragma unroll
     for (int nt = 0; nt < kST; ++nt) {
       float ks2[2];
-      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
-                   : "=f"(ks2[0]), "=f"(ks2[1])
-                   : "r"(sKscale + (nt * 8 + quad_t * 2) * 4));
+      shared_float2(sKscale + (nt * 8 + quad_t * 2) * 4, ks2);
 #pragma unroll
       for (int i = 0; i < 4; ++i)
         x[nt][i] = fmaf(P::acc_as_float(s[nt][i]), ks2[i % 2], P::dequant_bias(ks2[i % 2]));
@@ -465,8 +468,7 @@ __device__ __forceinline__ bool lazy_reference_step(const float (&block_max)[2],
 // the digits'; z is 0 at run time only, so that no compiler merges this evaluation with the
 // first), dequantised and masked where they are used, so that no float tile is held beside s.
 // Bit for bit the values block_scores gives. The maxima and P as block_row_max and p_words take
-// them from a tile. The key scales are loaded where used too, but ptxas merges those loads with
-// the first evaluation's (docs/protection.md: a fault in a scale's register is common to both).
+// them from a tile. The key scales are loaded where used too, by loads of their own.
 template <class T, bool Masked, int kCT>
 struct IntScores {
   static constexpr int kST = T::s_tiles;
@@ -476,9 +478,7 @@ struct IntScores {
   u32 scales_at;
   int first_row, key0, lane, diag;
   __device__ __forceinline__ void scales(int nt, float (&ks2)[2]) const {
-    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
-                 : "=f"(ks2[0]), "=f"(ks2[1])
-                 : "r"(scales_at + (nt * 8 + (lane % 4) * 2) * 4));
+    shared_float2</*kAgain=*/true>(scales_at + (nt * 8 + (lane % 4) * 2) * 4, ks2);
   }
   // The maxima take s + z, P s - z: with one expression for both the compilers kept a tile of
   // it from the one pass to the other.
@@ -492,20 +492,24 @@ struct IntScores {
     }
     return x;
   }
-  __device__ __forceinline__ float row_max(int r, float qs) const {
-    float mx = neg_inf();
+  // Both row halves in one pass, so that each pair of key scales is read once per pass.
+  __device__ __forceinline__ void row_max(const float (&qs)[2], float (&out)[2]) const {
+    float mx[2] = {neg_inf(), neg_inf()};
 #pragma unroll
     for (int nt = 0; nt < kST; ++nt) {
       float ks2[2];
       scales(nt, ks2);
-      mx = fmaxf(mx, fmaxf(score(nt, 2 * r, ks2, z), score(nt, 2 * r + 1, ks2, z)));
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        mx[r] = fmaxf(mx[r], fmaxf(score(nt, 2 * r, ks2, z), score(nt, 2 * r + 1, ks2, z)));
     }
-    return __fmul_ru(quad_max(mx), qs);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) out[r] = __fmul_ru(quad_max(mx[r]), qs[r]);
   }
   // p_words' order: keys 0-15, then 16-31 of each chunk of 32.
   template <class Word>
-  __device__ __forceinline__ void words(int r, float qs, float offset, u32 (&pa)[kST / 4][4],
-                                        Word&& word) const {
+  __device__ __forceinline__ void words(const float (&qs)[2], const float (&offset)[2],
+                                        u32 (&pa)[kST / 4][4], Word&& word) const {
 #pragma unroll
     for (int kc = 0; kc < kST / 4; ++kc)
 #pragma unroll
@@ -514,10 +518,12 @@ struct IntScores {
         float k0[2], k1[2];
         scales(nt0, k0);
         scales(nt1, k1);
-        pa[kc][2 * h + r] = word(fmaf(score(nt0, 2 * r, k0, -z), qs, offset),
-                                 fmaf(score(nt0, 2 * r + 1, k0, -z), qs, offset),
-                                 fmaf(score(nt1, 2 * r, k1, -z), qs, offset),
-                                 fmaf(score(nt1, 2 * r + 1, k1, -z), qs, offset));
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          pa[kc][2 * h + r] = word(fmaf(score(nt0, 2 * r, k0, -z), qs[r], offset[r]),
+                                   fmaf(score(nt0, 2 * r + 1, k0, -z), qs[r], offset[r]),
+                                   fmaf(score(nt1, 2 * r, k1, -z), qs[r], offset[r]),
+                                   fmaf(score(nt1, 2 * r + 1, k1, -z), qs[r], offset[r]));
       }
   }
 };
@@ -760,30 +766,27 @@ __device__ __forceinline__ void check_scores(const AttentionParams& p, const int
 
 // int8 EFTA's second evaluation of lazy_softmax on x (IntScores of s + zero), run before the
 // first so that s is free once the first has its float tile: its own block maxima, reference
-// step (ref2, its own running reference) and P, into pa2 and shift2. l is the first's
-// (Flash-ABFT's 64 l column checks it).
+// step (ref2, its own running reference) and P, into pa2 and shift2, with the rows' factors read
+// at q_scale_at. l is the first's (Flash-ABFT's 64 l column checks it).
 template <class T, bool Masked, int kCT, int kKC>
-__device__ __forceinline__ void second_softmax(const IntScores<T, Masked, kCT>& x,
-                                               const float (&q_scale)[2], const bool (&halve)[2],
-                                               float (&ref2)[2], u32 (&pa2)[kKC][4],
-                                               int (&shift2)[2]) {
+__device__ __forceinline__ void second_softmax(const IntScores<T, Masked, kCT>& x, u32 q_scale_at,
+                                               const bool (&halve)[2], float (&ref2)[2],
+                                               u32 (&pa2)[kKC][4], int (&shift2)[2]) {
   using P = typename T::Precision;
-  float block_max[2];
+  float q_scale[2];  // the rows' factors from their copy (Q8WgmmaTraits::q_scale_offset)
+  shared_float2</*kAgain=*/true>(q_scale_at, q_scale);
+  float block_max[2], offset[2];
   bool need[2];
+  x.row_max(q_scale, block_max);
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    block_max[r] = x.row_max(r, q_scale[r]);
-    need[r] = block_max[r] > ref2[r];
-  }
+  for (int r = 0; r < 2; ++r) need[r] = block_max[r] > ref2[r];
   lazy_reference_step<true>(block_max, need, halve, ref2, shift2);
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float offset = ref2[r] == neg_inf() ? 0.f : -ref2[r];
-    unsigned sum = 0;  // unused: l is the first's
-    x.words(r, q_scale[r], offset, pa2, [&](float t0, float t1, float t2, float t3) {
-      return P::template p_word<255>(t0, t1, t2, t3, sum);
-    });
-  }
+  for (int r = 0; r < 2; ++r) offset[r] = ref2[r] == neg_inf() ? 0.f : -ref2[r];
+  unsigned sum = 0;  // unused: l is the first's
+  x.words(q_scale, offset, pa2, [&](float t0, float t1, float t2, float t3) {
+    return P::template p_word<255>(t0, t1, t2, t3, sum);
+  });
 }
 
 // The two evaluations compared: P bit for bit and each row half's fold; a row half that differs
@@ -876,6 +879,12 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p,
   } else {
     quantise_q_rows<T, quant::F16In>(p, sQ, batch, head, row0, warp_row, lane, q_scale);
   }
+  // int8 EFTA: the factors' copy for the second evaluation, a pair per lane quad.
+  [[maybe_unused]] const u32 sQscale = sQ + T::q_scale_offset + (warp * 8 + lane / 4) * 8;
+  if constexpr (T::efta)
+    if (quad_t == 0)
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(sQscale), "f"(q_scale[0]),
+                   "f"(q_scale[1]));
   // Q (cp.async or st.shared) for the tensor cores, and the mbarriers' initialisation, to every
   // thread.
   sm80::cp_async_commit();
@@ -948,7 +957,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p,
         halve[r] = q8::lazy_sum_check(it) && quad_sum(row_sum[0][r]) > q8::kLazyHalveAbove;
       const q8::IntScores<T, kMasked, kCT> again{
           p, s, zero, sStage + T::scale_offset, row0 + warp_row, n_block * T::block_n, lane, diag};
-      q8::second_softmax<T>(again, q_scale, halve, row_max2, pa2, shift2);
+      q8::second_softmax<T>(again, sQscale, halve, row_max2, pa2, shift2);
     }
 
     // Dequantise by key, mask, and the online softmax: P lands in GEMM II's A fragments.
