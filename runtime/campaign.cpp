@@ -24,6 +24,14 @@ bool has_pv_site(const KernelConfig& c) {
          uses_wgmma(c);
 }
 
+// The 8-bit kernels' dequantisation factors, in the builds that carry a checksum scheme (the
+// injection builds): a key's scale as its lane loaded it, or a row's softmax factor.
+bool eight_bit(Precision p) { return p == Precision::int8 || p == Precision::fp8_e4m3; }
+bool has_scale_site(const KernelConfig& c) {
+  return eight_bit(c.precision) && c.protection != Protection::none &&
+         c.protection != Protection::decoupled;
+}
+
 // The fused sm80 kernel: grid (m_blocks, heads_q, batch), causal grids longest-first, one
 // iteration per key block (fwd_sm80.cuh).
 InjectionSpace fused_space(const KernelConfig& c, const Problem& pr, FaultSite site) {
@@ -61,6 +69,17 @@ InjectionSpace fused_space(const KernelConfig& c, const Problem& pr, FaultSite s
     case FaultSite::checksum:
       s.elements = 0;  // scheme-specific: the kernel takes the element modulo its count
       break;
+    case FaultSite::scale:
+      if (!has_scale_site(c))
+        throw ConfigError(fmt::format(
+            "site scale is an 8-bit kernel's dequantisation factor, which {} does not have{}",
+            c.name(),
+            eight_bit(c.precision) ? " in an injection build: pick a checksum scheme"
+                                   : ": use an int8 or fp8_e4m3 precision"));
+      // The row factors, then the key scales of the block (kernel-specific: the kernel takes
+      // the element modulo its count).
+      s.elements = 0;
+      break;
     default:
       throw ConfigError(
           fmt::format("site {} has no source-level injection point: use scores, "
@@ -97,8 +116,8 @@ FaultSite parse_site(std::string_view text) {
   }
   throw ConfigError(fmt::format(
       "unknown fault site '{}': use scores, probs, row_max, row_sum, rescale, output, checksum, "
-      "pv (int8 on mma.sync, fp8 Flash-ABFT on wgmma), all (every one the kernel has) (or ir "
-      "with an IR-level backend)",
+      "pv (int8 on mma.sync, fp8 Flash-ABFT on wgmma), scale (8-bit), all (every one the kernel "
+      "has) (or ir with an IR-level backend)",
       text));
 }
 
@@ -110,6 +129,7 @@ std::vector<FaultSite> sites_of(const KernelConfig& c) {
                                FaultSite::row_sum, FaultSite::rescale, FaultSite::output};
   if (c.protection != Protection::none) sites.push_back(FaultSite::checksum);
   if (has_pv_site(c)) sites.push_back(FaultSite::pv);
+  if (has_scale_site(c)) sites.push_back(FaultSite::scale);
   return sites;
 }
 

@@ -24,7 +24,7 @@ Enum parse_named(std::string_view what, std::string_view text,
 
 constexpr std::array<std::pair<OnFault, std::string_view>, 3> kOnFault = {
     {{OnFault::report, "report"}, {OnFault::recompute, "recompute"}, {OnFault::raise, "throw"}}};
-constexpr std::array<std::pair<FaultSite, std::string_view>, 10> kSites = {
+constexpr std::array<std::pair<FaultSite, std::string_view>, 11> kSites = {
     {{FaultSite::none, "none"},
      {FaultSite::scores, "scores"},
      {FaultSite::probs, "probs"},
@@ -34,7 +34,8 @@ constexpr std::array<std::pair<FaultSite, std::string_view>, 10> kSites = {
      {FaultSite::output, "output"},
      {FaultSite::checksum, "checksum"},
      {FaultSite::ir, "ir"},
-     {FaultSite::pv, "pv"}}};
+     {FaultSite::pv, "pv"},
+     {FaultSite::scale, "scale"}}};
 
 template <class Enum, size_t N>
 std::string_view name_of(Enum e, const std::array<std::pair<Enum, std::string_view>, N>& names) {

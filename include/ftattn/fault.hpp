@@ -23,7 +23,21 @@ OnFault parse_on_fault(std::string_view text);  // "report", "recompute", "throw
 // pv: a key block's own P V tile before O takes it: int8's INT32 one on the mma.sync kernel,
 // fp8 Flash-ABFT's FP32 one on the wgmma kernel (the 16-bit kernels, int8 on wgmma and fp8
 // otherwise accumulate P V in O itself: site output).
-enum class FaultSite { none, scores, probs, row_max, row_sum, rescale, output, checksum, ir, pv };
+// scale: an 8-bit kernel's dequantisation factors, a key's scale after its load or a row's
+// softmax factor (s_Q times the softmax scale).
+enum class FaultSite {
+  none,
+  scores,
+  probs,
+  row_max,
+  row_sum,
+  rescale,
+  output,
+  checksum,
+  ir,
+  pv,
+  scale
+};
 std::string_view to_string(FaultSite s);
 FaultSite parse_fault_site(std::string_view text);
 

@@ -16,6 +16,7 @@ enum FaultSiteId : int {
   fault_site_checksum = 7,  // a checksum accumulator of the protection scheme
   fault_site_ir = 8,        // IR-level: the n-th dynamic instance of an instrumented class
   fault_site_pv = 9,        // a key block's own P V before O takes it (ftattn/fault.hpp)
+  fault_site_scale = 10,    // 8-bit: a key's scale after its load, or a row's softmax factor
 };
 
 // One bit flip, chosen at launch. Kernels compiled without injection ignore it.

@@ -85,9 +85,10 @@ TEST_CASE("fp8 efta_detect sees a flip at every site, recompute repairs the outp
   const Problem pr = Problem::bhsd(1, 2, 2, 256, 512, 128);
   for (FaultSite site :
        {FaultSite::scores, FaultSite::checksum, FaultSite::probs, FaultSite::row_max,
-        FaultSite::row_sum, FaultSite::rescale, FaultSite::output}) {
+        FaultSite::row_sum, FaultSite::rescale, FaultSite::output, FaultSite::scale}) {
     // Thread 4 (quad thread 0), element 0, bit 29: a large change of a float (the score, the
-    // checksum's hi column, O, the max, l, the rescale) or of a P byte's exponent.
+    // checksum's hi column, O, the max, l, the rescale, a row's softmax factor) or of a P
+    // byte's exponent.
     ProtectOptions o;
     o.inject = FaultPlan{site, 0, 4, 1, 0, 29};
     const KernelConfig c = fp8_config(128, Mask::causal, true, Protection::efta_detect);

@@ -124,13 +124,16 @@ TEST_CASE("int8 EFTA detects a flip at every site, recompute repairs the output"
     for (FaultSite site : campaign::sites_of(int8_runtime().resolve(c, &pr))) {
       // Bit 29: a large change of a float, P's top bit in byte 3 of a packed word, 2^29 in an
       // INT32 accumulator.
-      const gpu_test::Planted seen =
-          gpu_test::run_planted(int8_runtime(), c, pr, gpu_test::plant(site, 29), kPlantedSeed);
+      // Site scale: a row's factor (element 0); a key's scale may leave every P as it was.
+      const int element = site == FaultSite::scale ? 0 : 3;
+      const gpu_test::Planted seen = gpu_test::run_planted(
+          int8_runtime(), c, pr, gpu_test::plant(site, 29, element), kPlantedSeed);
       INFO(to_string(prot) << " " << to_string(site) << ": " << seen.result.report.summary() << "; "
                            << seen.fault.summary());
       CHECK(seen.fault.detected >= 1);
       const gpu_test::Planted fixed = gpu_test::run_planted(
-          int8_runtime(), c, pr, gpu_test::plant(site, 29, 3, OnFault::recompute), kPlantedSeed);
+          int8_runtime(), c, pr, gpu_test::plant(site, 29, element, OnFault::recompute),
+          kPlantedSeed);
       INFO("recompute: " << fixed.result.report.summary() << "; " << fixed.fault.summary());
       CHECK(fixed.result.report.passed);
       if (fixed.fault.detected > fixed.fault.corrected) CHECK(fixed.fault.recomputed_tiles >= 1);
@@ -164,7 +167,9 @@ TEST_CASE("int8 efta_detect on the wgmma kernel sees a flip at every site, every
       int bit, element;
     };
     std::vector<Plant> plants{{FaultSite::scores, 0, 3}, {FaultSite::probs, 0, 3}};
-    for (FaultSite site : campaign::sites_of(rt.resolve(c, &pr))) plants.push_back({site, 29, 3});
+    // Site scale: a row's factor (element 0); a key's scale may leave every P as it was.
+    for (FaultSite site : campaign::sites_of(rt.resolve(c, &pr)))
+      plants.push_back({site, 29, site == FaultSite::scale ? 0 : 3});
     for (const Plant& plant : plants) {
       const gpu_test::Planted seen = gpu_test::run_planted(
           rt, c, pr, gpu_test::plant(plant.site, plant.bit, plant.element), kPlantedSeed);
@@ -180,4 +185,52 @@ TEST_CASE("int8 efta_detect on the wgmma kernel sees a flip at every site, every
       CHECK(fixed.fault.recomputed_tiles >= 1);
     }
   });
+}
+
+TEST_CASE("int8 EFTA sees a flipped row factor, and no key scale flip stays silent",
+          "[gpu][q8][protect][int8_efta]") {
+  // Site scale: element 0 is a row's softmax factor (s_Q x softmax scale), wrong from the planted
+  // block on; element 3 a key's scale as the lane loaded it, for that block. EFTA's second
+  // evaluation reads both from memory by loads of its own: with the first's registers (as ptxas
+  // had it) such a flip reached both evaluations and went silent. A key scale flip may leave
+  // every P as it was (a key far below the row's max keeps P = 0): then O is right.
+  Runtime& rt = int8_runtime();
+  std::vector<KernelConfig> configs;
+  for (Protection prot : {Protection::efta_detect, Protection::efta_correct}) {
+    KernelConfig sync = int8_config(128, Mask::causal, prot, true);
+    sync.arch = Arch{90, false};  // the mma.sync skeleton
+    configs.push_back(sync);
+  }
+  if (gpu_test::hopper_device(rt, "int8 efta_detect's wgmma kernel: scale flips"))
+    for (int d : {64, 128})
+      for (Mask m : {Mask::none, Mask::causal})
+        configs.push_back(wgmma_efta_config(d, d == 128 ? 128 : 64, m, true));
+  for (const KernelConfig& c : configs) {
+    const Problem problem = Problem::bhsd(1, 2, 2, 256, 512, c.head_dim);
+    const std::string name = rt.resolve(c, &problem).name();
+    // Silent: no report, and O further from the reference than twice the clean run's error.
+    const gpu_test::Planted clean = gpu_test::run_planted(rt, c, problem, {}, kPlantedSeed);
+    REQUIRE(clean.fault.detected == 0);
+    const double bound = 2 * clean.result.report.max_abs_error + 1e-3;
+    int key_flips_seen = 0;
+    for (int element : {0, 3})
+      for (int bit : {0, 12, 22, 23, 26, 29, 30, 31}) {
+        const gpu_test::Planted seen = gpu_test::run_planted(
+            rt, c, problem, gpu_test::plant(FaultSite::scale, bit, element), kPlantedSeed);
+        INFO(name << " element " << element << " bit " << bit << ": "
+                  << seen.result.report.summary() << "; " << seen.fault.summary());
+        CHECK_FALSE((seen.fault.detected == 0 && seen.result.report.max_abs_error > bound));
+        if (element == 0 && bit >= 23) CHECK(seen.fault.detected >= 1);  // x 2^k, or the sign
+        if (element == 3 && seen.fault.detected >= 1) ++key_flips_seen;
+        if (seen.fault.detected == 0) continue;
+        const gpu_test::Planted fixed = gpu_test::run_planted(
+            rt, c, problem, gpu_test::plant(FaultSite::scale, bit, element, OnFault::recompute),
+            kPlantedSeed);
+        INFO("recompute: " << fixed.result.report.summary() << "; " << fixed.fault.summary());
+        CHECK(fixed.result.report.passed);
+        CHECK(fixed.fault.recomputed_tiles >= 1);
+      }
+    INFO(name);
+    CHECK(key_flips_seen >= 3);  // the planted key is live: its exponent flips change its P
+  }
 }

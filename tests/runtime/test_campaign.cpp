@@ -138,9 +138,9 @@ TEST_CASE("bit ranges parse lo:hi or one bit and reject the rest", "[campaign]")
 }
 
 TEST_CASE("site names round-trip and typos are refused", "[campaign]") {
-  for (FaultSite s :
-       {FaultSite::scores, FaultSite::probs, FaultSite::row_max, FaultSite::row_sum,
-        FaultSite::rescale, FaultSite::output, FaultSite::checksum, FaultSite::ir, FaultSite::pv})
+  for (FaultSite s : {FaultSite::scores, FaultSite::probs, FaultSite::row_max, FaultSite::row_sum,
+                      FaultSite::rescale, FaultSite::output, FaultSite::checksum, FaultSite::ir,
+                      FaultSite::pv, FaultSite::scale})
     CHECK(parse_site(site_name(s)) == s);
   CHECK_THROWS_AS(parse_site("none"), ConfigError);
   CHECK_THROWS_AS(parse_site("score"), ConfigError);
@@ -165,8 +165,22 @@ TEST_CASE("site all names every site the kernel has, each with an injection spac
       CHECK(has(sites, FaultSite::checksum) == (prot != Protection::none));
       CHECK(has(sites, FaultSite::pv) == (p == Precision::int8));
       CHECK(has(sites, FaultSite::rescale) == (prot != Protection::decoupled));
+      // The dequantisation factors: 8-bit kernels with a checksum scheme (injection builds).
+      const bool scale =
+          p == Precision::int8 && prot != Protection::none && prot != Protection::decoupled;
+      CHECK(has(sites, FaultSite::scale) == scale);
       // Every one is plannable on this problem: no site a campaign would then refuse.
       for (FaultSite s : sites) CHECK_NOTHROW(injection_space(c, pr, s));
+      if (!scale && prot != Protection::decoupled) {
+        try {
+          injection_space(c, pr, FaultSite::scale);
+          FAIL("site scale was planned for " << c.name());
+        } catch (const ConfigError& e) {
+          CHECK(std::string(e.what()).find(p == Precision::int8
+                                               ? "pick a checksum scheme"
+                                               : "use an int8 or fp8_e4m3") != std::string::npos);
+        }
+      }
     }
   // int8 Flash-ABFT on Hopper's wgmma kernel accumulates P V onto O: no pv site, which a plan
   // then refuses and says what to use.
@@ -178,6 +192,7 @@ TEST_CASE("site all names every site the kernel has, each with an injection spac
   const std::vector<FaultSite> sites = sites_of(wgmma);
   CHECK(has(sites, FaultSite::checksum));
   CHECK(has(sites, FaultSite::rescale));
+  CHECK(has(sites, FaultSite::scale));
   CHECK_FALSE(has(sites, FaultSite::pv));
   for (FaultSite s : sites) CHECK_NOTHROW(injection_space(wgmma, pr, s));
   try {
@@ -195,6 +210,7 @@ TEST_CASE("site all names every site the kernel has, each with an injection spac
     INFO(fp8.name());
     REQUIRE(uses_wgmma(fp8) == arch_specific);
     CHECK(has(sites_of(fp8), FaultSite::pv) == arch_specific);
+    CHECK(has(sites_of(fp8), FaultSite::scale));
     if (arch_specific) {
       CHECK_NOTHROW(injection_space(fp8, pr, FaultSite::pv));
     } else {

@@ -346,8 +346,9 @@ Command add_inject_command(CLI::App& parent, const GlobalOptions& global) {
   CLI::Option* site =
       cmd->add_option("--site", o->sites,
                       "value class(es) to flip, comma-separated: scores, probs, row_max, row_sum, "
-                      "rescale, output, checksum, pv (int8's INT32 P V), or all (every one the "
-                      "kernel has); or ir (alone, with --backend llvm --ir-inject)");
+                      "rescale, output, checksum, pv (int8's INT32 P V), scale (8-bit "
+                      "dequantisation factors), or all (every one the kernel has); or ir (alone, "
+                      "with --backend llvm --ir-inject)");
   // Each trial is a launch and a result kept in memory: a million take hours already.
   cmd->add_option("--trials", o->trials, "trials per site")
       ->check(at_least(1, 1'000'000))

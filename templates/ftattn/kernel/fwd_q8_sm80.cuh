@@ -58,6 +58,9 @@ struct Q8Traits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, Precis
   static constexpr int loop_bytes = q_bytes + NumStages * (k_stage_bytes + v_stage_bytes);
   static constexpr int smem_bytes = loop_bytes > BlockM* o_stride ? loop_bytes : BlockM* o_stride;
   static constexpr float p_log2_range = PrecisionT::p_log2_range;  // P = 2^(t + p_log2_range)
+  // Site scale's values per thread: its rows' softmax factors, then a key block's scales as its
+  // lane loads them.
+  static constexpr int scale_values = 2 * (BlockM / (16 * NumWarps)) + 2 * (BlockN / 8);
 
   static_assert(HeadDim % 32 == 0, "8-bit MMAs step head_dim by 32");
   static_assert(BlockN % 32 == 0, "8-bit MMAs step block_n by 32");
@@ -727,6 +730,11 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
     for (int nt = 0; nt < kST; ++nt) {
       float ks2[2];
       q8::shared_float2(sKscale + (nt * 8 + quad_t * 2) * 4, ks2);
+      if constexpr (T::inject)
+#pragma unroll
+        for (int c = 0; c < 2; ++c)
+          inject_value_at(p.fault, fault_site_scale, n_block, 2 * kMT + 2 * nt + c, T::scale_values,
+                          ks2[c]);
       const float bias[2] = {P::dequant_bias(ks2[0]), P::dequant_bias(ks2[1])};
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
@@ -754,6 +762,14 @@ __device__ __forceinline__ void attention_fwd_q8_sm80(const AttentionParams& p) 
     // themselves are compared after their last use.
     constexpr bool kLateP = Protect::efta && Protect::f16_rows > 0;
     [[maybe_unused]] u32 pa2[kLateP ? kMT : 1][kLateP ? kST / 4 : 1][4];
+    // Site scale: a row's factor, wrong from this block on.
+    if constexpr (T::inject)
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          inject_value_at(p.fault, fault_site_scale, n_block, 2 * mt + r, T::scale_values,
+                          q_scale[mt][r]);
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll

@@ -138,6 +138,11 @@ struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, P
                                   : ctas_by_smem >= 3              ? 3
                                                                    : 1;
 
+  // Site scale's values per thread: its two rows' softmax factors, then a key block's scales as
+  // its lane loads them (int8: a pair per 8 keys; fp8: one per 64).
+  static constexpr int scale_values =
+      2 + (PrecisionT::float_accumulators ? BlockN / 64 : BlockN / 4);
+
   static_assert(HeadDim == 64 || HeadDim == 128 || HeadDim == 192 || HeadDim == 256,
                 "wgmma tiles: 64-, 128-, 3 x 64- or 2 x 128-byte Q and K rows");
   static_assert(BlockN == 64 || BlockN == 128, "wgmma tiles: 64- or 128-byte V^T rows");
@@ -290,6 +295,11 @@ __device__ __forceinline__ void block_scores(const AttentionParams& p, const Acc
     for (int nt = 0; nt < kST; ++nt) {
       float ks2[2];
       shared_float2(sKscale + (nt * 8 + quad_t * 2) * 4, ks2);
+      if constexpr (T::inject)
+#pragma unroll
+        for (int c = 0; c < 2; ++c)
+          inject_value_at(p.fault, fault_site_scale, key0 / T::block_n, 2 + 2 * nt + c,
+                          T::scale_values, ks2[c]);
 #pragma unroll
       for (int i = 0; i < 4; ++i)
         x[nt][i] = fmaf(P::acc_as_float(s[nt][i]), ks2[i % 2], P::dequant_bias(ks2[i % 2]));
@@ -298,6 +308,9 @@ __device__ __forceinline__ void block_scores(const AttentionParams& p, const Acc
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) {
       asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(kg[g]) : "r"(sKscale + g * 64 * 4));
+      if constexpr (T::inject)
+        inject_value_at(p.fault, fault_site_scale, key0 / T::block_n, 2 + g, T::scale_values,
+                        kg[g]);
       kg[g] = fmaxf(kg[g], 1e-30f);  // a zero block: its raw scores are 0, the masked -inf
     }
 #pragma unroll
@@ -932,6 +945,12 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p,
     // fp8: the previous block's P V into O (pv is 0 before the first block).
     if constexpr (T::pv_in_flight) q8::fold_piece<T>(o[0], sums, pv, alpha, 0);
 
+    // Site scale: a row's factor, wrong from this block on, before either evaluation reads it
+    // (the key scales: block_scores).
+    if constexpr (T::inject)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        inject_value_at(p.fault, fault_site_scale, n_block, r, T::scale_values, q_scale[r]);
     u32 pa[kST / 4][4];  // P, GEMM II's A fragments
     int shift[2];        // int8: each row half's fold
     const auto shift_fault = [&](int r, int& shift) {
