@@ -172,12 +172,12 @@ def build_ab_tiles(folder, name):
     save(fig, folder, name + ".png")
 
 
-def campaign_bars(folder, data, labels, title, out):
+def campaign_bars(folder, data, labels, title, out, bar_inches=1.2):
     """Each summary row's outcomes as a stacked bar of shares of its trials."""
     # miscorrected: summaries written since 2026-11-29; older files count those trials as detected.
     outcomes = ["masked", "corrected", "detected", "false_positive", "sdc", "miscorrected"]
     shares = [[100 * int(r.get(o) or 0) / int(r["trials"]) for o in outcomes] for r in data]
-    fig, ax = plt.subplots(figsize=(max(10, len(data) * 1.2), 4.5))
+    fig, ax = plt.subplots(figsize=(max(10, len(data) * bar_inches), 4.5))
     bottom = [0.0] * len(data)
     for j, o in enumerate(outcomes):
         ys = [s[j] for s in shares]
@@ -201,7 +201,7 @@ def llvm_campaign(folder):
                   "llvm_campaign.png")
 
 
-def build_campaign(folder, name, sites, title):
+def build_campaign(folder, name, sites, title, bar_inches=1.2):
     """A campaign summary with a `build` column (two builds, same run): the given sites' bars."""
     data = [r for r in rows(folder, name + ".csv") or [] if r["site"] in sites]
     if not data:
@@ -209,7 +209,7 @@ def build_campaign(folder, name, sites, title):
     schemes = len({r["protection"] for r in data}) > 1  # name the scheme where several share
     labels = [f"{r['build']}\n{r['protection'] + ' ' if schemes else ''}{r['precision']} "
               f"{r['mask']}\n{r['site']}" for r in data]
-    campaign_bars(folder, data, labels, title, name + ".png")
+    campaign_bars(folder, data, labels, title, name + ".png", bar_inches)
 
 
 def sites_campaign(folder, name, title):
@@ -450,6 +450,9 @@ def main():
     tile_sweep(folder, "q8_efta_mma_sync_main")
     sites_campaign(folder, "campaign_int8_efta_wgmma",
                    "int8 efta_detect on the wgmma kernel, 10,000 flips per bar (1 x 2 x 512)")
+    build_campaign(folder, "campaign_scale_site", ("scale",),
+                   "site scale (8-bit dequantisation factors): the second evaluation's own loads "
+                   "against merged ones, 10,000 flips per bar (1 x 2 x 512)", bar_inches=1.8)
 
 
 if __name__ == "__main__":
