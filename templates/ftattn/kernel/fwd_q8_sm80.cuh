@@ -84,13 +84,13 @@ __device__ __forceinline__ void report_row(const AttentionParams& p, int batch, 
 // fault in the merged register would reach both evaluations alike and pass their comparison; a
 // volatile load is issued again.
 template <bool kAgain = false>
-__device__ __forceinline__ void shared_float2(u32 at, float (&ks2)[2]) {
+__device__ __forceinline__ void shared_float2(u32 at, float (&out)[2]) {
   if constexpr (kAgain)
     asm volatile("ld.volatile.shared.v2.f32 {%0, %1}, [%2];\n"
-                 : "=f"(ks2[0]), "=f"(ks2[1])
+                 : "=f"(out[0]), "=f"(out[1])
                  : "r"(at));
   else
-    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(ks2[0]), "=f"(ks2[1]) : "r"(at));
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(out[0]), "=f"(out[1]) : "r"(at));
 }
 
 // An exact INT32 accumulator without its starting bias, widened for 64-bit checksum arithmetic.
