@@ -45,6 +45,10 @@ void for_each_wgmma_tile(Runtime& rt, F&& f) {
       for (Mask m : {Mask::none, Mask::causal}) f(d, n, m);
 }
 
+// The value an every-site case plants at `site`: element 3, but a row's factor (element 0) at
+// site scale, where a key's scale may leave every P as it was.
+int every_site_element(FaultSite site) { return site == FaultSite::scale ? 0 : 3; }
+
 // Seed of the fault-plan runs. Their plants (gpu_test::plant) hit key-block iteration 1 of 8 at
 // 512 keys and the default 64-key blocks.
 constexpr uint64_t kPlantedSeed = 11;
@@ -124,8 +128,7 @@ TEST_CASE("int8 EFTA detects a flip at every site, recompute repairs the output"
     for (FaultSite site : campaign::sites_of(int8_runtime().resolve(c, &pr))) {
       // Bit 29: a large change of a float, P's top bit in byte 3 of a packed word, 2^29 in an
       // INT32 accumulator.
-      // Site scale: a row's factor (element 0); a key's scale may leave every P as it was.
-      const int element = site == FaultSite::scale ? 0 : 3;
+      const int element = every_site_element(site);
       const gpu_test::Planted seen = gpu_test::run_planted(
           int8_runtime(), c, pr, gpu_test::plant(site, 29, element), kPlantedSeed);
       INFO(to_string(prot) << " " << to_string(site) << ": " << seen.result.report.summary() << "; "
@@ -167,9 +170,8 @@ TEST_CASE("int8 efta_detect on the wgmma kernel sees a flip at every site, every
       int bit, element;
     };
     std::vector<Plant> plants{{FaultSite::scores, 0, 3}, {FaultSite::probs, 0, 3}};
-    // Site scale: a row's factor (element 0); a key's scale may leave every P as it was.
     for (FaultSite site : campaign::sites_of(rt.resolve(c, &pr)))
-      plants.push_back({site, 29, site == FaultSite::scale ? 0 : 3});
+      plants.push_back({site, 29, every_site_element(site)});
     for (const Plant& plant : plants) {
       const gpu_test::Planted seen = gpu_test::run_planted(
           rt, c, pr, gpu_test::plant(plant.site, plant.bit, plant.element), kPlantedSeed);
