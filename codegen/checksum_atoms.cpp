@@ -38,6 +38,12 @@ Q8ChecksumRows q8_checksum_rows(const KernelConfig& config) {
   if (config.precision == Precision::fp8_e4m3 && config.protection == Protection::flash_abft &&
       uses_wgmma(config))
     return {0, 4, 0, 0};
+  // int8 efta_correct on the wgmma skeleton: 8 rows of V^T (its channel sums' and weighted sums'
+  // digits, protect/int8_checksums.cuh, int8_v_wgmma_rows) and efta_detect's 16 K rows (a failed
+  // score column is computed again, not located from weighted rows).
+  if (config.precision == Precision::int8 && config.protection == Protection::efta_correct &&
+      uses_wgmma(config))
+    return {16, 8, 0, 0};
   return q8_checksum_rows(config.precision, config.protection);
 }
 

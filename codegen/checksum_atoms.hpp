@@ -26,7 +26,8 @@ struct Q8ChecksumRows {
 // The 8-bit mma.sync skeleton's (kernel/fwd_q8_sm80.cuh).
 Q8ChecksumRows q8_checksum_rows(Precision precision, Protection p);
 // The rows `config`'s kernel reads: fp8 Flash-ABFT on the wgmma skeleton takes four E4M3 byte
-// rows instead of f16 ones (protect/fp8_checksums.cuh, fp8_v_digit_rows); the rest as above.
+// rows instead of f16 ones (protect/fp8_checksums.cuh, fp8_v_digit_rows), int8 efta_correct
+// there 8 V^T rows of its own (int8_v_wgmma_rows) and efta_detect's K rows; the rest as above.
 Q8ChecksumRows q8_checksum_rows(const KernelConfig& config);
 
 }  // namespace ftattn::codegen

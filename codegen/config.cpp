@@ -382,11 +382,12 @@ bool uses_wgmma(const KernelConfig& c) {
                            (c.head_dim == 192 && (q8 || wide_tile));
   // The 16-bit skeleton also carries every checksum scheme and the fault-injection sites; the
   // 8-bit one-warpgroup skeleton Flash-ABFT (and its injection sites) at head dims 64 and 128,
-  // whose checksum rows ride in GEMM II (kernel/fwd_q8_sm90.cuh), and int8 efta_detect there,
-  // its K checksum rows in GEMM I too.
+  // whose checksum rows ride in GEMM II (kernel/fwd_q8_sm90.cuh), and int8 EFTA there, its K
+  // checksum rows in GEMM I too.
   const bool q8_checked =
       c.protection == Protection::flash_abft ||
-      (c.precision == Precision::int8 && c.protection == Protection::efta_detect);
+      (c.precision == Precision::int8 &&
+       (c.protection == Protection::efta_detect || c.protection == Protection::efta_correct));
   const bool q8_protected =
       q8 && q8_checked && c.num_warps == 4 && (c.head_dim == 64 || c.head_dim == 128);
   const bool q8_ok =
@@ -747,8 +748,11 @@ int KernelConfig::shared_memory_bytes() const {
     // Q8WgmmaTraits (kernel/fwd_q8_sm90.cuh): swizzled Q, K (+ a float per key) and V^T tiles
     // at 1024-byte boundaries, and 1024 bytes to align the dynamic base.
     auto align = [](int64_t b) { return (b + 1023) / 1024 * 1024; };
-    // V^T, its tail, and K (int8 EFTA: its checksum rows below the keys).
-    const int64_t tail = align(int64_t{head_dim} * block_n + 8 * block_n);
+    // V^T, its tail (int8 efta_correct: and its own checksum rows' atom after it), and K (int8
+    // EFTA: its checksum rows below the keys).
+    const int tail_rows =
+        precision == Precision::int8 && protection == Protection::efta_correct ? 16 : 8;
+    const int64_t tail = align(int64_t{head_dim} * block_n + tail_rows * block_n);
     const int64_t k_rows = codegen::q8_checksum_rows(*this).k;
     const int64_t stage = align(tail + (block_n + k_rows) * int64_t{head_dim});
     const int64_t loop = align(int64_t{block_m} * head_dim) + num_stages * stage;

@@ -96,8 +96,8 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   wgmma_tile.block_m = ws_d256 ? 128 : 64;
   wgmma_tile.num_warps = ws_d256 ? 8 : 4;
   wgmma_tile.block_n = c.head_dim == 256 ? 64 : 128;
-  // int8 efta_detect (its K checksum rows in GEMM I, the softmax twice): at head dim 64 a
-  // 128-key block spills 600-740 bytes under the three-CTA cap, 64 keys fit.
+  // int8 EFTA (its K checksum rows in GEMM I, the softmax twice): at head dim 64 a 128-key block
+  // spills 600-740 bytes under the three-CTA cap (efta_correct 20-384), 64 keys fit.
   if (int8_efta && c.head_dim == 64) wgmma_tile.block_n = 64;
   wgmma_tile.num_stages = ws_d256 ? 3 : 2;
   if (int8_efta && open_m && open_w && !uses_wgmma(wgmma_tile)) {

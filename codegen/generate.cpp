@@ -169,7 +169,10 @@ extern "C" __global__ void __launch_bounds__({launch_bounds})
         "  {}(params);\n}}\n",
         protect.header, q8_v_rows_symbol(symbol),
         config.precision != Precision::fp8_e4m3
-            ? fmt::format("ftattn::protect::int8_v_rows<{}, Traits::Protect>", config.head_dim)
+            ? (wgmma && config.protection == Protection::efta_correct
+                   ? fmt::format("ftattn::protect::int8_v_wgmma_rows<{}>", config.head_dim)
+                   : fmt::format("ftattn::protect::int8_v_rows<{}, Traits::Protect>",
+                                 config.head_dim))
         : wgmma ? fmt::format("ftattn::protect::fp8_v_digit_rows<{}>", config.head_dim)
                 : fmt::format("ftattn::protect::fp8_v_rows<{}, Traits::Protect>", config.head_dim));
   if (config.protection == Protection::efta_detect || config.protection == Protection::efta_correct)
@@ -182,8 +185,10 @@ extern "C" __global__ void __launch_bounds__({launch_bounds})
         config.precision == Precision::fp8_e4m3
             ? fmt::format("ftattn::protect::fp8_k_rows<{}, {}, Traits::Protect>", config.head_dim,
                           config.block_n)
-            : fmt::format("ftattn::protect::int8_k_rows<{}, {}, Traits::Protect>", config.head_dim,
-                          config.block_n));
+            // The wgmma kernel's efta_correct reads efta_detect's rows (Q8WgmmaTraits).
+            : fmt::format("ftattn::protect::int8_k_rows<{}, {}, {}>", config.head_dim,
+                          config.block_n,
+                          wgmma ? "ftattn::protect::Int8Efta<false>" : "Traits::Protect"));
   for (const char* input : {"F16", "BF16"})
     for (const char* kernel : {"quantize_rows", "quantize_key_blocks", "v_channel_max", "pack_v"}) {
       if (std::string_view(kernel) == "quantize_key_blocks" && k_scale_block(config.precision) == 1)

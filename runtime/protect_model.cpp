@@ -7,6 +7,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "ftattn/protect/locate.cuh"
 #include "ftattn/quantize_model.hpp"
 
 namespace ftattn::protect_model {
@@ -187,35 +188,51 @@ void int8_folded_add(Int8FoldedRow& row, std::span<const uint8_t> p, std::span<c
     acc = static_cast<int32_t>(static_cast<uint32_t>(acc) + static_cast<uint32_t>(x));
   };
   for (size_t j = 0; j < p.size(); ++j) {
-    int c = 0;
+    int c = 0, w = 0;
     for (size_t ch = 0; ch < d; ++ch) {
       add(row.o[ch], p[j] * v[j * d + ch]);
       c += v[j * d + ch];
+      w += static_cast<int>(ch + 1) * v[j * d + ch];
     }
     const std::vector<int8_t> digits = int8_checksum_digits(c, 2);
     add(row.c0, p[j] * digits[0]);
     add(row.c1, p[j] * digits[1]);
     add(row.l, 64 * p[j]);
+    const std::vector<int8_t> weighted = int8_checksum_digits(w, 3);
+    add(row.w0, p[j] * weighted[0]);
+    add(row.w1, p[j] * weighted[1]);
+    add(row.w2, p[j] * weighted[2]);
   }
 }
 
 void int8_folded_shift(Int8FoldedRow& row, const std::array<int, 4>& shifts) {
   for (int s : shifts)
     if (s < 0 || s > 30) throw std::invalid_argument("a fold shifts by 0 to 30");
-  uint32_t moved = 0;
+  uint32_t moved = 0, moved_w = 0;
   auto fold = [&](int32_t& x, int lane) {  // arithmetic shift: floors
     const int s = shifts[lane];
     const int32_t before = x;
     x = (x + ((int32_t{1} << s) >> 1)) >> s;
     return static_cast<uint32_t>(x - before);
   };
-  for (size_t d = 0; d < row.o.size(); ++d) moved += fold(row.o[d], static_cast<int>(d % 8 / 2));
+  for (size_t d = 0; d < row.o.size(); ++d) {
+    const uint32_t step = fold(row.o[d], static_cast<int>(d % 8 / 2));
+    moved += step;
+    moved_w += static_cast<uint32_t>(d + 1) * step;
+  }
   moved -= fold(row.c0, 0);
   moved -= 128u * fold(row.c1, 0);
   fold(row.l, 3);
+  moved_w -= fold(row.w0, 1);
+  moved_w -= 128u * fold(row.w1, 1);
+  moved_w -= 16384u * fold(row.w2, 2);
   for (int lane = 1; lane < 4; ++lane)
-    if (shifts[lane] != shifts[0]) moved += 1u << 30;
+    if (shifts[lane] != shifts[0]) {
+      moved += 1u << 30;
+      moved_w += 3u << 29;  // a ratio to D's mark that locates no element
+    }
   row.c0 = static_cast<int32_t>(static_cast<uint32_t>(row.c0) + moved);
+  row.w0 = static_cast<int32_t>(static_cast<uint32_t>(row.w0) + moved_w);
 }
 
 int int8_folded_apart(const Int8FoldedRow& row) {
@@ -223,6 +240,26 @@ int int8_folded_apart(const Int8FoldedRow& row) {
   for (int32_t x : row.o) apart += static_cast<uint32_t>(x);
   apart -= static_cast<uint32_t>(row.c0) + 128u * static_cast<uint32_t>(row.c1);
   return static_cast<int>(apart);
+}
+
+Int8Repair int8_folded_repair(Int8FoldedRow& row) {
+  Int8Repair r;
+  const auto apart = static_cast<uint32_t>(int8_folded_apart(row));
+  if (apart == 0u) return r;
+  r.seen = true;
+  long long e0 = -(static_cast<long long>(row.c0) + 128LL * row.c1);
+  long long e1 = -(static_cast<long long>(row.w0) + 128LL * row.w1 + 16384LL * row.w2);
+  for (size_t d = 0; d < row.o.size(); ++d) {
+    e0 += row.o[d];
+    e1 += static_cast<long long>(d + 1) * row.o[d];
+  }
+  r.channel = protect::exact_index(e0, e1, static_cast<int>(row.o.size()));
+  r.corrected = r.channel >= 0 || e1 == 0;
+  if (r.channel >= 0)
+    row.o[r.channel] = static_cast<int32_t>(static_cast<uint32_t>(row.o[r.channel]) - apart);
+  else
+    row.c0 = static_cast<int32_t>(static_cast<uint32_t>(row.c0) + apart);
+  return r;
 }
 
 Int8StridedRow int8_strided_row(std::span<const int8_t> q, std::span<const int8_t> y, int n,
@@ -269,11 +306,9 @@ int int8_strided_repair(Int8StridedRow& row, uint32_t bias) {
     e1 += x;
     e2 += static_cast<long long>(j + 1) * x;
   }
-  if (e1 == 0 || e2 % e1 != 0) return -1;
-  const long long j = e2 / e1 - 1;
-  if (j < 0 || j >= static_cast<long long>(row.x.size())) return -1;
-  row.x[j] -= static_cast<uint32_t>(e1);
-  return static_cast<int>(j);
+  const int j = protect::exact_index(e1, e2, static_cast<int>(row.x.size()));
+  if (j >= 0) row.x[j] -= static_cast<uint32_t>(e1);
+  return j;
 }
 
 ProductCheck efta_correct_product_check(std::span<const float> scores, float scale_log2,

@@ -110,9 +110,11 @@ Q8TensorMaps encode_q8_tensor_maps(const KernelConfig& c, const AttentionParams&
   if (c.protection != Protection::none) {
     // Flash-ABFT: int8's two digit rows of each KV head's byte rows of checksums (their
     // buffer's own dense layout, protect/int8_checksums.cuh), fp8's four E4M3 rows
-    // (protect/fp8_checksums.cuh), below V^T's rows in its swizzle (Q8WgmmaTraits::digit_rows).
+    // (protect/fp8_checksums.cuh), below V^T's rows in its swizzle (Q8WgmmaTraits::digit_rows);
+    // int8 efta_correct's eight rows, all it has.
     const auto rows = static_cast<cuuint64_t>(checks.v);
-    const cuuint32_t copied = c.precision == Precision::int8 ? 2 : 4;
+    const cuuint32_t copied =
+        c.precision == Precision::int8 ? (c.protection == Protection::efta_correct ? 8 : 2) : 4;
     const Box vt_check{"V^T checksum rows",
                        CU_TENSOR_MAP_DATA_TYPE_UINT8,
                        p.checksums,

@@ -103,9 +103,16 @@ Int8Check int8_block_check(const Int8BlockSums& sums, uint32_t bias);
 // the sum of (x' - x) over them: lane 0 adds that move to C0, and 2^30 for each lane whose
 // shift is not its own, so D stays 0 exactly while clean, and a flip in O or C0 (any bit), in
 // C1 (bits 0 to 24: 128 2^25 is 0 modulo 2^32) or one lane's shift leaves it nonzero for good.
+//
+// efta_correct there adds W = W0 + 128 W1 + 16384 W2, the digits of sum_d (d + 1) v_d (W0 and W1
+// lane 1's, W2 lane 2's), so that E = sum_d (d + 1) O_d - W is 0 too and folds alike, W0 taking
+// E's move. Checked before every fold and at the end (int8_folded_repair), O has taken only
+// exact adds since the last check, so a single wrong O_d leaves D = delta and E = (d + 1) delta.
+// A lane shifting by another amount marks E with 3 2^29 beside D's 2^30, which locates nothing.
 struct Int8FoldedRow {
-  std::vector<int32_t> o;         // per channel
-  int32_t c0 = 0, c1 = 0, l = 0;  // the digit columns and 64 l
+  std::vector<int32_t> o;          // per channel
+  int32_t c0 = 0, c1 = 0, l = 0;   // the digit columns and 64 l
+  int32_t w0 = 0, w1 = 0, w2 = 0;  // efta_correct's weighted digit columns
 };
 Int8FoldedRow int8_folded_row(int head_dim);
 // One key block into the row: `p` (block_n values 0..255), `v` (block_n x head_dim int8).
@@ -114,6 +121,14 @@ void int8_folded_add(Int8FoldedRow& row, std::span<const uint8_t> p, std::span<c
 void int8_folded_shift(Int8FoldedRow& row, const std::array<int, 4>& shifts);
 // D = sum_d O_d - C0 - 128 C1, modulo 2^32 as a signed value: the kernel checks it is 0.
 int int8_folded_apart(const Int8FoldedRow& row);
+// efta_correct's check (q8::repair_output): nothing when D is 0; else, in 64 bits, a single wrong
+// channel located from E / D and rebuilt (`channel`), or a wrong C0 or C1 (E = 0) rebuilt in C0;
+// anything else seen, not corrected, and C0 rebased so that D is 0 again.
+struct Int8Repair {
+  bool seen = false, corrected = false;
+  int channel = -1;
+};
+Int8Repair int8_folded_repair(Int8FoldedRow& row);
 
 // --- fp8 Flash-ABFT on the Hopper wgmma kernel: E4M3 checksum rows -------------------------
 //

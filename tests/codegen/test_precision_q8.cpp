@@ -151,12 +151,10 @@ TEST_CASE("int8 with flash_abft on sm_90a: the checksum rows ride in the wgmma k
         CHECK(r.spill_stores <= (inject ? 64 : 8));
         if (!inject) CHECK(r.performance_notes.empty());
       }
-  // Head dim 256 (no n8 tile fits beside O's 256 columns) and efta_correct keep the mma.sync
-  // skeleton (efta_detect's wgmma kernel: below).
+  // Head dim 256 (no n8 tile fits beside O's 256 columns) keeps the mma.sync skeleton (EFTA's
+  // wgmma kernels: below).
   CHECK_FALSE(
       uses_wgmma(default_config(256, Precision::int8, Mask::none, kSm90a, Protection::flash_abft)));
-  CHECK_FALSE(uses_wgmma(
-      default_config(128, Precision::int8, Mask::none, kSm90a, Protection::efta_correct)));
 }
 
 TEST_CASE(
@@ -230,6 +228,61 @@ TEST_CASE(
           CHECK((chosen.block_m == 64 && chosen.num_warps == 4 && chosen.num_stages == 2 &&
                  chosen.block_n == (d == 128 ? 128 : 64)));
         }
+}
+
+TEST_CASE(
+    "int8 with efta_correct on sm_90a: efta_detect's kernel with weighted V rows in GEMM II's "
+    "second tile",
+    "[codegen][nvrtc][q8][protect]") {
+  const std::string ex2 = "ex2.approx.ftz.f32";
+  for (int d : {64, 128})
+    for (int n : {64, 128})
+      for (Mask m : {Mask::none, Mask::causal}) {
+        KernelConfig correct =
+            test::tile_config(d, 64, n, 4, 2, kSm90a, Precision::int8, m, Protection::efta_correct);
+        INFO(correct.name());
+        REQUIRE(uses_wgmma(correct));
+        KernelConfig detect = correct;
+        detect.protection = Protection::efta_detect;
+        // efta_detect's 16 K rows (a failed score column is computed again, so no weighted K
+        // rows), and 8 V^T rows of its own by one TMA box: the channel sum's and the weighted
+        // sum's digits.
+        const codegen::Q8ChecksumRows rows = codegen::q8_checksum_rows(correct);
+        CHECK((rows.k == 16 && rows.v == 8 && rows.k16 == 0 && rows.v16 == 0));
+        const codegen::KernelSource src = codegen::generate(correct);
+        CHECK(src.text.find("ftattn::protect::int8_v_wgmma_rows<" + std::to_string(d) + ">") !=
+              std::string::npos);
+        CHECK(src.text.find("int8_k_rows<" + std::to_string(d) + ", " + std::to_string(n) +
+                            ", ftattn::protect::Int8Efta<false>>") != std::string::npos);
+        const runtime::NvrtcOutput out = runtime::compile_with_nvrtc(src);
+        const runtime::NvrtcOutput base = runtime::compile_with_nvrtc(codegen::generate(detect));
+        // The MMAs and the softmax's two evaluations are efta_detect's; the repair of a failed
+        // score column takes dp4a on the CUDA cores, which efta_detect has none of.
+        for (const std::string& op :
+             {"wgmma.mma_async.sync.aligned.m64n" + std::to_string(n + 16) + "k32.s32.s8.s8",
+              "wgmma.mma_async.sync.aligned.m64n" + std::to_string(d + 16) + "k32.s32.u8.s8", ex2,
+              std::string("cp.async.bulk.tensor")})
+          CHECK(count(out.ptx, op) == count(base.ptx, op));
+        CHECK(count(out.ptx, "mma.sync") == 0);
+        CHECK(count(out.ptx, "dp4a.s32.s32") > 0);
+        CHECK(count(base.ptx, "dp4a.s32.s32") == 0);
+        // Shared memory: the rows' atom after each stage's tail (8 rows of block_n bytes, in the
+        // 1 KB alignment's slack at 64 keys).
+        CHECK(correct.shared_memory_bytes() ==
+              detect.shared_memory_bytes() + (n == 128 ? 2 * 1024 : 0));
+        // The defaults' tiles fit without spills or serialised wgmmas.
+        const ResourceUsage r = runtime::parse_ptxas_log(out.log, src.symbol);
+        CHECK(r.registers > 0);
+        const bool default_tile = n == (d == 128 ? 128 : 64);
+        if (default_tile) {
+          CHECK(r.spill_stores == 0);
+          CHECK(r.performance_notes.empty());
+        }
+        const KernelConfig chosen =
+            default_config(d, Precision::int8, m, kSm90a, Protection::efta_correct);
+        CHECK((chosen.block_m == 64 && chosen.num_warps == 4 && chosen.num_stages == 2 &&
+               chosen.block_n == (d == 128 ? 128 : 64)));
+      }
 }
 
 TEST_CASE("fp8 with flash_abft on sm_90a: E4M3 checksum rows ride in the wgmma kernel's GEMM II",

@@ -62,10 +62,10 @@ std::string about(const Setup& s, FaultSite site, const campaign::CampaignResult
          campaign::summary_table(r.tally);
 }
 
-// `check(setup)` on the 8-bit wgmma kernel with Flash-ABFT (`precision`, 512 keys) at head dims 64
-// and 128, both masks; on a GPU other than sm_90a a warning instead.
+// `check(setup)` on the 8-bit wgmma kernel with `protection` (`precision`, 512 keys) at head dims
+// 64 and 128, both masks; on a GPU other than sm_90a a warning instead.
 template <class Check>
-void on_q8_abft_wgmma(Precision precision, Check&& check) {
+void on_q8_wgmma(Precision precision, Protection protection, Check&& check) {
   Runtime rt;
   REQUIRE(rt.has_device());
   if (rt.device_arch() != Arch{90, true}) {
@@ -74,7 +74,7 @@ void on_q8_abft_wgmma(Precision precision, Check&& check) {
   }
   for (int d : {64, 128})
     for (Mask mask : {Mask::none, Mask::causal}) {
-      Setup s = make_setup(rt, Protection::flash_abft, mask, d, 512, precision);
+      Setup s = make_setup(rt, protection, mask, d, 512, precision);
       REQUIRE(uses_wgmma(s.config));
       check(s);
     }
@@ -242,7 +242,7 @@ TEST_CASE("int8 Flash-ABFT on the wgmma kernel: no silent flip of O, its checksu
   // O stays INT32 over all key blocks with the checksum columns beside it, held to them exactly
   // through the folds' rounding; l to the ones column. A flip in a checksum column alarms with
   // O intact (a false positive).
-  on_q8_abft_wgmma(Precision::int8, [](Setup& s) {
+  on_q8_wgmma(Precision::int8, Protection::flash_abft, [](Setup& s) {
     for (FaultSite site :
          {FaultSite::output, FaultSite::checksum, FaultSite::row_sum, FaultSite::rescale}) {
       const campaign::CampaignResult r = run_site(s, site, 2000);
@@ -251,6 +251,23 @@ TEST_CASE("int8 Flash-ABFT on the wgmma kernel: no silent flip of O, its checksu
       CHECK(r.tally.count(campaign::Outcome::detected) +
                 r.tally.count(campaign::Outcome::false_positive) >
             r.tally.trials / 20);
+    }
+  });
+}
+
+TEST_CASE("int8 efta_correct on the wgmma kernel: no silent or wrongly repaired flip at any site",
+          "[gpu][campaign][protect][wgmma][int8_efta]") {
+  // Scores and O are INT32 and checked exactly: a flip there is rebuilt bit for bit. O is checked
+  // before each fold, so that a wrong element has not been rounded when it is rebuilt. A lane's
+  // wrong fold (site rescale) moves many elements: it is reported, never repaired as one.
+  on_q8_wgmma(Precision::int8, Protection::efta_correct, [](Setup& s) {
+    for (FaultSite site : campaign::sites_of(s.config)) {
+      const campaign::CampaignResult r = run_site(s, site, 1000);
+      INFO(about(s, site, r));
+      CHECK(r.tally.count(campaign::Outcome::sdc) == 0);
+      CHECK(r.tally.count(campaign::Outcome::miscorrected) == 0);
+      if (site == FaultSite::scores || site == FaultSite::output)
+        CHECK(r.tally.count(campaign::Outcome::corrected) > r.tally.trials / 2);
     }
   });
 }
@@ -264,7 +281,7 @@ TEST_CASE("fp8 Flash-ABFT on the wgmma kernel: no silent flip of O, its checksum
   // silently on the H200). A block's P V tile (site pv) is held to the checksum columns only
   // within the E4M3 wgmma's bound: that site keeps silent flips (docs/protection.md), so it is
   // not asserted here.
-  on_q8_abft_wgmma(Precision::fp8_e4m3, [](Setup& s) {
+  on_q8_wgmma(Precision::fp8_e4m3, Protection::flash_abft, [](Setup& s) {
     for (FaultSite site : {FaultSite::output, FaultSite::checksum, FaultSite::rescale}) {
       const campaign::CampaignResult r = run_site(s, site, 2000);
       INFO(about(s, site, r));

@@ -1,6 +1,6 @@
 // GPU tests of EFTA on int8 (protect/int8_checksums.cuh): clean runs match the reference and
 // report nothing; a flip planted at every site is detected, and efta_correct rebuilds flipped
-// scores and P V exactly, whatever the bit, and flipped O elements from their FP32 checksums.
+// scores exactly, whatever the bit, and P V (mma.sync) or O (wgmma, INT32: exactly) elements.
 #include <catch2/catch.hpp>
 
 #include "ftattn/campaign.hpp"
@@ -26,9 +26,10 @@ KernelConfig int8_config(int head_dim, Mask m, Protection prot, bool inject = fa
   return c;
 }
 
-// efta_detect on the one-warpgroup wgmma tile 64 x block_n w4s2 (sm_90a, head dims 64 and 128).
-KernelConfig wgmma_efta_config(int head_dim, int block_n, Mask m, bool inject = false) {
-  KernelConfig c = int8_config(head_dim, m, Protection::efta_detect, inject);
+// EFTA on the one-warpgroup wgmma tile 64 x block_n w4s2 (sm_90a, head dims 64 and 128).
+KernelConfig wgmma_efta_config(int head_dim, int block_n, Mask m, bool inject = false,
+                               Protection prot = Protection::efta_detect) {
+  KernelConfig c = int8_config(head_dim, m, prot, inject);
   c.block_m = 64;
   c.num_warps = 4;
   c.block_n = block_n;
@@ -36,13 +37,20 @@ KernelConfig wgmma_efta_config(int head_dim, int block_n, Mask m, bool inject = 
   return c;
 }
 
-// f(head_dim, block_n, mask) on every wgmma tile int8 efta_detect takes, when the GPU is sm_90a.
+// f(head_dim, block_n, mask, scheme) on every wgmma tile int8 EFTA takes, when the GPU is sm_90a.
 template <class F>
 void for_each_wgmma_tile(Runtime& rt, F&& f) {
-  if (!gpu_test::hopper_device(rt, "int8 efta_detect on the wgmma kernel")) return;
-  for (int d : {64, 128})
-    for (int n : {64, 128})
-      for (Mask m : {Mask::none, Mask::causal}) f(d, n, m);
+  if (!gpu_test::hopper_device(rt, "int8 EFTA on the wgmma kernel")) return;
+  for (Protection prot : {Protection::efta_detect, Protection::efta_correct})
+    for (int d : {64, 128})
+      for (int n : {64, 128})
+        for (Mask m : {Mask::none, Mask::causal}) f(d, n, m, prot);
+}
+
+// The mma.sync skeleton's config (sm_90 without "a").
+KernelConfig on_mma_sync(KernelConfig c) {
+  c.arch = Arch{90, false};
+  return c;
 }
 
 // The value an every-site case plants at `site`: element 3, but a row's factor (element 0) at
@@ -76,7 +84,8 @@ TEST_CASE("int8 EFTA: right answers, no false alarm, a live output check, recomp
 }
 
 TEST_CASE(
-    "int8 efta_correct rebuilds a flipped score or P V exactly, any bit, and a flipped O element",
+    "int8 efta_correct on mma.sync rebuilds a flipped score or P V exactly, any bit, and a flipped "
+    "O element",
     "[gpu][q8][protect][int8_efta]") {
   const Problem pr = Problem::bhsd(1, 2, 2, 256, 512, 128);
   for (Mask m : {Mask::none, Mask::causal})
@@ -87,7 +96,7 @@ TEST_CASE(
         // exponent's and the sign are planted.
         if (site == FaultSite::output && bit < 22) continue;
         const gpu_test::Planted s = gpu_test::run_planted(
-            int8_runtime(), int8_config(128, m, Protection::efta_correct, true), pr,
+            int8_runtime(), on_mma_sync(int8_config(128, m, Protection::efta_correct, true)), pr,
             gpu_test::plant(site, bit), kPlantedSeed);
         INFO(to_string(m) << " " << to_string(site) << " bit " << bit << ": "
                           << s.result.report.summary() << "; " << s.fault.summary());
@@ -97,6 +106,54 @@ TEST_CASE(
         CHECK(s.fault.corrected == s.fault.detected);
         CHECK(s.result.report.passed);
         CHECK(s.fault.recomputed_tiles == 0);
+      }
+}
+
+TEST_CASE(
+    "int8 efta_correct on the wgmma kernel rebuilds a flipped score or O element exactly, any "
+    "bit, before a fold or at the end",
+    "[gpu][q8][protect][int8_efta]") {
+  Runtime& rt = int8_runtime();
+  if (!gpu_test::hopper_device(rt, "int8 efta_correct on the wgmma kernel")) return;
+  for (int d : {64, 128})
+    for (int n : {64, 128})
+      for (Mask m : {Mask::none, Mask::causal}) {
+        const Problem pr = Problem::bhsd(1, 2, 2, 256, 512, d);
+        const KernelConfig c = wgmma_efta_config(d, n, m, true, Protection::efta_correct);
+        REQUIRE(uses_wgmma(rt.resolve(c, &pr)));
+        const gpu_test::Planted clean = gpu_test::run_planted(rt, c, pr, {}, kPlantedSeed);
+        REQUIRE(clean.fault.detected == 0);
+        // Key block 1 leaves folds to come (O is checked before each), the last block none.
+        for (int iteration : {1, 512 / n - 1})
+          for (FaultSite site : {FaultSite::scores, FaultSite::output})
+            for (int bit : {0, 9, 22, 30, 31})
+              for (int element : {0, 3}) {
+                ProtectOptions o = gpu_test::plant(site, bit, element);
+                o.inject->iteration = iteration;
+                const gpu_test::Planted s = gpu_test::run_planted(rt, c, pr, o, kPlantedSeed);
+                INFO(rt.resolve(c, &pr).name()
+                     << " " << to_string(site) << " bit " << bit << " element " << element
+                     << " block " << iteration << ": " << s.result.report.summary() << "; "
+                     << s.fault.summary());
+                // INT32 scores and O: every bit is seen and rebuilt exactly, so the output is
+                // the clean run's, bit for bit.
+                CHECK(s.fault.detected >= 1);
+                CHECK(s.fault.corrected == s.fault.detected);
+                CHECK(s.result.report.max_abs_error == clean.result.report.max_abs_error);
+                CHECK(s.fault.recomputed_tiles == 0);
+              }
+        // The checksum columns: C0 and C1 (elements 8 and 9, quad lane 0's) are rebuilt, W0 and
+        // W1 (elements 10 and 11 in lane 1; thread 5 is lane 1 of its quad) leave O as it is.
+        for (int element : {8, 9, 10, 11}) {
+          ProtectOptions o = gpu_test::plant(FaultSite::checksum, 13, element);
+          o.inject->thread = element < 10 ? 4 : 5;
+          const gpu_test::Planted s = gpu_test::run_planted(rt, c, pr, o, kPlantedSeed);
+          INFO(rt.resolve(c, &pr).name() << " checksum element " << element << ": "
+                                         << s.result.report.summary() << "; " << s.fault.summary());
+          CHECK(s.fault.corrected == s.fault.detected);
+          CHECK(s.result.report.max_abs_error == clean.result.report.max_abs_error);
+          if (element < 10) CHECK(s.fault.detected >= 1);
+        }
       }
 }
 
@@ -144,24 +201,22 @@ TEST_CASE("int8 EFTA detects a flip at every site, recompute repairs the output"
   }
 }
 
-TEST_CASE("int8 efta_detect on the wgmma kernel: clean beside mma.sync on every head dim and tile",
+TEST_CASE("int8 EFTA on the wgmma kernel: clean beside mma.sync on every head dim and tile",
           "[gpu][q8][protect][int8_efta]") {
   Runtime& rt = int8_runtime();
-  for_each_wgmma_tile(rt, [&](int d, int n, Mask m) {
-    const KernelConfig c = wgmma_efta_config(d, n, m);
+  for_each_wgmma_tile(rt, [&](int d, int n, Mask m, Protection prot) {
+    const KernelConfig c = wgmma_efta_config(d, n, m, false, prot);
     REQUIRE(uses_wgmma(rt.resolve(c)));
-    KernelConfig sync = int8_config(d, m, Protection::efta_detect);
-    sync.arch = Arch{90, false};  // the mma.sync skeleton
-    gpu_test::check_beside_mma_sync(rt, c, sync, 1, 7500);
+    gpu_test::check_beside_mma_sync(rt, c, on_mma_sync(int8_config(d, m, prot)), 1, 7500);
   });
 }
 
-TEST_CASE("int8 efta_detect on the wgmma kernel sees a flip at every site, every tile",
+TEST_CASE("int8 EFTA on the wgmma kernel sees a flip at every site, every tile",
           "[gpu][q8][protect][int8_efta]") {
   Runtime& rt = int8_runtime();
-  for_each_wgmma_tile(rt, [&](int d, int n, Mask m) {
+  for_each_wgmma_tile(rt, [&](int d, int n, Mask m, Protection prot) {
     const Problem pr = Problem::bhsd(1, 2, 2, 256, 512, d);
-    const KernelConfig c = wgmma_efta_config(d, n, m, true);
+    const KernelConfig c = wgmma_efta_config(d, n, m, true, prot);
     REQUIRE(uses_wgmma(rt.resolve(c, &pr)));
     // Bit 29 at every site (element 3 of the checksum site is a GEMM I digit value), and a
     // score's and P's lowest bit (the scores' check is exact, P compared bit for bit).
@@ -184,7 +239,11 @@ TEST_CASE("int8 efta_detect on the wgmma kernel sees a flip at every site, every
           kPlantedSeed);
       INFO("recompute: " << fixed.result.report.summary() << "; " << fixed.fault.summary());
       CHECK(fixed.result.report.passed);
-      CHECK(fixed.fault.recomputed_tiles >= 1);
+      // efta_correct rebuilds scores, O and C0 / C1 in place; the rest is relaunched.
+      if (fixed.fault.detected > fixed.fault.corrected)
+        CHECK(fixed.fault.recomputed_tiles >= 1);
+      else
+        CHECK(prot == Protection::efta_correct);
     }
   });
 }
@@ -199,14 +258,13 @@ TEST_CASE("int8 EFTA sees a flipped row factor, and no key scale flip stays sile
   Runtime& rt = int8_runtime();
   std::vector<KernelConfig> configs;
   for (Protection prot : {Protection::efta_detect, Protection::efta_correct}) {
-    KernelConfig sync = int8_config(128, Mask::causal, prot, true);
-    sync.arch = Arch{90, false};  // the mma.sync skeleton
-    configs.push_back(sync);
+    configs.push_back(on_mma_sync(int8_config(128, Mask::causal, prot, true)));
   }
-  if (gpu_test::hopper_device(rt, "int8 efta_detect's wgmma kernel: scale flips"))
-    for (int d : {64, 128})
-      for (Mask m : {Mask::none, Mask::causal})
-        configs.push_back(wgmma_efta_config(d, d == 128 ? 128 : 64, m, true));
+  if (gpu_test::hopper_device(rt, "int8 EFTA's wgmma kernel: scale flips"))
+    for (Protection prot : {Protection::efta_detect, Protection::efta_correct})
+      for (int d : {64, 128})
+        for (Mask m : {Mask::none, Mask::causal})
+          configs.push_back(wgmma_efta_config(d, d == 128 ? 128 : 64, m, true, prot));
   for (const KernelConfig& c : configs) {
     const Problem problem = Problem::bhsd(1, 2, 2, 256, 512, c.head_dim);
     const std::string name = rt.resolve(c, &problem).name();

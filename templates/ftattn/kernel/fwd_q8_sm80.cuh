@@ -141,9 +141,7 @@ __device__ __forceinline__ void strided_repair(int (&x)[MT][N][4], const int (&d
         e1 += debiased<P>(x[mt][j][i]);
         e2 += (j + 1) * debiased<P>(x[mt][j][i]);
       }
-      int bad = -1;
-      if (e1 != 0 && e2 % e1 == 0 && e2 / e1 >= 1 && e2 / e1 <= N)
-        bad = static_cast<int>(e2 / e1) - 1;
+      const int bad = protect::exact_index(e1, e2, N);
       for (int j = 0; j < N; ++j)
         if (j == bad)
           x[mt][j][i] = static_cast<int>(static_cast<u32>(x[mt][j][i]) - static_cast<u32>(e1));

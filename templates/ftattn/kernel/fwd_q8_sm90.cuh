@@ -1,7 +1,7 @@
 // Forward skeleton for fp8_e4m3 and int8 on Hopper (sm_90a), unprotected or with Flash-ABFT (int8
-// also efta_detect): the 8-bit skeleton's loop (kernel/fwd_q8_sm80.cuh) with warpgroup MMAs. On
-// sm_90 ptxas emulates mma.sync e4m3 with f16 MMAs, so only wgmma reaches Hopper's FP8 rate; int8's
-// s8 wgmma outruns mma.sync s8 too.
+// also EFTA, detect and correct): the 8-bit skeleton's loop (kernel/fwd_q8_sm80.cuh) with warpgroup
+// MMAs. On sm_90 ptxas emulates mma.sync e4m3 with f16 MMAs, so only wgmma reaches Hopper's FP8
+// rate; int8's s8 wgmma outruns mma.sync s8 too.
 //
 // Each warpgroup (4 warps) owns 64 query rows. GEMM I, S = Q K^T, reads Q and K from shared
 // memory; GEMM II, O += P V, takes P from registers and V^T from shared memory. wgmma needs
@@ -49,20 +49,29 @@ struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, P
   //   fp8   0-3 Flash-ABFT's E4M3 rows (protect/fp8_checksums.cuh: the channel sum's three
   //         digits and the magnitude, by TMA with V^T), 4-7 the keys' scales; unprotected, the
   //         scales in rows 2-5 as int8's.
+  // int8 efta_correct moves the digit rows to the atom after the tail (its own rows: below).
   static constexpr bool checksum = ProtectT::enabled;
   static constexpr bool fp8_checksum = checksum && PrecisionT::float_accumulators;
-  static constexpr int digit_rows = !checksum ? 0 : fp8_checksum ? 4 : 2;  // copied with V^T
+  static constexpr bool efta = ProtectT::efta;
+  static constexpr bool correct = efta && ProtectT::correct;
+  static constexpr int digit_rows = !checksum ? 0 : fp8_checksum ? 4 : correct ? 8 : 2;
   static constexpr int tail_offset = HeadDim * BlockN;
   static constexpr int tail_row = BlockN;  // bytes of a V^T row
-  static constexpr int digits_offset = tail_offset;
+  // int8 efta_correct: 8 V^T rows of their own in the atom after the tail, which GEMM II's second
+  // checksum tile reads (protect/int8_checksums.cuh, int8_v_wgmma_rows): per key the digits of
+  // its channel sum (columns C0 and C1, quad lane 0's) and of sum_d (d + 1) v_d (W0 and W1 lane
+  // 1's, W2 lane 2's), so that a single wrong O element is located and rebuilt
+  // (q8::repair_output). The tail's rows 0-1 are unused there; 64 l stays in row 7.
+  static constexpr int digits_offset = tail_offset + (correct ? 8 * tail_row : 0);
+  static constexpr int sums_tile = correct ? 1 : 0;  // the checksum tile holding C0 and C1
   static constexpr int scale_offset = tail_offset + (fp8_checksum ? 4 : 2) * tail_row;
   static constexpr int l_row_offset = tail_offset + 7 * tail_row;
-  static constexpr int k_offset = align(tail_offset + 8 * tail_row);
-  // int8 EFTA (detect): 16 K rows below the block's keys, the two base-128 digit tiles of the
-  // strided sums sum_nt K[8 nt + e] (protect/int8_checksums.cuh, by TMA with K), so that GEMM I
-  // (m64n80 or m64n144) gives each thread's checksum columns beside its scores.
-  static constexpr bool efta = ProtectT::efta;
-  static constexpr int k_check_rows = efta ? ProtectT::k_rows : 0;
+  static constexpr int k_offset = align(tail_offset + (correct ? 16 : 8) * tail_row);
+  // int8 EFTA: 16 K rows below the block's keys, the two base-128 digit tiles of the strided
+  // sums sum_nt K[8 nt + e] (protect/int8_checksums.cuh, by TMA with K), so that GEMM I (m64n80
+  // or m64n144) gives each thread's checksum columns beside its scores. efta_correct takes no
+  // weighted rows here: a failed column is computed again (q8::repair_scores).
+  static constexpr int k_check_rows = efta ? 16 : 0;
   static constexpr int gemm1_n = BlockN + k_check_rows;
   static constexpr int stage_bytes = align(k_offset + gemm1_n * HeadDim);
   // Flash-ABFT's checksum columns. int8: the digits of each key's channel sum, and 64 l; s32
@@ -149,9 +158,8 @@ struct Q8WgmmaTraits : TileKnobs<HeadDim, BlockM, BlockN, NumWarps, NumStages, P
   static_assert(NumWarps % 4 == 0 && BlockM == 16 * NumWarps, "64 rows per warpgroup");
   static_assert(NumStages >= 2, "the wgmma skeleton prefetches at least one block");
   static_assert(!ProtectT::enabled || (NumWarps == 4 && (HeadDim == 64 || HeadDim == 128) &&
-                                       (!efta || (!PrecisionT::float_accumulators &&
-                                                  !ProtectT::correct && k_check_rows == 16))),
-                "checksums: Flash-ABFT, or int8 efta_detect, one warpgroup, head_dim 64 or 128 "
+                                       (!efta || !PrecisionT::float_accumulators)),
+                "checksums: Flash-ABFT, or int8 EFTA, one warpgroup, head_dim 64 or 128 "
                 "(codegen's uses_wgmma)");
   static_assert(!Inject || ProtectT::enabled, "injection builds carry a checksum scheme");
 };
@@ -541,13 +549,77 @@ struct IntScores {
   }
 };
 
+// int8 efta_correct on this kernel: row half r of O (with its checksum tiles, oi) against the
+// columns of T::sums_tile: C0 and C1 (quad lane 0's), W0 and W1 (lane 1's), W2 (lane 2's). D =
+// sum_d O_d - C0 - 128 C1 (modulo 2^32) is 0 while clean and lazy_softmax keeps it so through the
+// folds; E = sum_d (d + 1) O_d - W0 - 128 W1 - 16384 W2 likewise. Run before every fold that
+// shifts the row half and at the end, so that between two runs O takes only GEMM II's exact adds:
+// a single wrong element then leaves D = delta and E = (d + 1) delta exactly (in 64 bits), and it
+// is rebuilt bit for bit (protect::exact_index). A wrong C0 or C1 (E = 0: O is right) is rebuilt
+// in the checksum. Anything else (two elements, a lane's wrong shift) is reported uncorrected, and
+// C0 rebased so that it is reported once.
+template <class T, int kIT>
+__device__ __forceinline__ void repair_output(const AttentionParams& p, int (&oi)[kIT][4], int r,
+                                              int batch, int head, int first_row, int lane) {
+  constexpr int kOT = kIT - T::checksum_tiles;
+  constexpr int kS = kOT + T::sums_tile;
+  const int q = lane % 4;
+  u32 apart = 0u;
+#pragma unroll
+  for (int nt = 0; nt < kOT; ++nt)
+    apart += static_cast<u32>(oi[nt][2 * r]) + static_cast<u32>(oi[nt][2 * r + 1]);
+  if (q == 0) apart -= static_cast<u32>(oi[kS][2 * r]) + 128u * static_cast<u32>(oi[kS][2 * r + 1]);
+  apart += __shfl_xor_sync(0xffffffffu, apart, 1);
+  apart += __shfl_xor_sync(0xffffffffu, apart, 2);
+  if (!__any_sync(0xffffffffu, apart != 0u)) return;
+  // Rare: both discrepancies in 64 bits.
+  long long e0 = 0, e1 = 0;
+#pragma unroll
+  for (int nt = 0; nt < kOT; ++nt)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const long long x = oi[nt][2 * r + c];
+      e0 += x;
+      e1 += (8 * nt + 2 * q + c + 1) * x;
+    }
+  const long long lo = oi[kS][2 * r], hi = oi[kS][2 * r + 1];
+  if (q == 0) e0 -= lo + 128 * hi;
+  if (q == 1) e1 -= lo + 128 * hi;
+  if (q == 2) e1 -= 16384 * lo;
+  e0 += __shfl_xor_sync(0xffffffffu, e0, 1);
+  e0 += __shfl_xor_sync(0xffffffffu, e0, 2);
+  e1 += __shfl_xor_sync(0xffffffffu, e1, 1);
+  e1 += __shfl_xor_sync(0xffffffffu, e1, 2);
+  if (apart == 0u) return;
+  const int j = protect::exact_index(e0, e1, T::head_dim);
+  const bool sums_hit = e1 == 0;
+#pragma unroll
+  for (int nt = 0; nt < kOT; ++nt)
+#pragma unroll
+    for (int c = 0; c < 2; ++c)
+      if (8 * nt + 2 * q + c == j)
+        oi[nt][2 * r + c] = static_cast<int>(static_cast<u32>(oi[nt][2 * r + c]) - apart);
+  if (j < 0 && q == 0) oi[kS][2 * r] = static_cast<int>(static_cast<u32>(oi[kS][2 * r]) + apart);
+  if (q == 0)
+    report_row(p, batch, head, first_row + lane / 4 + 8 * r, j, fault_stage_output,
+               j >= 0 || sums_hit, static_cast<float>(e0), 0.f);
+}
+
+// No check before a fold (every build but int8 efta_correct's).
+struct NoFoldCheck {
+  template <int kOT>
+  __device__ __forceinline__ void operator()(int, int (&)[kOT][4]) const {}
+};
+
 // One block of the lazy softmax on the dequantised, masked scores x; `shift` gets each row half's
-// fold.
-template <class T, int kST, int kOT, class ShiftFault = NoShiftFault>
+// fold, and `before_fold(r, o)` runs before row half r shifts (efta_correct: repair_output).
+template <class T, int kST, int kOT, class ShiftFault = NoShiftFault,
+          class BeforeFold = NoFoldCheck>
 __device__ __forceinline__ void lazy_softmax(const float (&x)[kST][4], const float (&q_scale)[2],
                                              float (&ref)[2], float (&row_sum)[2], int (&o)[kOT][4],
                                              u32 (&pa)[kST / 4][4], bool check_sum,
-                                             const ShiftFault& fault, int (&shift)[2]) {
+                                             const ShiftFault& fault, int (&shift)[2],
+                                             const BeforeFold& before_fold = {}) {
   using P = typename T::Precision;
   float block_max[2];
   bool need[2], halve[2];
@@ -579,31 +651,49 @@ __device__ __forceinline__ void lazy_softmax(const float (&x)[kST][4], const flo
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       if (!__any_sync(0xffffffffu, shift[r] != 0)) continue;
+      before_fold(r, o);
       const int half = static_cast<int>((1u << shift[r]) >> 1);
-      u32 moved = 0u;  // Flash-ABFT: this lane's share of D's move (above)
-      // The second checksum tile (the K rows GEMM II reads past the tail) is never looked at.
+      const int q = threadIdx.x % 4;
+      // Flash-ABFT: this lane's share of D's move (above); efta_correct: of E's too.
+      u32 moved = 0u, moved_w = 0u;
+      constexpr int kSums = kOT - T::checksum_tiles + T::sums_tile;
+      // efta_correct reads both checksum tiles; the others never look at the second (the K rows
+      // GEMM II reads past the tail).
+      constexpr int kShifted = T::correct ? kOT : kOT - (T::checksum_tiles > 1 ? 1 : 0);
 #pragma unroll
-      for (int nt = 0; nt < kOT - (T::checksum_tiles > 1 ? 1 : 0); ++nt)
+      for (int nt = 0; nt < kShifted; ++nt)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int before = o[nt][2 * r + c];
           o[nt][2 * r + c] = (before + half) >> shift[r];
           if constexpr (T::checksum) {
-            // O's channels count once, the quad lane 0's digit columns -1 and -128, the rest 0.
+            // O's channels count once (in E, d + 1 times), the digit columns -1, -128 (and -16384).
             const u32 step = static_cast<u32>(o[nt][2 * r + c] - before);
-            if (nt < kOT - T::checksum_tiles)
+            if (nt < kOT - T::checksum_tiles) {
               moved += step;
-            else if (nt == kOT - T::checksum_tiles && threadIdx.x % 4 == 0)
-              moved -= c == 0 ? step : 128u * step;
+              if constexpr (T::correct) moved_w += static_cast<u32>(8 * nt + 2 * q + c + 1) * step;
+            } else if (nt == kSums) {
+              if (q == 0) moved -= c == 0 ? step : 128u * step;
+              if (T::correct && q == 1) moved_w -= c == 0 ? step : 128u * step;
+              if (T::correct && q == 2 && c == 0) moved_w -= 16384u * step;
+            }
           }
         }
       if constexpr (T::checksum) {
-        if (shift[r] != __shfl_sync(0xffffffffu, shift[r], threadIdx.x & ~3u)) moved += 1u << 30;
+        // A lane whose shift is not the quad's: the moves account for its values as they moved,
+        // so D and E take a mark instead, in a ratio (3 / 2) that locates no element.
+        if (shift[r] != __shfl_sync(0xffffffffu, shift[r], threadIdx.x & ~3u)) {
+          moved += 1u << 30;
+          if constexpr (T::correct) moved_w += 3u << 29;
+        }
         moved += __shfl_xor_sync(0xffffffffu, moved, 1);
         moved += __shfl_xor_sync(0xffffffffu, moved, 2);
-        if (threadIdx.x % 4 == 0) {
-          int& c0 = o[kOT - T::checksum_tiles][2 * r];
-          c0 = static_cast<int>(static_cast<u32>(c0) + moved);
+        if (q == 0) o[kSums][2 * r] = static_cast<int>(static_cast<u32>(o[kSums][2 * r]) + moved);
+        if constexpr (T::correct) {
+          moved_w += __shfl_xor_sync(0xffffffffu, moved_w, 1);
+          moved_w += __shfl_xor_sync(0xffffffffu, moved_w, 2);
+          if (q == 1)
+            o[kSums][2 * r] = static_cast<int>(static_cast<u32>(o[kSums][2 * r]) + moved_w);
         }
       }
     }
@@ -630,17 +720,21 @@ __device__ __forceinline__ void clear_int_output(int (&oi)[kIT][4]) {
     for (int i = 0; i < kIT * 4; ++i) oi[i / 4][i % 4] = 0;
 }
 // One key block's softmax; `it` counts the CTA's blocks (int8 checks l every kLazySumCheck).
-// int8: `shift` gets each row half's fold (lazy_softmax), `fault` is its injection hook.
-template <class T, int kST, int kGroups, int kIT, class ShiftFault = NoShiftFault>
+// int8: `shift` gets each row half's fold (lazy_softmax), `fault` is its injection hook and
+// `before_fold` its check before a fold.
+template <class T, int kST, int kGroups, int kIT, class ShiftFault = NoShiftFault,
+          class BeforeFold = NoFoldCheck>
 __device__ __forceinline__ void block_softmax(const float (&x)[kST][4], const float (&kg)[kGroups],
                                               const float (&q_scale)[2], float (&row_max)[2],
                                               float (&row_sum)[2], float (&alpha)[2],
                                               int (&oi)[kIT][4], u32 (&pa)[kST / 4][4], int it,
-                                              int (&shift)[2], const ShiftFault& fault = {}) {
+                                              int (&shift)[2], const ShiftFault& fault = {},
+                                              const BeforeFold& before_fold = {}) {
   if constexpr (T::Precision::float_accumulators)
     online_softmax<T>(x, kg, q_scale, row_max, row_sum, alpha, pa);
   else
-    lazy_softmax<T>(x, q_scale, row_max, row_sum, oi, pa, lazy_sum_check(it), fault, shift);
+    lazy_softmax<T>(x, q_scale, row_max, row_sum, oi, pa, lazy_sum_check(it), fault, shift,
+                    before_fold);
 }
 // GEMM II: fp8's into the block's tile pv (its first piece), int8's onto O. Issue only.
 template <class T, int kOT, int kIT, int kKC>
@@ -665,9 +759,10 @@ __device__ __forceinline__ void finish_output(const int (&oi)[kIT][4], float (&o
 // column of 64s (head_dim + 7, quad lane 3's): each fold rounds 64 l by less than half a step,
 // so they stay less than 2^-6 apart (plus l's FP32 rounding, 2^-24 of it per add, and 64 l's
 // conversion). With a column of ones, 1 apart, flips of l's middle mantissa bits in rows with
-// few keys passed silently (0.14% of 10,000 causal row_sum flips, H200).
+// few keys passed silently (0.14% of 10,000 causal row_sum flips, H200). efta_correct checks O
+// by repair_output instead, which rebuilds a single wrong element.
 template <class T, int kIT>
-__device__ __forceinline__ void check_output(const AttentionParams& p, const int (&oi)[kIT][4],
+__device__ __forceinline__ void check_output(const AttentionParams& p, int (&oi)[kIT][4],
                                              const float (&row_sum)[2], int n_blocks, int batch,
                                              int head, int first_row, int lane) {
   constexpr int kOT = kIT - T::checksum_tiles;
@@ -675,13 +770,17 @@ __device__ __forceinline__ void check_output(const AttentionParams& p, const int
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     u32 apart = 0u;
+    if constexpr (T::correct) {
+      repair_output<T>(p, oi, r, batch, head, first_row, lane);  // reports what it sees
+    } else {
 #pragma unroll
-    for (int nt = 0; nt < kOT; ++nt)
-      apart += static_cast<u32>(oi[nt][2 * r]) + static_cast<u32>(oi[nt][2 * r + 1]);
-    if (quad_t == 0)
-      apart -= static_cast<u32>(oi[kOT][2 * r]) + 128u * static_cast<u32>(oi[kOT][2 * r + 1]);
-    apart += __shfl_xor_sync(0xffffffffu, apart, 1);
-    apart += __shfl_xor_sync(0xffffffffu, apart, 2);
+      for (int nt = 0; nt < kOT; ++nt)
+        apart += static_cast<u32>(oi[nt][2 * r]) + static_cast<u32>(oi[nt][2 * r + 1]);
+      if (quad_t == 0)
+        apart -= static_cast<u32>(oi[kOT][2 * r]) + 128u * static_cast<u32>(oi[kOT][2 * r + 1]);
+      apart += __shfl_xor_sync(0xffffffffu, apart, 1);
+      apart += __shfl_xor_sync(0xffffffffu, apart, 2);
+    }
     const float l = quad_sum(row_sum[r]);
     const float l64 =
         static_cast<float>(__shfl_sync(0xffffffffu, oi[kOT][2 * r + 1], (lane & ~3) + 3)) * 0x1p-6f;
@@ -775,6 +874,60 @@ __device__ __forceinline__ void check_scores(const AttentionParams& p, const int
       if (diff[0][i] != 0u)
         report_row(p, batch, head, first_row + lane / 4 + 8 * (i / 2), -1, fault_stage_scores,
                    false, static_cast<float>(static_cast<int>(diff[0][i])), 0.f);
+}
+
+// int8 efta_correct on this kernel: check_scores' identity, and in a lane whose check fails each
+// failed column's scores computed again on the CUDA cores (its Q row against the column's K rows,
+// by dp4a from the swizzled tiles at sQ and sKs) and those that differ rebuilt, before either
+// evaluation reads them. Exact integers: the rebuilt score is the one GEMM I should have given.
+// The mma.sync kernel locates the score from 24 weighted K rows instead; here their dp4a path
+// (Q times three rows per failed column, then the 64-bit ratio) cost a 288-byte stack frame and
+// made ptxas serialise every wgmma (C7514), and recomputing the column needs no rows at all.
+// A failed column whose scores all agree had a wrong checksum digit: nothing to rebuild.
+template <class T, int kCT>
+__device__ __forceinline__ void repair_scores(const AttentionParams& p, int (&s)[kCT][4], u32 sQ,
+                                              u32 sKs, int key0, int batch, int head, int warp_row,
+                                              int first_row, int lane) {
+  using P = typename T::Precision;
+  constexpr int kST = T::s_tiles;
+  static_assert(kCT == kST + 2, "the scores' tiles, then two digit tiles");
+  u32 diff[1][4];
+  if (!strided_diff<P>(reinterpret_cast<const int(&)[1][kST][4]>(s),
+                       reinterpret_cast<const int(&)[1][2][4]>(s[kST]), diff))
+    return;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if (diff[0][i] == 0u) continue;
+    const int row = warp_row + lane / 4 + 8 * (i / 2), e = 2 * (lane % 4) + i % 2;
+    int at = -1;
+#pragma unroll 1
+    for (int nt = 0; nt < kST; ++nt) {
+      int acc = P::acc_zero;
+#pragma unroll 1
+      for (int chunk = 0; chunk < T::head_dim / 16; ++chunk) {
+        const uint4_ qv =
+            sm80::ld_shared_u128(sQ + sm90::tile_offset<T::head_dim>(T::block_m, row, chunk));
+        const uint4_ kv = sm80::ld_shared_u128(
+            sKs + sm90::tile_offset<T::head_dim>(T::block_n, 8 * nt + e, chunk));
+        auto dot = [&](u32 qw, u32 kw) {
+          asm("dp4a.s32.s32 %0, %1, %2, %0;" : "+r"(acc) : "r"(qw), "r"(kw));
+        };
+        dot(qv.x, kv.x);
+        dot(qv.y, kv.y);
+        dot(qv.z, kv.z);
+        dot(qv.w, kv.w);
+      }
+#pragma unroll
+      for (int t = 0; t < kST; ++t)
+        if (t == nt && s[t][i] != acc) {
+          s[t][i] = acc;
+          at = nt;  // reported: the last rebuilt (one, in the fault model)
+        }
+    }
+    report_row(p, batch, head, first_row + lane / 4 + 8 * (i / 2),
+               at >= 0 ? key0 + 8 * at + 2 * (lane % 4) + i % 2 : -1, fault_stage_scores, true,
+               static_cast<float>(static_cast<int>(diff[0][i])), 0.f);
+  }
 }
 
 // int8 EFTA's second evaluation of lazy_softmax on x (IntScores of s + zero), run before the
@@ -968,7 +1121,11 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p,
 #pragma unroll
         for (int j = 0; j < 8; ++j)
           inject_value_at(p.fault, fault_site_checksum, n_block, j, 12, s[kST + j / 4][j % 4]);
-      q8::check_scores<T>(p, s, batch, head, row0 + warp_row, lane);
+      if constexpr (T::correct)
+        q8::repair_scores<T>(p, s, sQ, sStage + T::k_offset, n_block * T::block_n, batch, head,
+                             warp_row, row0 + warp_row, lane);
+      else
+        q8::check_scores<T>(p, s, batch, head, row0 + warp_row, lane);
       // The rows the first evaluation halves (lazy_softmax's rule).
       bool halve[2];
 #pragma unroll
@@ -985,8 +1142,11 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p,
     q8::block_scores<T, kMasked>(p, reinterpret_cast<const Acc(&)[kST][4]>(s), sStage,
                                  row0 + warp_row, n_block * T::block_n, lane, quad_t, diag, x, kg);
     if constexpr (!T::efta) inject(fault_site_scores, n_block, &x[0][0], kST * 4);
+    const auto output_repair = [&](int r, auto& o) {
+      if constexpr (T::correct) q8::repair_output<T>(p, o, r, batch, head, row0 + warp_row, lane);
+    };
     q8::block_softmax<T>(x, kg, q_scale, row_max[0], row_sum[0], alpha, oi, pa, it, shift,
-                         shift_fault);
+                         shift_fault, output_repair);
     inject(fault_site_probs, n_block, &pa[0][0], kST);
     inject(fault_site_row_max, n_block, &row_max[0][0], 2);
     inject(fault_site_row_sum, n_block, &row_sum[0][0], 2);
@@ -1012,7 +1172,8 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p,
       if constexpr (T::efta && T::inject)
 #pragma unroll
         for (int j = 0; j < 4; ++j)
-          inject_value_at(p.fault, fault_site_checksum, n_block, 8 + j, 12, oi[kOT][j]);
+          inject_value_at(p.fault, fault_site_checksum, n_block, 8 + j, 12,
+                          oi[kOT + T::sums_tile][j]);
       else
         inject(fault_site_checksum, n_block, &oi[kOT][0], 4);
     } else if constexpr (T::checksum) {

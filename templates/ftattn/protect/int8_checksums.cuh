@@ -108,6 +108,35 @@ __device__ __forceinline__ void int8_v_rows(const Q8ChecksumParams& p) {
   }
 }
 
+// int8 efta_correct on the Hopper wgmma kernel (kernel/fwd_q8_sm90.cuh): 8 rows of keys_padded
+// bytes per KV head, the V^T rows of GEMM II's second checksum tile: the two digits of each key's
+// channel sum sum_d v_d (columns C0, C1: quad lane 0's), the three of its weighted sum
+// sum_d (d + 1) v_d (W0, W1: lane 1's; W2: lane 2's; |sum| <= 127 x 8,256, so the top digit stays
+// within int8), then zeros. Grid as int8_v_rows.
+template <int HeadDim>
+__device__ __forceinline__ void int8_v_wgmma_rows(const Q8ChecksumParams& p) {
+  static_assert(HeadDim <= 128, "two digits of the channel sum, three of the weighted one");
+  const VtRowsThread<signed char, signed char> t(p, HeadDim, 8);
+  if (t.pos >= p.keys_padded) return;
+  int plain = 0, weighted = 0;
+  for (int d = 0; d < HeadDim; ++d) {
+    const int v = t.vt[static_cast<long long>(d) * p.keys_padded + t.pos];
+    plain += v;
+    weighted += (d + 1) * v;
+  }
+  const int rows[8] = {balanced_digit(plain, 2, 0),
+                       balanced_digit(plain, 2, 1),
+                       balanced_digit(weighted, 3, 0),
+                       balanced_digit(weighted, 3, 1),
+                       balanced_digit(weighted, 3, 2),
+                       0,
+                       0,
+                       0};
+#pragma unroll
+  for (int r = 0; r < 8; ++r)
+    t.out[static_cast<long long>(r) * p.keys_padded] = static_cast<signed char>(rows[r]);
+}
+
 // EFTA's K rows of one key block: row a * 8 + e is digit a of sum_nt K[key0 + 8 nt + e] (a = 0,
 // 1) or, for correct, digit a - 2 of sum_nt (nt + 1) K[key0 + 8 nt + e]; keys past seqlen_k are
 // 0, as the kernel's zero-filled K tile. Grid (key blocks, kv heads, batch), 128 threads.

@@ -19,6 +19,15 @@ inline int locate_index(float e1, float e2, int n) {
   return static_cast<int>(j) - 1;
 }
 
+// The exact rule of the int8 checks (integers, 64 bits): a single wrong x_j among n leaves the
+// plain discrepancy e1 = delta and the weighted one (weights j + 1) e2 = (j + 1) delta, so j =
+// e2 / e1 - 1 when that divides and lies in 0 .. n - 1; -1 otherwise (no fault, two faults, a
+// hit checksum).
+inline int exact_index(long long e1, long long e2, int n) {
+  if (e1 == 0 || e2 % e1 != 0 || e2 / e1 < 1 || e2 / e1 > n) return -1;
+  return static_cast<int>(e2 / e1) - 1;
+}
+
 // efta_correct's weight of O's column c in its weighted row checksum (protect/checksum.cuh).
 inline float output_weight(int column, int head_dim) { return (column + 1) / float(head_dim); }
 
