@@ -337,6 +337,35 @@ def prepared_vs_f16(folder, name, runs, precision="f16_pasa"):
     save(fig, folder, name + ".png")
 
 
+def build_overheads(folder, name, schemes):
+    """An A/B CSV of bench/ab.py: each build's schemes over that build's unprotected kernel of the
+    same round, per shape (the schemes' tiles may differ between builds): a bar at the median over
+    the rounds, whiskers at their min and max."""
+    data = rows(folder, name + ".csv")
+    if not data:
+        return
+    key = lambda r: (r["build"], r["round"], r["head_dim"], r["seqlen"], r["causal"])
+    none = {key(r): float(r["ms"]) for r in data if r["protection"] == "none"}
+    overheads = {}
+    for r in data:
+        if r["protection"] in schemes and key(r) in none:
+            k = (r["head_dim"], r["seqlen"], r["causal"], r["build"], r["protection"])
+            overheads.setdefault(k, []).append(100 * (float(r["ms"]) / none[key(r)] - 1))
+    shapes = sorted({k[:3] for k in overheads}, key=lambda k: (int(k[0]), k[2], int(k[1])))
+    builds = list(dict.fromkeys(r["build"] for r in data))
+    series = [((b, s), f"{b}: {s}") for b in builds for s in schemes
+              if any(k[3:] == (b, s) for k in overheads)]
+    fig, ax = plt.subplots(figsize=(max(9, 1.4 * len(shapes)), 4))
+    width = median_bars(ax, shapes, series, overheads)
+    label_groups(ax, width, len(series), [shape_label(f"d{d}", n, c) for d, n, c in shapes],
+                 fontsize=8)
+    ax.set_ylabel("time over the build's unprotected kernel (%)")
+    ax.set_title(f"{name}: each build's schemes over its own unprotected kernel, in turn: median, "
+                 "min-max", fontsize=9)
+    ax.legend(fontsize=7)
+    save(fig, folder, name + ".png")
+
+
 def main():
     folder = sys.argv[1] if len(sys.argv) > 1 else "bench/results"
     protect_overhead(folder)
@@ -450,6 +479,9 @@ def main():
     tile_sweep(folder, "q8_efta_mma_sync_main")
     sites_campaign(folder, "campaign_int8_efta_wgmma",
                    "int8 efta_detect on the wgmma kernel, 10,000 flips per bar (1 x 2 x 512)")
+    build_overheads(folder, "int8_efta_correct_wgmma_ab", ("efta_detect", "efta_correct"))
+    sites_campaign(folder, "campaign_int8_efta_correct_wgmma",
+                   "int8 efta_correct on the wgmma kernel, 10,000 flips per bar (1 x 2 x 512)")
     build_campaign(folder, "campaign_scale_site", ("scale",),
                    "site scale (8-bit dequantisation factors): the second evaluation's own loads "
                    "against merged ones, 10,000 flips per bar (1 x 2 x 512)", bar_inches=1.8)
