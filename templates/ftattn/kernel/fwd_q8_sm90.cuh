@@ -485,27 +485,27 @@ __device__ __forceinline__ bool lazy_reference_step(const float (&block_max)[2],
   }
   return fold;
 }
-// int8 EFTA's second evaluation's scores: GEMM I's integers s + z (kCT tiles: the keys', then
-// the digits'; z is 0 at run time only, so that no compiler merges this evaluation with the
-// first), dequantised and masked where they are used, so that no float tile is held beside s.
+// int8 EFTA's second evaluation's scores: GEMM I's integers s (kCT tiles: the keys', then the
+// digits'), dequantised and masked where they are used, so that no float tile is held beside s.
 // Bit for bit the values block_scores gives. The maxima and P as block_row_max and p_words take
-// them from a tile. The key scales are loaded where used too, by loads of their own.
+// them from a tile. The key scales are loaded where used, by volatile loads of their own in each
+// pass, so that no compiler merges a pass's products with the first evaluation's or keeps them
+// from the one pass to the other. (Before those loads an integer 0 the compilers could not see
+// was added to s, + z in one pass and - z in the other, for the same ends: 128 adds per block at
+// head dim 128, which the loads make redundant.)
 template <class T, bool Masked, int kCT>
 struct IntScores {
   static constexpr int kST = T::s_tiles;
   const AttentionParams& p;
   const int (&s)[kCT][4];
-  int z;
   u32 scales_at;
   int first_row, key0, lane, diag;
   __device__ __forceinline__ void scales(int nt, float (&ks2)[2]) const {
     shared_float2</*kAgain=*/true>(scales_at + (nt * 8 + (lane % 4) * 2) * 4, ks2);
   }
-  // The maxima take s + z, P s - z: with one expression for both the compilers kept a tile of
-  // it from the one pass to the other.
-  __device__ __forceinline__ float score(int nt, int i, const float (&ks2)[2], int zz) const {
+  __device__ __forceinline__ float score(int nt, int i, const float (&ks2)[2]) const {
     using P = typename T::Precision;
-    float x = fmaf(P::acc_as_float(s[nt][i] + zz), ks2[i % 2], P::dequant_bias(ks2[i % 2]));
+    float x = fmaf(P::acc_as_float(s[nt][i]), ks2[i % 2], P::dequant_bias(ks2[i % 2]));
     if constexpr (Masked) {
       const int row = first_row + lane / 4 + (i / 2) * 8;
       const int key = key0 + nt * 8 + (lane % 4) * 2 + i % 2;
@@ -522,7 +522,7 @@ struct IntScores {
       scales(nt, ks2);
 #pragma unroll
       for (int r = 0; r < 2; ++r)
-        mx[r] = fmaxf(mx[r], fmaxf(score(nt, 2 * r, ks2, z), score(nt, 2 * r + 1, ks2, z)));
+        mx[r] = fmaxf(mx[r], fmaxf(score(nt, 2 * r, ks2), score(nt, 2 * r + 1, ks2)));
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) out[r] = __fmul_ru(quad_max(mx[r]), qs[r]);
@@ -541,10 +541,10 @@ struct IntScores {
         scales(nt1, k1);
 #pragma unroll
         for (int r = 0; r < 2; ++r)
-          pa[kc][2 * h + r] = word(fmaf(score(nt0, 2 * r, k0, -z), qs[r], offset[r]),
-                                   fmaf(score(nt0, 2 * r + 1, k0, -z), qs[r], offset[r]),
-                                   fmaf(score(nt1, 2 * r, k1, -z), qs[r], offset[r]),
-                                   fmaf(score(nt1, 2 * r + 1, k1, -z), qs[r], offset[r]));
+          pa[kc][2 * h + r] = word(fmaf(score(nt0, 2 * r, k0), qs[r], offset[r]),
+                                   fmaf(score(nt0, 2 * r + 1, k0), qs[r], offset[r]),
+                                   fmaf(score(nt1, 2 * r, k1), qs[r], offset[r]),
+                                   fmaf(score(nt1, 2 * r + 1, k1), qs[r], offset[r]));
       }
   }
 };
@@ -930,7 +930,7 @@ __device__ __forceinline__ void repair_scores(const AttentionParams& p, int (&s)
   }
 }
 
-// int8 EFTA's second evaluation of lazy_softmax on x (IntScores of s + zero), run before the
+// int8 EFTA's second evaluation of lazy_softmax on x (IntScores of s), run before the
 // first so that s is free once the first has its float tile: its own block maxima, reference
 // step (ref2, its own running reference) and P, into pa2 and shift2, with the rows' factors read
 // at q_scale_at. l is the first's (Flash-ABFT's 64 l column checks it).
@@ -1070,9 +1070,8 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p,
   float pv[kInt ? 1 : kOT / T::pv_pieces + T::checksum_tiles][4] = {};
   [[maybe_unused]] q8::Fp8RowSums sums;
   float alpha[2] = {1.f, 1.f};
-  // int8 EFTA: the second evaluation's running reference, and a 0 the compilers cannot see.
+  // int8 EFTA: the second evaluation's running reference.
   [[maybe_unused]] float row_max2[2] = {neg_inf(), neg_inf()};
-  [[maybe_unused]] const int zero = min(p.seqlen_k, 0);
   // Fault injection (injection builds only): flip the planned bit of value `index` of a class of
   // `n` values this thread holds, as raw bits.
   auto inject = [&](int site, int n_block, auto* values, int n) {
@@ -1132,7 +1131,7 @@ __device__ __forceinline__ void attention_fwd_q8_sm90(const AttentionParams& p,
       for (int r = 0; r < 2; ++r)
         halve[r] = q8::lazy_sum_check(it) && quad_sum(row_sum[0][r]) > q8::kLazyHalveAbove;
       const q8::IntScores<T, kMasked, kCT> again{
-          p, s, zero, sStage + T::scale_offset, row0 + warp_row, n_block * T::block_n, lane, diag};
+          p, s, sStage + T::scale_offset, row0 + warp_row, n_block * T::block_n, lane, diag};
       q8::second_softmax<T>(again, sQscale, halve, row_max2, pa2, shift2);
     }
 
