@@ -479,7 +479,8 @@ def main():
     tile_sweep(folder, "q8_efta_mma_sync_main")
     sites_campaign(folder, "campaign_int8_efta_wgmma",
                    "int8 efta_detect on the wgmma kernel, 10,000 flips per bar (1 x 2 x 512)")
-    build_overheads(folder, "int8_efta_correct_wgmma_ab", ("efta_detect", "efta_correct"))
+    for name in ("int8_efta_correct_wgmma_ab", "int8_efta_no_zero_ab"):
+        build_overheads(folder, name, ("efta_detect", "efta_correct"))
     sites_campaign(folder, "campaign_int8_efta_correct_wgmma",
                    "int8 efta_correct on the wgmma kernel, 10,000 flips per bar (1 x 2 x 512)")
     build_campaign(folder, "campaign_scale_site", ("scale",),
