@@ -99,6 +99,14 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   // int8 EFTA (its K checksum rows in GEMM I, the softmax twice): at head dim 64 a 128-key block
   // spills 600-740 bytes under the three-CTA cap (efta_correct 20-384), 64 keys fit.
   if (int8_efta && c.head_dim == 64) wgmma_tile.block_n = 64;
+  // At head dim 128 causal problems up to 2k keys take 64-key blocks too (three CTAs per SM, less
+  // of each diagonal block masked): on the H200 1.06-1.14x the 128-key tile at 1k and 2k keys,
+  // both schemes, 0.97-1.06x at 3k and 4k, 0.95-0.97x at 8k (bench/results/nvidia-h200/
+  // int8_efta_tiles_causal_d128.csv, int8_efta_tiles_d128.csv). efta_detect keeps 4 bytes in
+  // local memory there.
+  if (int8_efta && c.head_dim == 128 && is_causal(c.mask) && problem != nullptr &&
+      problem->seqlen_k <= 2048)
+    wgmma_tile.block_n = 64;
   wgmma_tile.num_stages = ws_d256 ? 3 : 2;
   if (int8_efta && open_m && open_w && !uses_wgmma(wgmma_tile)) {
     // int8 EFTA holds a second softmax evaluation and the checksum tiles: one MMA tile per warp,

@@ -282,6 +282,19 @@ TEST_CASE(
             default_config(d, Precision::int8, m, kSm90a, Protection::efta_correct);
         CHECK((chosen.block_m == 64 && chosen.num_warps == 4 && chosen.num_stages == 2 &&
                chosen.block_n == (d == 128 ? 128 : 64)));
+        // Causal problems up to 2k keys take 64-key blocks at head dim 128 too, both schemes.
+        for (Protection prot : {Protection::efta_detect, Protection::efta_correct})
+          for (int keys : {1024, 2048, 2049, 8192}) {
+            KernelConfig open = correct;
+            open.protection = prot;
+            open.block_m = open.block_n = open.num_warps = open.num_stages = 0;
+            const Problem pr = Problem::bhsd(1, 2, 2, keys, keys, d);
+            const KernelConfig picked = with_defaults(open, kSm90a, &pr);
+            INFO(picked.name() << " at " << keys << " keys");
+            CHECK(uses_wgmma(picked));
+            const bool short_causal = m == Mask::causal && keys <= 2048;
+            CHECK(picked.block_n == (d == 128 && !short_causal ? 128 : 64));
+          }
       }
 }
 
