@@ -97,7 +97,7 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
   wgmma_tile.num_warps = ws_d256 ? 8 : 4;
   wgmma_tile.block_n = c.head_dim == 256 ? 64 : 128;
   // int8 EFTA (its K checksum rows in GEMM I, the softmax twice): at head dim 64 a 128-key block
-  // spills 600-740 bytes under the three-CTA cap (efta_correct 20-384), 64 keys fit.
+  // spills 12-320 bytes under the three-CTA cap (both schemes, both masks), 64 keys fit.
   if (int8_efta && c.head_dim == 64) wgmma_tile.block_n = 64;
   // At head dim 128 causal problems up to 2k keys take 64-key blocks too (three CTAs per SM, less
   // of each diagonal block masked): on the H200 1.06-1.14x the 128-key tile at 1k and 2k keys,
