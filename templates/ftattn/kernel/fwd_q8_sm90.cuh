@@ -549,6 +549,22 @@ struct IntScores {
   }
 };
 
+// D of row half r of the int8 O (with its checksum tiles, oi): the quad's sum of O's INT32
+// channels minus the digit columns C0 + 128 C1 of T::sums_tile (quad lane 0's), modulo 2^32.
+template <class T, int kIT>
+__device__ __forceinline__ u32 row_apart(const int (&oi)[kIT][4], int r, int q) {
+  constexpr int kOT = kIT - T::checksum_tiles;
+  constexpr int kS = kOT + T::sums_tile;
+  u32 apart = 0u;
+#pragma unroll
+  for (int nt = 0; nt < kOT; ++nt)
+    apart += static_cast<u32>(oi[nt][2 * r]) + static_cast<u32>(oi[nt][2 * r + 1]);
+  if (q == 0) apart -= static_cast<u32>(oi[kS][2 * r]) + 128u * static_cast<u32>(oi[kS][2 * r + 1]);
+  apart += __shfl_xor_sync(0xffffffffu, apart, 1);
+  apart += __shfl_xor_sync(0xffffffffu, apart, 2);
+  return apart;
+}
+
 // int8 efta_correct on this kernel: row half r of O (with its checksum tiles, oi) against the
 // columns of T::sums_tile: C0 and C1 (quad lane 0's), W0 and W1 (lane 1's), W2 (lane 2's). D =
 // sum_d O_d - C0 - 128 C1 (modulo 2^32) is 0 while clean and lazy_softmax keeps it so through the
@@ -564,13 +580,7 @@ __device__ __forceinline__ void repair_output(const AttentionParams& p, int (&oi
   constexpr int kOT = kIT - T::checksum_tiles;
   constexpr int kS = kOT + T::sums_tile;
   const int q = lane % 4;
-  u32 apart = 0u;
-#pragma unroll
-  for (int nt = 0; nt < kOT; ++nt)
-    apart += static_cast<u32>(oi[nt][2 * r]) + static_cast<u32>(oi[nt][2 * r + 1]);
-  if (q == 0) apart -= static_cast<u32>(oi[kS][2 * r]) + 128u * static_cast<u32>(oi[kS][2 * r + 1]);
-  apart += __shfl_xor_sync(0xffffffffu, apart, 1);
-  apart += __shfl_xor_sync(0xffffffffu, apart, 2);
+  const u32 apart = row_apart<T>(oi, r, q);
   if (!__any_sync(0xffffffffu, apart != 0u)) return;
   // Rare: both discrepancies in 64 bits.
   long long e0 = 0, e1 = 0;
@@ -769,18 +779,11 @@ __device__ __forceinline__ void check_output(const AttentionParams& p, int (&oi)
   const int quad_t = lane % 4;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    u32 apart = 0u;
-    if constexpr (T::correct) {
-      repair_output<T>(p, oi, r, batch, head, first_row, lane);  // reports what it sees
-    } else {
-#pragma unroll
-      for (int nt = 0; nt < kOT; ++nt)
-        apart += static_cast<u32>(oi[nt][2 * r]) + static_cast<u32>(oi[nt][2 * r + 1]);
-      if (quad_t == 0)
-        apart -= static_cast<u32>(oi[kOT][2 * r]) + 128u * static_cast<u32>(oi[kOT][2 * r + 1]);
-      apart += __shfl_xor_sync(0xffffffffu, apart, 1);
-      apart += __shfl_xor_sync(0xffffffffu, apart, 2);
-    }
+    u32 apart = 0u;  // efta_correct: repair_output reports what it sees
+    if constexpr (T::correct)
+      repair_output<T>(p, oi, r, batch, head, first_row, lane);
+    else
+      apart = row_apart<T>(oi, r, quad_t);
     const float l = quad_sum(row_sum[r]);
     const float l64 =
         static_cast<float>(__shfl_sync(0xffffffffu, oi[kOT][2 * r + 1], (lane & ~3) + 3)) * 0x1p-6f;
