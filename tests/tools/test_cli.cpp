@@ -464,3 +464,100 @@ TEST_CASE("cli: demo without a GPU compiles, inspects and says nothing ran", "[c
                  "No GPU found: kernels were generated, compiled and inspected, but nothing was "
                  "launched."));
 }
+
+TEST_CASE("cli: knob flags take decimal numbers, and no flag takes an empty value", "[cli]") {
+  TempDir dir;
+  auto compile = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = {"compile", "--arch", "sm_80"};
+    args.insert(args.end(), more.begin(), more.end());
+    return run_cli(dir, with_cache(dir, args));
+  };
+  // CLI11 alone built d64 m128 n64 w8 s2 from these, exit 0.
+  for (const auto& [flag, value] : {std::pair<std::string, std::string>{"--head-dim", "0100"},
+                                    {"--block-m", "0200"},
+                                    {"--block-n", "0100"},
+                                    {"--warps", "010"},
+                                    {"--stages", "02"}}) {
+    std::vector<std::string> args = {"--head-dim", "64"};
+    if (flag == "--head-dim") args.clear();
+    args.insert(args.end(), {flag, value});
+    const CliRun r = compile(args);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.err, flag + ": '" + value + "' has a leading zero"));
+  }
+  const CliRun hex = compile({"--head-dim", "0x40"});
+  CHECK(hex.exit_code == 2);
+  CHECK(contains(hex.err, "--head-dim: '0x40' is not a whole number"));
+  const CliRun negative = compile({"--head-dim", "-1"});
+  CHECK(negative.exit_code == 2);
+  CHECK(contains(negative.err, "--head-dim: -1 is too small"));
+  // An empty value read as "not given" and built the default.
+  for (const std::string flag :
+       {"--precision", "--protection", "--mask", "--arch", "--backend", "--config"}) {
+    const CliRun r = compile({"--head-dim", "64", flag, ""});
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.err, flag + ": empty value: give "));
+  }
+  CHECK(compile({"--head-dim", "64", "--block-n", "32"}).exit_code == 0);
+}
+
+TEST_CASE("cli: bench refuses what it would not honour, before any work", "[cli]") {
+  TempDir dir;
+  const std::string no_gpu = no_driver_env(dir);
+  auto bench = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = {"bench"};
+    args.insert(args.end(), more.begin(), more.end());
+    return run_cli(dir, with_cache(dir, args), {no_gpu});
+  };
+  // --precision, --mask and --head-dim were overwritten by the lists and shapes.
+  CliRun r = bench({"--precision", "bf16", "--precisions", "f16"});
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.err, "--precision and --precisions both given"));
+  r = bench({"--mask", "causal", "--masks", "none"});
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.err, "--mask and --masks both given"));
+  r = bench({"--head-dim", "128", "--shapes", "64,2,256,1"});
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.err, "bench takes head dims from --shapes"));
+  r = bench({"--head-dim", "96"});
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.err, "the standard grid has no shape at head dim 96"));
+  // No block masks to go with them: nothing could be timed, and bench said exit 0.
+  r = bench({"--masks", "none,block_sparse", "--shapes", "64,2,256,1"});
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.err, "bench times dense masks (none, causal), not block_sparse"));
+  // Two tables on standard output would run together.
+  r = bench({"--csv", "-", "--json", "-", "--shapes", "64,2,256,1"});
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.err, "--csv and --json both write to standard output"));
+  r = bench({"--iters", "020"});
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.err, "--iters: '020' has a leading zero: give a whole number of at least 20"));
+  // Taken as given: the single flags pick the sweep, and then the GPU is what is missing.
+  r = bench({"--precision", "bf16", "--mask", "causal", "--head-dim", "64"});
+  CHECK(r.exit_code == 2);
+  CHECK((contains(r.err, "no CUDA driver") || contains(r.err, "no CUDA device")));
+}
+
+TEST_CASE("cli: run refuses mask-block flags that would do nothing", "[cli]") {
+  TempDir dir;
+  auto run = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = {"run",     "--head-dim", "64",       "--batch", "1",
+                                     "--heads", "1",          "--seqlen", "64"};
+    args.insert(args.end(), more.begin(), more.end());
+    return run_cli(dir, with_cache(dir, args), {no_driver_env(dir)});
+  };
+  CliRun r = run({"--density", "0.5"});
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.err, "--sparse-block and --density shape a block-sparse mask"));
+  r = run({"--mask", "block_sparse"});
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.err, "give --sparse-block <rows>x<cols>"));
+  // NaN passed CLI11's range check, and the random mask then kept no block.
+  r = run({"--mask", "block_sparse", "--sparse-block", "64x64", "--density", "nan"});
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.err, "--density: 'nan' is not a finite number"));
+  r = run({"--mask", "block_sparse", "--sparse-block", "64x64", "--density", "0.5"});
+  CHECK(r.exit_code == 2);
+  CHECK((contains(r.err, "no CUDA driver") || contains(r.err, "no CUDA device")));
+}

@@ -84,4 +84,13 @@ TEST_CASE("accuracy: kernels compile without a GPU, bad input is refused", "[cli
   r = accuracy(dir, "--precision fp8_e4m3 --arch sm_80 --head-dim 64");
   CHECK(r.exit_code == 2);
   CHECK(contains(r.out, "needs sm_89"));
+  // A block-sparse mask has no block mask here: the reference threw inside a worker thread,
+  // which terminated the process.
+  r = accuracy(dir, "--model fp16-scores --heads 1 --seqlen 64 --mask block_sparse");
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.out, "accuracy runs dense masks (none, causal), not block_sparse"));
+  // The inputs are sampled whole whatever --rows says: std::bad_alloc before.
+  r = accuracy(dir, "--heads 1 --seqlen 1073741824 --rows 1");
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.out, "more than this command samples on the host (2^30)"));
 }

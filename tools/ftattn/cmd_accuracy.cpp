@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <random>
@@ -107,10 +109,23 @@ int run_accuracy(const AccuracyOptions& o, const GlobalOptions& global) {
     throw ConfigError(
         fmt::format("--model {} stores its inputs in f16: drop --precision {} or the --model",
                     o.model, to_string(config.precision)));
+  // The inputs are dense random tensors with no block mask to go with them.
+  if (is_block_sparse(config.mask))
+    throw ConfigError(fmt::format(
+        "accuracy runs dense masks (none, causal), not {}: check a block-sparse kernel with "
+        "ftattn run",
+        to_string(config.mask)));
   const Distribution dist = distribution(o);
   const Problem pr = Problem::bhsd(o.batch, o.heads, o.heads, o.seqlen, o.seqlen, config.head_dim);
   validate_head_dim(config.head_dim);
   validate_shape(pr);
+  // Q, K and V are sampled whole on the host (2 bytes an element each), whatever --rows says.
+  const int64_t elements = int64_t{pr.batch} * pr.heads_q * pr.seqlen_q * config.head_dim;
+  if (elements > (int64_t{1} << 30))
+    throw ConfigError(fmt::format(
+        "batch {} x heads {} x seqlen {} x head_dim {} = {} elements per input is more than this "
+        "command samples on the host (2^30): give a smaller --batch, --heads or --seqlen",
+        pr.batch, pr.heads_q, pr.seqlen_q, config.head_dim, elements));
   // Every row's output and its reference are kept, as doubles.
   const int64_t rows = int64_t{pr.batch} * pr.heads_q * pr.seqlen_q;
   const int64_t compared = o.rows > 0 ? std::min<int64_t>(o.rows, rows) : rows;
@@ -165,7 +180,9 @@ int run_accuracy(const AccuracyOptions& o, const GlobalOptions& global) {
   }
 
   std::vector<double> golden(picks.size() * d), output(picks.size() * d);
-  auto work = [&](size_t begin, size_t end) {
+  // An error in a worker is rethrown here: thrown inside a std::thread it would terminate.
+  std::vector<std::exception_ptr> errors(std::max(1u, std::thread::hardware_concurrency()));
+  auto rows_of = [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) {
       const long long idx = picks[i];
       const int s = int(idx % pr.seqlen_q), h = int(idx / pr.seqlen_q % pr.heads_q),
@@ -180,11 +197,21 @@ int run_accuracy(const AccuracyOptions& o, const GlobalOptions& global) {
       }
     }
   };
-  const unsigned workers = std::max(1u, std::thread::hardware_concurrency());
+  auto work = [&](size_t begin, size_t end, std::exception_ptr& error) {
+    try {
+      rows_of(begin, end);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  };
+  const size_t workers = errors.size();
   std::vector<std::thread> threads;
-  for (unsigned w = 0; w < workers; ++w)
-    threads.emplace_back(work, picks.size() * w / workers, picks.size() * (w + 1) / workers);
+  for (size_t w = 0; w < workers; ++w)
+    threads.emplace_back(work, picks.size() * w / workers, picks.size() * (w + 1) / workers,
+                         std::ref(errors[w]));
   for (auto& t : threads) t.join();
+  for (const auto& error : errors)
+    if (error) std::rethrow_exception(error);
 
   const accuracy::Metrics m = accuracy::compare(golden, output);
   fmt::print("run       {}\n", what);

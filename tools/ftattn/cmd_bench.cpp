@@ -37,7 +37,88 @@ struct BenchOptions {
   DeviceRunOptions device{.lse = false, .check_rows = 32, .warmup = 5, .iters = 20, .seed = 1};
   bool interleave = false;
   bool prepare_kv = false;
+  CLI::Option* precisions_opt = nullptr;  // given on the command line, not the default
+  CLI::Option* masks_opt = nullptr;
 };
+
+// What bench sweeps (precisions, masks, schemes, shapes) and the kernel it sweeps from. The
+// single-kernel flags and a --config name pick the sweep where its own list flag is left out;
+// a list flag beside its single flag is a conflict, and beside a name's field it wins, noted.
+struct Sweep {
+  KernelConfig base;
+  std::vector<Precision> precisions;
+  std::vector<Mask> masks;
+  std::vector<Protection> protections;
+  std::vector<Shape> shapes;
+};
+
+Sweep sweep_of(const BenchOptions& o, std::ostream& log) {
+  const ConfigFlags& f = o.config;
+  ConfigFlags one_protection = f;  // --protection is a list here, parsed below
+  one_protection.protection.clear();
+  Sweep w{.base = config_from_flags(one_protection)};
+  const bool named = !f.config.empty();
+  const auto pick = [&](const std::string& flag, const std::string& single, CLI::Option* list_opt,
+                        const std::string& list, std::string_view from_name) -> std::string {
+    if (list_opt->count() > 0) {
+      if (!single.empty())
+        throw ConfigError(fmt::format(
+            "--{0} and --{0}s both given: bench sweeps --{0}s; give one of them", flag));
+      if (named)
+        log << fmt::format("note: --{}s {} replaces the --config name's {}\n", flag, list,
+                           from_name);
+      return list;
+    }
+    return !single.empty() ? single : named ? std::string(from_name) : list;
+  };
+  const std::string precisions =
+      pick("precision", f.precision, o.precisions_opt, o.precisions, to_string(w.base.precision));
+  for (const auto& p : split_list(precisions, ',', "--precisions"))
+    w.precisions.push_back(parse_precision(p));
+  const std::string masks = pick("mask", f.mask, o.masks_opt, o.masks, to_string(w.base.mask));
+  for (const auto& m : split_list(masks, ',', "--masks")) {
+    w.masks.push_back(parse_mask(m));
+    if (is_block_sparse(w.masks.back()))
+      throw ConfigError(fmt::format(
+          "bench times dense masks (none, causal), not {}: time a block-sparse mask with "
+          "ftattn run --mask {} --sparse-block 128x128",
+          m, m));
+  }
+  // --protection may list several schemes: each is timed on the same inputs, and its overhead
+  // against `none` of the same shape and tile is reported when `none` is in the list.
+  for (const auto& p : split_list(f.protection, ',', "--protection"))
+    w.protections.push_back(parse_protection(p));
+  if (w.protections.empty()) w.protections.push_back(named ? w.base.protection : Protection::none);
+
+  // Head dims come with the shapes; --head-dim or a name's head dim picks from them.
+  const int head_dim = f.head_dim_opt->count() > 0 ? f.head_dim : named ? w.base.head_dim : 0;
+  const bool from_flag = f.head_dim_opt->count() > 0;
+  const std::vector<Shape> all = o.shapes.empty() ? standard_grid() : parse_shapes(o.shapes);
+  for (const Shape& s : all) {
+    if (head_dim == 0 || s.head_dim == head_dim) {
+      w.shapes.push_back(s);
+    } else if (!o.shapes.empty()) {
+      if (from_flag)
+        throw ConfigError(fmt::format(
+            "--head-dim {} and the shape {},{},{},{} disagree: bench takes head dims from "
+            "--shapes (head_dim,heads,seqlen,batch); leave --head-dim out",
+            head_dim, s.head_dim, s.heads, s.seqlen, s.batch));
+      log << fmt::format("note: the shape {},{},{},{} replaces the --config name's head dim {}\n",
+                         s.head_dim, s.heads, s.seqlen, s.batch, head_dim);
+      w.shapes.push_back(s);
+    }
+  }
+  if (w.shapes.empty())
+    throw ConfigError(fmt::format(
+        "the standard grid has no shape at head dim {} (it has 64, 128 and 256): give --shapes "
+        "head_dim,heads,seqlen,batch;...",
+        head_dim));
+  if (w.precisions.empty() || w.masks.empty())
+    throw ConfigError(
+        "bench needs at least one precision and one mask: give --precisions and "
+        "--masks, or leave them at their defaults");
+  return w;
+}
 
 // One kernel of a shape and mask: its precision, tile and scheme (with its work on K and V done
 // per launch, or prepared once), and its result.
@@ -77,40 +158,26 @@ void time_interleaved(std::vector<PreparedRun>& runs, const Problem& problem,
 }
 
 int run_bench(const BenchOptions& o, const GlobalOptions& global) {
-  if (o.device.iters < 20)
-    throw ConfigError("bench reports a median of at least 20 timed launches: raise --iters");
-  const std::vector<Shape> shapes = o.shapes.empty() ? standard_grid() : parse_shapes(o.shapes);
-  std::vector<Precision> precisions;
-  for (const auto& p : split_list(o.precisions, ',', "--precisions"))
-    precisions.push_back(parse_precision(p));
-  std::vector<Mask> masks;
-  for (const auto& m : split_list(o.masks, ',', "--masks")) masks.push_back(parse_mask(m));
-  if (precisions.empty() || masks.empty())
-    throw ConfigError(
-        "bench needs at least one precision and one mask: give --precisions and "
-        "--masks, or leave them at their defaults");
+  if (o.csv == "-" && o.json == "-")
+    throw ConfigError("--csv and --json both write to standard output: give one of them a file");
+  // With a table on standard output, the log goes to standard error.
+  std::ostream& log = o.csv == "-" || o.json == "-" ? std::cerr : std::cout;
+  const Sweep sweep = sweep_of(o, log);
   const std::vector<std::string> tiles = split_list(o.tiles, ',', "--tiles");
-  // --protection may list several schemes: each is timed on the same inputs, and its overhead
-  // against `none` of the same shape and tile is reported when `none` is in the list.
-  std::vector<Protection> protections;
-  for (const auto& p : split_list(o.config.protection, ',', "--protection"))
-    protections.push_back(parse_protection(p));
-  if (protections.empty()) protections.push_back(Protection::none);
-  ConfigFlags one_protection = o.config;
-  one_protection.protection.clear();
-  const KernelConfig base = config_from_flags(one_protection);
+  const KernelConfig& base = sweep.base;
+  const std::vector<Precision>& precisions = sweep.precisions;
+  const std::vector<Protection>& protections = sweep.protections;
 
   // Opened before any work, so a path that cannot be written fails at once.
   OutputFile csv("--csv", o.csv), json("--json", o.json);
 
   const std::string device = describe_device();
   Runtime runtime(global.runtime_options());
-  std::ostream& log = o.csv == "-" ? std::cerr : std::cout;
   log << "device " << device << "\n";
 
   nlohmann::json rows = nlohmann::json::array();
-  int failures = 0;
-  for (const Shape& s : shapes) {
+  int failures = 0, skipped = 0;
+  for (const Shape& s : sweep.shapes) {
     const Problem problem = problem_of(s);
     // Made once per shape and precision, shared by every kernel timed on it.
     std::vector<std::unique_ptr<DeviceInputs>> inputs;
@@ -127,7 +194,7 @@ int run_bench(const BenchOptions& o, const GlobalOptions& global) {
       ++failures;
       continue;
     }
-    for (Mask m : masks) {
+    for (Mask m : sweep.masks) {
       std::vector<Entry> entries;
       std::vector<PreparedRun> prepared;  // --interleave: checked, timed below all together
       for (std::size_t pi = 0; pi < precisions.size(); ++pi)
@@ -158,6 +225,7 @@ int run_bench(const BenchOptions& o, const GlobalOptions& global) {
               } catch (const ConfigError& err) {  // a tile (or a scheme) that does not fit: skip it
                 log << fmt::format("skip  d{} s{} {} {}: {}\n", s.head_dim, s.seqlen,
                                    tiles.empty() ? "" : tiles[t], to_string(prot), err.what());
+                ++skipped;
                 continue;
               }
               entries.push_back(std::move(e));
@@ -235,6 +303,11 @@ int run_bench(const BenchOptions& o, const GlobalOptions& global) {
                              failures);
     return 1;
   }
+  if (rows.empty()) {  // every kernel was skipped: nothing was measured
+    std::cerr << fmt::format(
+        "ftattn: nothing was timed: all {} kernel(s) were skipped (see the skip lines)\n", skipped);
+    return 1;
+  }
   return 0;
 }
 
@@ -248,18 +321,23 @@ Command add_bench_command(CLI::App& parent, const GlobalOptions& global) {
   cmd->add_option(
       "--shapes", o->shapes,
       "shapes as head_dim,heads,seqlen,batch;... (default: the standard 16k-token grid)");
-  cmd->add_option("--precisions", o->precisions, "comma-separated precisions")
-      ->capture_default_str();
-  cmd->add_option("--masks", o->masks, "comma-separated masks")->capture_default_str();
+  o->precisions_opt =
+      cmd->add_option("--precisions", o->precisions,
+                      "comma-separated precisions (default f16,bf16, or --precision's, or the "
+                      "--config name's)");
+  o->masks_opt = cmd->add_option("--masks", o->masks,
+                                 "comma-separated masks: none, causal (default none,causal, or "
+                                 "--mask's, or the --config name's)");
   cmd->add_option("--tiles", o->tiles,
                   "comma-separated tiles to compare, e.g. 128x64w4s2,128x32w4s2 (default: the "
                   "config's knobs or the defaults)");
   cmd->add_option("--csv", o->csv, "write CSV to this file ('-': standard output)");
-  cmd->add_option("--json", o->json, "write JSON to this file");
+  cmd->add_option("--json", o->json, "write JSON to this file ('-': standard output)");
   cmd->add_option("--warmup", o->device.warmup, "untimed launches first")
       ->check(at_least(0))
       ->capture_default_str();
   cmd->add_option("--iters", o->device.iters, "timed launches (median; at least 20)")
+      ->check(at_least(20))
       ->capture_default_str();
   cmd->add_option("--check-rows", o->device.check_rows, "rows checked per run (0: all)")
       ->check(at_least(0))

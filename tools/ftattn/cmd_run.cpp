@@ -19,6 +19,7 @@ struct RunOptions {
   std::string layout = "bhsd";
   std::string sparse_block;  // "128x128" for block-sparse masks
   DeviceRunOptions device;
+  CLI::Option* density_opt = nullptr;  // given on the command line
 };
 
 int run_run(const RunOptions& o, const GlobalOptions& global) {
@@ -26,6 +27,16 @@ int run_run(const RunOptions& o, const GlobalOptions& global) {
   if (config.head_dim == 0) {
     throw ConfigError("run needs a head_dim: give --head-dim or a kernel name");
   }
+  // The mask's block flags go with block-sparse masks only; elsewhere they would do nothing.
+  if (is_block_sparse(config.mask) && o.sparse_block.empty())
+    throw ConfigError(
+        fmt::format("mask {} needs its mask block: give --sparse-block <rows>x<cols>, e.g. 128x128",
+                    to_string(config.mask)));
+  if (!is_block_sparse(config.mask) && (!o.sparse_block.empty() || o.density_opt->count() > 0))
+    throw ConfigError(fmt::format(
+        "--sparse-block and --density shape a block-sparse mask, and the mask is {}: give "
+        "--mask block_sparse or block_sparse_causal, or leave them out",
+        to_string(config.mask)));
   // Say "no GPU" before any other work; device_info's message names the reason.
   const std::string device = describe_device();
 
@@ -94,10 +105,11 @@ Command add_run_command(CLI::App& parent, const GlobalOptions& global) {
                 "the launches, which then skip it (Kernel::prepare_kv)");
   cmd->add_option("--sparse-block", o->sparse_block,
                   "block-sparse masks: one mask block as <rows>x<cols>, e.g. 128x128");
-  cmd->add_option("--density", o->device.density,
-                  "block-sparse masks: share of blocks kept by the random mask")
-      ->check(CLI::Range(0.0, 1.0))
-      ->capture_default_str();
+  o->density_opt = cmd->add_option("--density", o->device.density,
+                                   "block-sparse masks: share of blocks kept by the random mask")
+                       ->check(finite_number(false))  // CLI::Range alone lets NaN through
+                       ->check(CLI::Range(0.0, 1.0))
+                       ->capture_default_str();
   return {cmd, [o, &global] { return run_run(*o, global); }};
 }
 

@@ -5,9 +5,19 @@
 #include <iostream>
 
 #include "ftattn/errors.hpp"
+#include "tools/ftattn/number_checks.hpp"
 
 namespace ftattn::cli {
 namespace {
+
+// An empty value ("--precision ''") would read as "not given" and leave the default in place.
+CLI::Validator non_empty(const char* what) {
+  return CLI::Validator(
+      [what](std::string& text) -> std::string {
+        return text.empty() ? std::string("empty value: give ") + what : std::string();
+      },
+      "");
+}
 
 void apply_flags(KernelConfig& c, const ConfigFlags& f) {
   // Only what the user gave overrides: a parsed name's knobs stay otherwise.
@@ -28,31 +38,45 @@ void apply_flags(KernelConfig& c, const ConfigFlags& f) {
 }  // namespace
 
 void add_config_flags(CLI::App& cmd, ConfigFlags& f, Positional positional) {
+  // Decimal only: CLI11 alone reads "0100" as octal and "0x40" as hex.
   f.head_dim_opt =
-      cmd.add_option("--head-dim", f.head_dim, "head dimension: 32, 64, 96, 128, 192, 256");
-  f.block_m_opt = cmd.add_option("--block-m", f.block_m, "query rows per CTA (0: default)");
-  f.block_n_opt =
-      cmd.add_option("--block-n", f.block_n, "key rows per main-loop step (0: default)");
+      cmd.add_option("--head-dim", f.head_dim, "head dimension: 32, 64, 96, 128, 192, 256")
+          ->check(at_least(1));
+  f.block_m_opt =
+      cmd.add_option("--block-m", f.block_m, "query rows per CTA (0: default)")->check(at_least(0));
+  f.block_n_opt = cmd.add_option("--block-n", f.block_n, "key rows per main-loop step (0: default)")
+                      ->check(at_least(0));
   f.warps_opt = cmd.add_option("--warps", f.warps,
                                "warps per CTA: 1, 2, 4, 8, or 12 for 16-bit on sm_90a, unprotected "
-                               "or flash_abft (EFTA too at head dims 32 and 64) (0: default)");
-  f.stages_opt = cmd.add_option("--stages", f.stages, "K/V shared-memory stages: 1, 2, 3");
-  cmd.add_option("--precision", f.precision, "f16, bf16, int8, f16_pasa, fp8_e4m3 (default f16)");
+                               "or flash_abft (EFTA too at head dims 32 and 64) (0: default)")
+                    ->check(at_least(0));
+  f.stages_opt =
+      cmd.add_option("--stages", f.stages, "K/V shared-memory stages: 1, 2, 3 (0: default)")
+          ->check(at_least(0));
+  cmd.add_option("--precision", f.precision, "f16, bf16, int8, f16_pasa, fp8_e4m3 (default f16)")
+      ->check(non_empty("a precision: f16, bf16, int8, f16_pasa or fp8_e4m3"));
   cmd.add_option("--protection", f.protection,
-                 "none, flash_abft, efta_detect, efta_correct, decoupled (default none)");
+                 "none, flash_abft, efta_detect, efta_correct, decoupled (default none)")
+      ->check(non_empty("a scheme: none, flash_abft, efta_detect, efta_correct or decoupled"));
   cmd.add_option("--mask", f.mask,
-                 "none, causal, block_sparse or block_sparse_causal (default none)");
-  cmd.add_option("--arch", f.arch, "sm_80, sm_86, sm_89, sm_90a, ... (default: the GPU's)");
+                 "none, causal, block_sparse or block_sparse_causal (default none)")
+      ->check(non_empty("a mask: none, causal, block_sparse or block_sparse_causal"));
+  cmd.add_option("--arch", f.arch, "sm_80, sm_86, sm_89, sm_90a, ... (default: the GPU's)")
+      ->check(non_empty("an arch such as sm_80 or sm_90a, or leave --arch out"));
   cmd.add_option("--backend", f.backend,
-                 "nvrtc, or llvm: clang + the project's IR passes + NVPTX (default nvrtc)");
+                 "nvrtc, or llvm: clang + the project's IR passes + NVPTX (default nvrtc)")
+      ->check(non_empty("nvrtc or llvm"));
   cmd.add_option("--ir-inject", f.ir_inject,
                  "LLVM route: instrument fp_arith, load, int_arith, exp_max or mma for IR-level "
-                 "fault injection");
+                 "fault injection")
+      ->check(non_empty("fp_arith, load, int_arith, exp_max or mma"));
   cmd.add_option("--ir-harden", f.ir_harden,
-                 "LLVM route: duplicate and compare fp_arith, int_arith, exp_max or mma (DMR)");
+                 "LLVM route: duplicate and compare fp_arith, int_arith, exp_max or mma (DMR)")
+      ->check(non_empty("fp_arith, int_arith, exp_max or mma"));
   cmd.add_option("--config", f.config,
                  "canonical kernel name, e.g. ftattn_fwd_sm90a_f16_d128_m128n64_w4s2_none_none; "
-                 "knob flags override its fields");
+                 "knob flags override its fields")
+      ->check(non_empty("a canonical kernel name"));
   switch (positional) {
     case Positional::none:
       break;
