@@ -451,7 +451,7 @@ int64_t wgmma16_loop_bytes(const KernelConfig& c) {
   const int64_t checksum_atom = v_atoms > 0 || pasa_ones_tile(c) ? atom * c.block_n : 0;
   const int64_t shift_rows = c.precision == Precision::f16_pasa ? 8 : 0;
   return align(c.block_m * row) +
-         c.num_stages * (align((c.block_n + 8 * k_atoms + shift_rows) * row) +
+         c.num_stages * (align((int64_t{c.block_n} + 8 * k_atoms + shift_rows) * row) +
                          align(c.block_n * row) + checksum_atom);
 }
 // Q's second buffer for persistent tiles (FwdWgmmaTraits::persistent), which then also holds
@@ -468,7 +468,7 @@ bool persistent_fits(const KernelConfig& c) {
 // the epilogue staging O unpadded over its own.
 int64_t wgmma16_tiles_bytes(const KernelConfig& c) {
   if (persistent_tiles(c)) return wgmma16_loop_bytes(c) + persistent_q_bytes(c);
-  const int64_t out = int64_t{c.block_m} * (2 * c.head_dim + 16);
+  const int64_t out = int64_t{c.block_m} * (2 * int64_t{c.head_dim} + 16);
   return std::max(wgmma16_loop_bytes(c), out);
 }
 int64_t ctas_for(int64_t smem) { return 228 * 1024 / (smem + 1024); }
@@ -752,11 +752,11 @@ int KernelConfig::shared_memory_bytes() const {
     // EFTA: its checksum rows below the keys).
     const int tail_rows =
         precision == Precision::int8 && protection == Protection::efta_correct ? 16 : 8;
-    const int64_t tail = align(int64_t{head_dim} * block_n + tail_rows * block_n);
+    const int64_t tail = align((int64_t{head_dim} + tail_rows) * block_n);
     const int64_t k_rows = codegen::q8_checksum_rows(*this).k;
     const int64_t stage = align(tail + (block_n + k_rows) * int64_t{head_dim});
     const int64_t loop = align(int64_t{block_m} * head_dim) + num_stages * stage;
-    const int64_t out = int64_t{block_m} * (2 * head_dim + 16);
+    const int64_t out = int64_t{block_m} * (2 * int64_t{head_dim} + 16);
     // The warp-specialised skeleton's mbarriers follow the tiles, the one-warpgroup one's do
     // beyond two stages (with two they take the alignment slack).
     const int64_t barriers = warp_specialized(*this) ? 256 : num_stages > 2 ? 64 : 0;
@@ -770,14 +770,14 @@ int KernelConfig::shared_memory_bytes() const {
     // two agree): Q and K rows of head_dim + 16 bytes, a float scale per key, V transposed into
     // head_dim rows of block_n + 16 bytes; the epilogue reuses it all for 16-bit O rows.
     // int8's checksum schemes append rows to K and V^T (protect/int8_checksums.cuh).
-    const int64_t row = head_dim + 16;
+    const int64_t row = int64_t{head_dim} + 16;  // knobs not yet validated may be near INT_MAX
     const codegen::Q8ChecksumRows check = codegen::q8_checksum_rows(precision, protection);
     const int64_t v_rows = int64_t{head_dim} + check.v;
-    const int64_t stage = int64_t{block_n} * (row + 4) + check.k * row +
-                          check.k16 * (2 * int64_t{head_dim} + 16) + v_rows * (block_n + 16) +
-                          check.v16 * (2 * int64_t{block_n} + 16);
+    const int64_t stage =
+        int64_t{block_n} * (row + 4) + check.k * row + check.k16 * (2 * int64_t{head_dim} + 16) +
+        v_rows * (int64_t{block_n} + 16) + check.v16 * (2 * int64_t{block_n} + 16);
     const int64_t loop = block_m * row + num_stages * stage;
-    const int64_t out = int64_t{block_m} * (2 * head_dim + 16);
+    const int64_t out = int64_t{block_m} * (2 * int64_t{head_dim} + 16);
     return static_cast<int>(std::min<int64_t>(std::max(loop, out), INT_MAX));
   }
   // Q tile plus num_stages buffers each of K and V; rows padded by 8 elements against bank

@@ -29,6 +29,7 @@ KernelConfig with_defaults(KernelConfig c, Arch device_arch, const Problem* prob
         "head_dim is required: set KernelConfig::head_dim (Runtime::resolve takes it from the "
         "Problem)");
   }
+  validate_head_dim(c.head_dim);  // before any size is computed from it
 
   const bool open_m = c.block_m == 0, open_n = c.block_n == 0;
   const bool open_w = c.num_warps == 0, open_s = c.num_stages == 0;

@@ -218,6 +218,16 @@ void validate(const KernelConfig& c) {
         fmt::format("block_n {} is not supported: use a multiple of 16 between 16 and {}",
                     c.block_n, kMaxBlock));
   }
+  // EFTA's product check on the mma.sync kernels multiplies its factors in groups of four
+  // 8-key score tiles (protect/efta_rows.cuh), so a block of more than 32 keys is whole groups.
+  const bool efta =
+      c.protection == Protection::efta_detect || c.protection == Protection::efta_correct;
+  if (efta && !uses_wgmma(c) && c.block_n > 32 && c.block_n % 32 != 0) {
+    throw ConfigError(fmt::format(
+        "block_n {} with {} on the mma.sync kernel: its product check takes keys in groups of "
+        "32; use block_n 16, 32 or a multiple of 32",
+        c.block_n, to_string(c.protection)));
+  }
   const int warp_rows = kMmaRows * c.num_warps;
   if (c.block_m % warp_rows != 0) {
     throw ConfigError(fmt::format(
@@ -283,6 +293,16 @@ void validate_shape(const Problem& p) {
         "batch * heads_q * seqlen_q = {} * {} * {} is over 2^31-1 rows (the LSE tensor is "
         "indexed with int32): split the batch",
         p.batch, p.heads_q, p.seqlen_q));
+  }
+
+  // Kernels round lengths up to whole blocks in int32 (seqlen + block - 1): a length within a
+  // block of 2^31 would wrap to a negative block count and run no block at all.
+  constexpr int kMaxSeqlen = 1 << 30;
+  if (p.seqlen_q > kMaxSeqlen || p.seqlen_k > kMaxSeqlen) {
+    throw ConfigError(fmt::format(
+        "seqlen_q {} / seqlen_k {}: sequence lengths must be at most 2^30 ({}): split the keys "
+        "into calls and merge them by their LSE, or split the queries",
+        p.seqlen_q, p.seqlen_k, kMaxSeqlen));
   }
 
   // Kernels take heads in the grid's y and the batch in its z.

@@ -175,7 +175,7 @@ class QuantizedKernel final : public Kernel {
     const size_t scale_bytes = sizeof(float) * problem.batch * problem.heads_kv * d;
     check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(pv.scale), 0, scale_bytes, stream),
           "cuMemsetD8Async");  // both paths combine CTAs with an atomic max from 0
-    const int v_shared = quantize_v_shared_bytes(layout.keys_padded, d);
+    const long long v_shared = quantize_v_shared_bytes(layout.keys_padded, d);
     if (compiled_->config.arch.sm >= 90 && quantize_v_fits(layout.keys_padded, d)) {
       // V read once: a cluster per KV head keeps its keys in shared memory.
       runtime::launch(fn("quantize_v"), Dim3{kQuantizeVCtas, hk, b}, Dim3{kQuantizeVThreads, 1, 1},

@@ -30,8 +30,10 @@ inline int quantize_v_slice_keys(int keys_padded) {
 // One key's row in the slice: 16 bytes of padding put a warp's 16-byte reads of one chunk down
 // consecutive keys in different banks.
 inline int quantize_v_row_bytes(int head_dim) { return head_dim * 2 + 16; }
-inline int quantize_v_shared_bytes(int keys_padded, int head_dim) {
-  return quantize_v_slice_keys(keys_padded) * quantize_v_row_bytes(head_dim);
+// In 64 bits: a head of tens of millions of keys would wrap an int and pass quantize_v_fits.
+inline long long quantize_v_shared_bytes(int keys_padded, int head_dim) {
+  return static_cast<long long>(quantize_v_slice_keys(keys_padded)) *
+         quantize_v_row_bytes(head_dim);
 }
 // Head dims whose 8-channel chunks divide the threads (each thread keeps one chunk): 32-256 but
 // 96 and 192.

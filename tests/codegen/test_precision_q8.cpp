@@ -560,6 +560,11 @@ TEST_CASE("8-bit unit: the q8 skeleton, the size check and its quantisation kern
   CHECK_FALSE(quantize_v_fits(5648, 128));
   CHECK(quantize_v_slice_keys(64) == 64);  // one group: seven CTAs of the cluster idle
   CHECK_FALSE(quantize_v_fits(64, 96));
+  // Tens of millions of keys: the slice's bytes pass 2^31 (they wrapped an int and read as
+  // fitting, then as a few bytes).
+  CHECK(quantize_v_shared_bytes(64 << 20, 128) == (int64_t{1} << 23) * 272);
+  CHECK_FALSE(quantize_v_fits(64 << 20, 128));
+  CHECK_FALSE(quantize_v_fits(130'000'000, 128));
 }
 
 TEST_CASE("NVRTC compiles every 8-bit config with 8-bit MMAs and no spills",

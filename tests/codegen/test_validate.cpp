@@ -462,6 +462,10 @@ TEST_CASE("with_defaults: errors", "[validate]") {
                        "no GPU to take the arch from: give --arch / KernelConfig::arch");
   REQUIRE_CONFIG_ERROR(with_defaults(partial(0), kSm80), "head_dim is required");
   REQUIRE_CONFIG_ERROR(with_defaults(partial(80), kSm80), "head_dim 80 is not supported");
+  // Checked before any size is computed from it (head_dim + 16 overflowed int).
+  KernelConfig huge = partial(std::numeric_limits<int>::max(), kSm90a);
+  huge.precision = Precision::int8;
+  REQUIRE_CONFIG_ERROR(with_defaults(huge, kSm90a), "is not supported");
   KernelConfig fp8 = partial(128);
   fp8.precision = Precision::fp8_e4m3;
   REQUIRE_CONFIG_ERROR(with_defaults(fp8, kSm80), "precision fp8_e4m3 needs sm_89 or newer");
@@ -519,8 +523,16 @@ TEST_CASE("validate: problem size guards", "[validate]") {
   // 2 * 32 * 2^26 = 2^32 LSE rows: over int32.
   REQUIRE_CONFIG_ERROR(validate(Problem::bhsd(2, 32, 32, 1 << 26, 1024, 128), c),
                        "over 2^31-1 rows");
-  // 2^31-1 rows exactly is allowed.
-  CHECK_NOTHROW(validate(Problem::bhsd(1, 1, 1, std::numeric_limits<int32_t>::max(), 16, 128), c));
+  // 2^31 rows from two batches of 2^30.
+  REQUIRE_CONFIG_ERROR(validate(Problem::bhsd(2, 1, 1, 1 << 30, 16, 128), c), "over 2^31-1 rows");
+  // Lengths stop at 2^30: within a block of 2^31 the kernels' block counts wrapped negative
+  // and no key block ran (O = 0, no error).
+  CHECK_NOTHROW(validate(Problem::bhsd(1, 1, 1, 1 << 30, 1 << 30, 128), c));
+  REQUIRE_CONFIG_ERROR(validate(Problem::bhsd(1, 1, 1, (1 << 30) + 1, 16, 128), c),
+                       "sequence lengths must be at most 2^30");
+  REQUIRE_CONFIG_ERROR(
+      validate(Problem::bhsd(1, 1, 1, 16, std::numeric_limits<int32_t>::max() - 50, 128), c),
+      "sequence lengths must be at most 2^30");
 
   // Element offsets past int64.
   Problem huge = Problem::bhsd(60000, 8, 8, 128, 128, 128);
@@ -570,4 +582,23 @@ TEST_CASE("validate: block-mask block counts do not overflow int", "[validate]")
   CHECK(p.block_mask_k_blocks() == 8);
   CHECK(p.block_mask_head_bytes() == 8);
   CHECK(p.block_mask_bytes() == 64);
+}
+
+TEST_CASE("validate: EFTA on the mma.sync kernel takes keys in groups of 32", "[validate]") {
+  for (Protection scheme : {Protection::efta_detect, Protection::efta_correct}) {
+    for (int n : {48, 80, 112}) {
+      KernelConfig c = make(64, 128, n, 4, 1);
+      c.protection = scheme;
+      REQUIRE_CONFIG_ERROR(validate(c), "use block_n 16, 32 or a multiple of 32");
+    }
+    for (int n : {16, 32, 64, 96}) {
+      KernelConfig c = make(64, 128, n, 4, 1);
+      c.protection = scheme;
+      CHECK_NOTHROW(validate(c));
+    }
+  }
+  // Flash-ABFT's prologue takes any multiple of 16 (its key batches divide ragged blocks).
+  KernelConfig abft = make(64, 128, 48, 4, 1);
+  abft.protection = Protection::flash_abft;
+  CHECK_NOTHROW(validate(abft));
 }

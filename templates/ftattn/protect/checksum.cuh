@@ -207,7 +207,11 @@ __device__ __forceinline__ void checksum_prologue(const AttentionParams& p) {
       // A batch of the thread's keys is loaded before any is summed, keys past the end as zeros
       // (they add nothing): under a branch per key each load waited for the one before, eight
       // round trips to memory in turn at head dim 128.
-      constexpr int keys = 2 * slice, batch = keys < 8 ? keys : 8;
+      // Eight keys a batch, or the most that divides a ragged block's share (48, 80, 112 keys).
+      constexpr int keys = 2 * slice, batch = keys < 8        ? keys
+                                              : keys % 8 == 0 ? 8
+                                              : keys % 4 == 0 ? 4
+                                                              : 2;
       static_assert(keys % batch == 0, "whole batches of keys");
 #pragma unroll
       for (int b0 = 0; b0 < keys; b0 += batch) {
