@@ -47,7 +47,7 @@ IrCount parse_ir_count(std::string_view text) {
       text));
 }
 
-InstanceCounter counting_launches(TrialBackend& backend, uint32_t baseline_detected) {
+InstanceCounter counting_launches(TrialBackend& backend, uint64_t baseline_detected) {
   return [&backend, baseline_detected](int cta, int thread) {
     FaultPlan plan;
     plan.site = FaultSite::ir;

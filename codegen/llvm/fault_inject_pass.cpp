@@ -145,8 +145,10 @@ void add_count_report(llvm::Function& kernel, const Plan& plan, const ParamsLayo
     b.SetInsertPoint(then);
     llvm::Value* detected =
         ours(b.CreateConstInBoundsGEP1_64(b.getInt8Ty(), plan.log, layout.log_detected));
+    // FaultLog::detected is 64-bit.
+    llvm::Value* seen64 = ours(b.CreateZExt(seen, b.getInt64Ty()));
     mark_ours(llvm::cast<llvm::Instruction>(b.CreateAtomicRMW(llvm::AtomicRMWInst::Add, detected,
-                                                              seen, llvm::Align(4),
+                                                              seen64, llvm::Align(8),
                                                               llvm::AtomicOrdering::Monotonic)));
   }
 }

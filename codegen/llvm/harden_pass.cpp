@@ -112,8 +112,8 @@ llvm::PreservedAnalyses HardenPass::run(llvm::Module& module,
         b.SetInsertPoint(then);
         llvm::Value* counter =
             ours(b.CreateConstInBoundsGEP1_64(b.getInt8Ty(), log, layout->log_detected));
-        mark_ours(llvm::cast<llvm::Instruction>(
-            b.CreateAtomicRMW(llvm::AtomicRMWInst::Add, counter, b.getInt32(1), llvm::Align(4),
+        mark_ours(llvm::cast<llvm::Instruction>(  // FaultLog::detected is 64-bit
+            b.CreateAtomicRMW(llvm::AtomicRMWInst::Add, counter, b.getInt64(1), llvm::Align(8),
                               llvm::AtomicOrdering::Monotonic)));
       }
       llvm::DominatorTree dominators(f);

@@ -52,8 +52,8 @@ std::vector<FaultSite> sites_of(const KernelConfig& config);
 
 // What the harness saw after one trial.
 struct Observation {
-  uint32_t detected = 0;     // FaultReport::detected
-  uint32_t corrected = 0;    // FaultReport::corrected
+  uint64_t detected = 0;     // FaultReport::detected
+  uint64_t corrected = 0;    // FaultReport::corrected
   int recomputed_tiles = 0;  // FaultReport::recomputed_tiles
   bool within_tolerance = true;
 };

@@ -33,7 +33,7 @@ using InstanceCounter = std::function<long long(int cta, int thread)>;
 // Counts through a backend: one launch of FaultPlan{site = ir, cta, thread, iteration = -1} each,
 // minus `baseline_detected`, the detections of a fault-free run (a protection scheme's or DMR's
 // false alarms, which land in the same counter).
-InstanceCounter counting_launches(TrialBackend& backend, uint32_t baseline_detected);
+InstanceCounter counting_launches(TrialBackend& backend, uint64_t baseline_detected);
 
 // The space of an IR-level campaign. plan_trial draws from `draw`: one "thread" per CTA and as
 // many iterations as all threads of the CTA run together, so a draw is uniform over every

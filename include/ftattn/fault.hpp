@@ -64,13 +64,13 @@ struct FaultEvent {
 };
 
 struct FaultReport {
-  uint32_t detected = 0;           // checks that failed
-  uint32_t corrected = 0;          // of those, values fixed in place by the kernel
+  uint64_t detected = 0;           // checks that failed
+  uint64_t corrected = 0;          // of those, values fixed in place by the kernel
   std::vector<FaultEvent> events;  // the first few, in the order the kernel recorded them
   int recomputed_tiles = 0;        // tiles relaunched under OnFault::recompute
   // Detections the recompute itself left uncorrected (counted in `detected` too): the output is
   // not proven right. 0 without a recompute.
-  uint32_t unresolved = 0;
+  uint64_t unresolved = 0;
   bool clean() const { return detected == 0; }
   std::string summary() const;
 };

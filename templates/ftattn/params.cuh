@@ -46,10 +46,12 @@ enum FaultStageId : int {
   fault_stage_row_max = 5,  // the quad's copies of a row's running max disagree
 };
 
-// Device-side fault log: counters, then the first `capacity` records.
+// Device-side fault log: counters, then the first `capacity` records. The counters are 64-bit:
+// a storm of failed checks (thresholds set far too tight on a large problem) can pass 2^32, and
+// a wrapped count could read as clean or as all corrected.
 struct FaultLog {
-  unsigned int detected;
-  unsigned int corrected;
+  unsigned long long detected;
+  unsigned long long corrected;
   unsigned int recorded;  // records written (at most capacity)
   unsigned int capacity;
   // FaultRecord records[capacity] follows

@@ -320,6 +320,20 @@ TEST_CASE("fault enums read and print the command line's spelling", "[protect]")
                          "uncorrected: not proven right)") != std::string::npos);
 }
 
+TEST_CASE("the fault log counts past 2^32 failed checks", "[protect]") {
+  // A storm of failed checks (thresholds set far too tight on a large problem) passes 2^32: a
+  // 32-bit count could wrap to 0 (clean) or below the corrected count (nothing to recompute).
+  STATIC_REQUIRE(sizeof(FaultLog::detected) == 8);
+  STATIC_REQUIRE(sizeof(FaultLog::corrected) == 8);
+  STATIC_REQUIRE(sizeof(FaultReport::detected) == 8);
+  // The records follow the header at its size, which the host allocates and reads.
+  STATIC_REQUIRE(sizeof(FaultLog) % alignof(FaultRecord) == 0);
+  FaultReport r;
+  r.detected = uint64_t{1} << 32;
+  CHECK_FALSE(r.clean());
+  CHECK(r.summary().find("4294967296 detected") != std::string::npos);
+}
+
 namespace {
 
 // The EFTA row-sum check as the kernel forms it (fwd_sm80.cuh): the ones column sums the 16-bit

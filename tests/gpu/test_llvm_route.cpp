@@ -46,12 +46,12 @@ struct Launcher {
     v.upload(hv.data.data(), v.bytes());
     out.resize(reference::span_elements(p.o, p.batch, p.heads_q, p.seqlen_q, d));
     o = runtime::DeviceBuffer(out.size() * 2);
-    log = runtime::DeviceBuffer(4 * sizeof(unsigned));
+    log = runtime::DeviceBuffer(sizeof(FaultLog));
   }
 
   // Output as floats, and the fault log's `detected` counter.
   std::vector<float> run(Runtime& rt, const KernelConfig& config, const FaultPlanParams& plan,
-                         unsigned& detected) {
+                         unsigned long long& detected) {
     auto kernel = rt.compile(config);
     runtime::Module module(kernel->cubin);
     CUfunction f = module.function(kernel->symbol);
@@ -70,9 +70,9 @@ struct Launcher {
                     static_cast<unsigned>(config.shared_memory_bytes()), nullptr, args);
     runtime::check(runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
     o.download(out.data(), o.bytes());
-    unsigned counters[4] = {};
-    log.download(counters, sizeof(counters));
-    detected = counters[0];
+    FaultLog header{};
+    log.download(&header, sizeof(header));
+    detected = header.detected;
     std::vector<float> values(out.size());
     for (size_t i = 0; i < out.size(); ++i) values[i] = reference::from_bits(out[i], precision);
     return values;
@@ -123,7 +123,7 @@ TEST_CASE("LLVM-route kernels match the reference and the NVRTC route's output",
         CHECK(checked.report.passed);
 
         Launcher inputs(pr, p, 100 + d);
-        unsigned detected = 0;
+        unsigned long long detected = 0;
         const auto a = inputs.run(rt, nvrtc, no_fault(), detected);
         const auto b = inputs.run(rt, llvm, no_fault(), detected);
         // Same algorithm, other instruction selection and FMA contraction: a few 16-bit ulps.
@@ -137,7 +137,7 @@ TEST_CASE("IR-level injection flips one dynamic instance as planned", "[gpu][llv
   const Problem pr = Problem::bhsd(1, 2, 2, 256, 256, 64);
   KernelConfig c = named(rt, "f16_d64_m128n64_w4s2_none_none_llvm");
   Launcher inputs(pr, Precision::f16, 5);
-  unsigned detected = 0;
+  unsigned long long detected = 0;
   KernelConfig plain = c;
   const auto clean = inputs.run(rt, plain, no_fault(), detected);
 
@@ -147,7 +147,7 @@ TEST_CASE("IR-level injection flips one dynamic instance as planned", "[gpu][llv
     // Unplanned: the instrumented kernel computes what the plain one does.
     CHECK(max_difference(clean, inputs.run(rt, c, no_fault(), detected)) == 0.0);
     // Counting mode: thread 0 of CTA 0 reports how many instances it ran.
-    unsigned instances = 0;
+    unsigned long long instances = 0;
     inputs.run(rt, c, FaultPlanParams{fault_site_ir, 0, 0, -1, 0, 0}, instances);
     REQUIRE(instances > 10);
     // Flips of the top exponent bit and of the sign of a few instances. One flip may be masked
@@ -179,7 +179,7 @@ TEST_CASE("DMR hardening is quiet on clean runs and reports injected flips", "[g
   KernelConfig c = nvrtc;
   c.backend = Backend::llvm;
   Launcher inputs(pr, Precision::f16, 9);
-  unsigned detected = 0;
+  unsigned long long detected = 0;
   const auto reference_out = inputs.run(rt, nvrtc, no_fault(), detected);
   for (IrClass cls : {IrClass::fp_arith, IrClass::exp_max, IrClass::mma}) {
     INFO(to_string(cls));
@@ -188,7 +188,7 @@ TEST_CASE("DMR hardening is quiet on clean runs and reports injected flips", "[g
     const auto out = inputs.run(rt, c, no_fault(), detected);
     CHECK(detected == 0);
     CHECK(max_difference(reference_out, out) <= 4e-3);
-    unsigned instances = 0;
+    unsigned long long instances = 0;
     inputs.run(rt, c, FaultPlanParams{fault_site_ir, 0, 0, -1, 0, 0}, instances);
     REQUIRE(instances > 0);
     inputs.run(rt, c, FaultPlanParams{fault_site_ir, 0, 0, int(instances / 3), 0, 30}, detected);

@@ -53,8 +53,8 @@ __device__ __forceinline__ void record_fault(FaultLog* log, int batch, int head,
                                              int stage, bool corrected, float magnitude,
                                              float threshold) {
   if (log == nullptr) return;
-  atomicAdd(&log->detected, 1u);
-  if (corrected) atomicAdd(&log->corrected, 1u);
+  atomicAdd(&log->detected, 1ull);
+  if (corrected) atomicAdd(&log->corrected, 1ull);
   const unsigned slot = atomicAdd(&log->recorded, 1u);
   if (slot < log->capacity) {
     FaultRecord& r = reinterpret_cast<FaultRecord*>(log + 1)[slot];
