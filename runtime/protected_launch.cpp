@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstddef>
 
 #include "ftattn/protect/workspace.cuh"
 #include "runtime/prepared_kv.hpp"
@@ -80,7 +81,8 @@ void ProtectedLauncher::prepare(CUfunction prologue, const KernelConfig& config,
   // the stream before every kernel, and without it Flash-ABFT's overhead at 2k-4k keys fell by
   // 0.2-0.5 points (H100, abft_no_log_reset_ab.csv). run() resets, then reads.
   if (reset_log)
-    check(api.cuMemsetD8Async(log_.ptr(), 0, 3 * sizeof(unsigned), stream), "cuMemsetD8Async");
+    check(api.cuMemsetD8Async(log_.ptr(), 0, offsetof(FaultLog, capacity), stream),  // counters
+          "cuMemsetD8Async");
   params.fault_log = static_cast<FaultLog*>(log_.data());
 
   const Thresholds t =
