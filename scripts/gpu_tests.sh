@@ -7,7 +7,9 @@
 #   scripts/gpu_tests.sh [test spec] [per-case timeout, s]     e.g. scripts/gpu_tests.sh "[q8]" 600
 #
 # Environment: GPU_TESTS (the binary, default build/ftattn_gpu_tests), JOBS (default: cores - 2),
-# LOG_DIR (default: a new temporary directory). Kernels go to the usual cache ($FTATTN_CACHE_DIR).
+# LOG_DIR (default: a new temporary directory), CASES_FILE (case names, one a line, run in that
+# order instead of the spec's: longest first keeps one long case from starting last). Kernels go
+# to the usual cache ($FTATTN_CACHE_DIR).
 set -u
 spec=${1:-}
 limit=${2:-900}
@@ -32,7 +34,10 @@ run_case() {
 export -f run_case
 export bin limit log_dir
 
-"$bin" --list-test-names-only ${spec:+"$spec"} | grep -v '^$' | awk '{ print NR "\t" $0 }' |
+list_cases() {
+  if [ -n "${CASES_FILE:-}" ]; then cat "$CASES_FILE"; else "$bin" --list-test-names-only ${spec:+"$spec"}; fi
+}
+list_cases | grep -v '^$' | awk '{ print NR "\t" $0 }' |
   tr '\t' '\n' | xargs -r -d '\n' -n 2 -P "$jobs" bash -c 'run_case "$@"' _ | tee "$log_dir/summary"
 total=$(grep -c '^rc=' "$log_dir/summary")
 [ "$total" -eq 0 ] && { echo "gpu_tests.sh: no test case matches '$spec'" >&2; exit 2; }

@@ -127,6 +127,28 @@ TEST_CASE("a large problem matches on sampled rows", "[gpu][large]") {
     }
 }
 
+TEST_CASE("a problem past 2^31 elements per tensor matches on sampled rows", "[gpu][large]") {
+  // Q and O hold 8 x (2^21 + 64) x 128 elements: past 2^31, so an offset computed in 32 bits
+  // anywhere (the kernels, the 8-bit scales, the checksum workspace) lands in the wrong rows.
+  // The output is poisoned first and scanned whole, so a row written nowhere fails too.
+  Runtime& rt = shared_runtime();
+  const Problem pr = Problem::bhsd(1, 8, 8, (1 << 21) + 64, 1024, 128);
+  struct Case {
+    Precision precision;
+    Protection protection;
+    Mask mask;
+  };
+  for (Case c : {Case{Precision::f16, Protection::none, Mask::none},
+                 Case{Precision::f16, Protection::efta_correct, Mask::causal},
+                 Case{Precision::int8, Protection::none, Mask::causal},
+                 Case{Precision::fp8_e4m3, Protection::flash_abft, Mask::none}}) {
+    KernelConfig config = config_for(128, c.precision, c.mask);
+    config.protection = c.protection;
+    INFO(to_string(c.precision) << " " << to_string(c.protection) << " " << to_string(c.mask));
+    expect_pass(gpu_test::run_case(rt, config, pr, true, 256, 29));
+  }
+}
+
 TEST_CASE("Runtime::attention fills an open config and launches on the caller's stream", "[gpu]") {
   Runtime& rt = shared_runtime();
   const Problem pr = Problem::bhsd(1, 2, 2, 64, 64, 64);

@@ -163,6 +163,28 @@ TEST_CASE("flash_abft sees output faults and, as derived, not score faults", "[g
   CHECK(scores.fault.detected == 0);
 }
 
+TEST_CASE("flash_abft on the mma.sync kernel at 48, 80 and 112 keys per block", "[gpu][protect]") {
+  // Its checksum prologue sums a block's keys in batches that divide ragged block sizes; before,
+  // these tiles did not compile. Odd lengths leave a partial last block.
+  const Problem problem = Problem::bhsd(2, 4, 2, 333, 517, 64);
+  for (int n : {48, 80, 112})
+    for (Mask m : {Mask::none, Mask::causal}) {
+      KernelConfig c = protected_config(64, Precision::f16, m, Protection::flash_abft, true);
+      c.block_m = 64;
+      c.block_n = n;
+      c.num_warps = 4;
+      c.num_stages = 2;
+      const Outcome clean = run(c, problem, {});
+      INFO(clean.result.config_name << ": " << clean.result.report.summary() << "; "
+                                    << clean.fault.summary());
+      CHECK(clean.result.report.passed);
+      CHECK(clean.fault.clean());
+      const Outcome hit = run(c, problem, plant(FaultSite::output, 2, 30));
+      INFO(hit.fault.summary());
+      CHECK(hit.fault.detected >= 1);
+    }
+}
+
 TEST_CASE("Kernel::run reports its own call only, after launches that detected faults",
           "[gpu][protect]") {
   // Kernel::launch reads no fault log and so no longer resets it; run resets it before its own
