@@ -169,20 +169,93 @@ class DirGuard {
   fs::path path_;
 };
 
+// True for the names store() and discard_entry() give their dirs in tmp/:
+// <key>.<pid>.<16 hex> and <key>.dead.<pid>.<16 hex>. clear() removes nothing else there.
+bool is_temp_name(std::string_view name) {
+  if (name.size() < 34 || !is_valid_cache_key(name.substr(0, 32)) || name[32] != '.') {
+    return false;
+  }
+  std::string_view rest = name.substr(33);
+  if (rest.starts_with("dead.")) rest.remove_prefix(5);
+  const std::size_t dot = rest.find('.');
+  if (dot == 0 || dot == std::string_view::npos) return false;
+  const std::string_view pid = rest.substr(0, dot);
+  const std::string_view random = rest.substr(dot + 1);
+  return std::all_of(pid.begin(), pid.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+         random.size() == 16 && is_lower_hex(random);
+}
+
+// fs::remove_all with its failure as an errno (0: it is gone). remove_all reports failure by
+// returning uintmax_t(-1), which a `> 0` test takes for success. ENOENT partway means someone
+// else (another clear(), a discard) is removing it too: try again while it still stands.
+int remove_tree(const fs::path& path) {
+  for (int attempt = 0;; ++attempt) {
+    std::error_code ec;
+    const std::uintmax_t removed = fs::remove_all(path, ec);
+    if (!ec && removed != static_cast<std::uintmax_t>(-1)) return 0;
+    const int err = ec ? ec.value() : EIO;
+    if (err != ENOENT) return err;
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0 && errno == ENOENT) return 0;
+    if (attempt == 2) return err;
+  }
+}
+
+// True when `path` is a real directory, not a link to one. Anything else that is there is
+// noted in `odd` (when given): ftattn never makes it, so it is never followed or removed.
+// Throws CacheError when `path` cannot be inspected; false when it does not exist.
+bool is_real_dir(const fs::path& path, std::vector<DiskCache::Left>* odd) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return false;
+    throw_io("read", path, errno);
+  }
+  if (S_ISDIR(st.st_mode)) return true;
+  if (odd != nullptr) {
+    const char* what = S_ISLNK(st.st_mode)   ? "a symbolic link"
+                       : S_ISREG(st.st_mode) ? "a regular file"
+                                             : "a special file";
+    odd->push_back({path, std::string("it is ") + what +
+                              ", not a directory ftattn made, so it was left alone (remove it "
+                              "yourself if it does not belong there)"});
+  }
+  return false;
+}
+
+// The children of `dir`, none when it does not exist. Throws CacheError when it cannot be
+// read: an unreadable cache must not pass for an empty one.
+std::vector<fs::path> children(const fs::path& dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    out.push_back(it->path());
+  }
+  if (ec && ec != std::errc::no_such_file_or_directory) throw_io("read", dir, ec.value());
+  return out;
+}
+
 // Removes an entry dir. It is first renamed into tmp/ so that nobody ever sees a half-deleted
 // entry under its real name; a crash mid-delete leaves only a stray that clear() removes.
-// Returns true when something was removed.
-bool discard_entry(const fs::path& root, const fs::path& dir, const std::string& key) {
+// Returns 0 when it was removed, ENOENT when someone else removed it first, else the errno of
+// the failure; then what is left of it stays, at `*left_at` when given.
+int discard_entry(const fs::path& root, const fs::path& dir, const std::string& key,
+                  fs::path* left_at = nullptr) {
+  if (left_at != nullptr) *left_at = dir;
   std::error_code ec;
   const fs::path tmp_root = root / kVersionDir / kTmpDir;
   fs::create_directories(tmp_root, ec);
-  const fs::path doomed = tmp_root / (key + ".dead." + unique_suffix());
-  if (::rename(dir.c_str(), doomed.c_str()) == 0) {
-    fs::remove_all(doomed, ec);
-    return true;
+  // Only into a real tmp/: a link there would take the entry out of the cache.
+  struct stat st {};
+  if (!ec && ::lstat(tmp_root.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    const fs::path doomed = tmp_root / (key + ".dead." + unique_suffix());
+    if (::rename(dir.c_str(), doomed.c_str()) == 0) {
+      if (left_at != nullptr) *left_at = doomed;
+      return remove_tree(doomed);
+    }
+    if (errno == ENOENT) return ENOENT;
   }
-  if (errno == ENOENT) return false;  // someone else removed it first
-  return fs::remove_all(dir, ec) > 0;
+  if (::lstat(dir.c_str(), &st) != 0) return errno;
+  return remove_tree(dir);
 }
 
 // Why an entry could not be used. Only damage is a reason to remove it: a read that failed for
@@ -313,13 +386,23 @@ std::optional<CacheEntryInfo> try_describe(const fs::path& dir, const std::strin
   }
 }
 
-// The children of <root>/v1/tmp: unfinished writes and interrupted deletes.
-std::vector<fs::path> temp_dirs(const fs::path& root) {
+// The dirs in <root>/v1/tmp that store() and discard_entry() made: unfinished writes and
+// interrupted deletes. Anything else there, or a tmp/ that is not a real directory, is noted
+// in `odd` (when given) and left alone. Throws CacheError when tmp/ cannot be read.
+std::vector<fs::path> temp_dirs(const fs::path& root, std::vector<DiskCache::Left>* odd) {
   std::vector<fs::path> out;
-  std::error_code ec;
-  for (fs::directory_iterator it(root / kVersionDir / kTmpDir, ec), end; !ec && it != end;
-       it.increment(ec)) {
-    out.push_back(it->path());
+  const fs::path dir = root / kVersionDir / kTmpDir;
+  if (!is_real_dir(dir, odd)) return out;
+  for (const fs::path& child : children(dir)) {
+    if (!is_temp_name(child.filename().string())) {
+      if (odd != nullptr) {
+        odd->push_back({child,
+                        "ftattn never makes this name, so it was left alone (remove it yourself "
+                        "if it does not belong there)"});
+      }
+      continue;
+    }
+    if (is_real_dir(child, odd)) out.push_back(child);
   }
   return out;
 }
@@ -357,19 +440,22 @@ void require_private_dir(const fs::path& dir) {
   }
 }
 
-// Every <root>/v1/<shard>/<key> directory path with a well-formed name.
-std::vector<std::pair<std::string, fs::path>> entry_dirs(const fs::path& root) {
+// Every <root>/v1/<shard>/<key> directory with a well-formed name. Links and files where
+// v1/, a shard or an entry belongs are noted in `odd` (when given) and never followed. Throws
+// CacheError when a directory cannot be read.
+std::vector<std::pair<std::string, fs::path>> entry_dirs(const fs::path& root,
+                                                         std::vector<DiskCache::Left>* odd) {
   std::vector<std::pair<std::string, fs::path>> out;
-  std::error_code ec;
-  for (fs::directory_iterator shard(root / kVersionDir, ec), end; !ec && shard != end;
-       shard.increment(ec)) {
-    const std::string shard_name = shard->path().filename().string();
+  const fs::path version = root / kVersionDir;
+  if (!is_real_dir(version, odd)) return out;
+  for (const fs::path& shard : children(version)) {
+    const std::string shard_name = shard.filename().string();
     if (shard_name.size() != 2 || !is_lower_hex(shard_name)) continue;  // skips tmp/
-    std::error_code ec2;
-    for (fs::directory_iterator it(shard->path(), ec2); !ec2 && it != end; it.increment(ec2)) {
-      const std::string key = it->path().filename().string();
-      if (is_valid_cache_key(key) && key.compare(0, 2, shard_name) == 0) {
-        out.emplace_back(key, it->path());
+    if (!is_real_dir(shard, odd)) continue;
+    for (const fs::path& dir : children(shard)) {
+      const std::string key = dir.filename().string();
+      if (is_valid_cache_key(key) && key.compare(0, 2, shard_name) == 0 && is_real_dir(dir, odd)) {
+        out.emplace_back(key, dir);
       }
     }
   }
@@ -520,14 +606,14 @@ void DiskCache::store(const CacheEntry& entry) {
 std::vector<CacheEntryInfo> DiskCache::list(std::size_t* leftovers) const {
   std::vector<CacheEntryInfo> out;
   std::size_t unlisted = 0;
-  for (const auto& [key, dir] : entry_dirs(root_)) {
+  for (const auto& [key, dir] : entry_dirs(root_, nullptr)) {
     if (std::optional<CacheEntryInfo> info = try_describe(dir, key)) {
       out.push_back(std::move(*info));
     } else {
       ++unlisted;  // load() reports and removes a damaged one
     }
   }
-  if (leftovers != nullptr) *leftovers = unlisted + temp_dirs(root_).size();
+  if (leftovers != nullptr) *leftovers = unlisted + temp_dirs(root_, nullptr).size();
   std::sort(out.begin(), out.end(), [](const CacheEntryInfo& a, const CacheEntryInfo& b) {
     return std::tie(a.name, a.key) < std::tie(b.name, b.key);
   });
@@ -536,16 +622,28 @@ std::vector<CacheEntryInfo> DiskCache::list(std::size_t* leftovers) const {
 
 DiskCache::Cleared DiskCache::clear() {
   Cleared cleared;
-  for (const auto& [key, dir] : entry_dirs(root_)) {
+  const auto could_not_remove = [&](const fs::path& path, int err) {
+    cleared.left.push_back({path, "could not remove it: " + os_error(err)});
+  };
+  for (const auto& [key, dir] : entry_dirs(root_, &cleared.left)) {
     // Classified as list() does, so that the counts match what `cache ls` showed.
     const bool listed = try_describe(dir, key).has_value();
-    if (discard_entry(root_, dir, key)) ++(listed ? cleared.entries : cleared.leftovers);
+    fs::path left_at;
+    const int err = discard_entry(root_, dir, key, &left_at);
+    if (err == 0) {
+      ++(listed ? cleared.entries : cleared.leftovers);
+    } else if (err != ENOENT) {  // ENOENT: someone else removed it first
+      could_not_remove(left_at, err);
+    }
   }
   // Temp dirs: crashed writers' leftovers and interrupted deletes. Collected first so the
   // directory is not modified while iterated.
-  for (const fs::path& stray : temp_dirs(root_)) {
-    std::error_code ec;
-    if (fs::remove_all(stray, ec) > 0) ++cleared.leftovers;
+  for (const fs::path& stray : temp_dirs(root_, &cleared.left)) {
+    if (const int err = remove_tree(stray); err != 0) {
+      could_not_remove(stray, err);
+    } else {
+      ++cleared.leftovers;
+    }
   }
   return cleared;
 }

@@ -83,19 +83,30 @@ class DiskCache {
   void store(const CacheEntry& entry);
 
   // Published entries (manifest present, naming the right key, file sizes matching), sorted by
-  // name then key. Hashes are not checked here: that is load()'s job. Never throws for damage.
+  // name then key. Hashes are not checked here: that is load()'s job. Never throws for damage;
+  // throws CacheError when the cache's directories cannot be read, rather than showing none.
   // `leftovers`, when given, gets the number of other things clear() would remove: entry dirs
   // that are not listed (unfinished, damaged or unreadable) and temp dirs.
   std::vector<CacheEntryInfo> list(std::size_t* leftovers = nullptr) const;
+
+  // Something clear() left where it was, and why.
+  struct Left {
+    std::filesystem::path path;
+    std::string reason;
+  };
 
   // What clear() removed, counted as list() counts: `entries` are those list() shows.
   struct Cleared {
     std::size_t entries = 0;
     std::size_t leftovers = 0;
+    // Removals that failed, and things ftattn never makes (links, files, foreign names), which
+    // it leaves alone: a link is never followed, so nothing outside the cache is touched.
+    std::vector<Left> left;
   };
 
   // Removes every entry and every temp dir (those of crashed writers, but also of writers still
-  // running, whose store() then retries). Lock files stay.
+  // running, whose store() then retries). Lock files stay. Throws CacheError when the cache's
+  // directories cannot be read; a removal that fails is in `left`.
   Cleared clear();
 
   // Exclusive cross-process lock for one key: flock() on <root>/locks/<key>.lock. Each KeyLock

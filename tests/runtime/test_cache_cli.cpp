@@ -152,8 +152,9 @@ TEST_CASE("cli: cache ls and cache clear count leftovers alike", "[cache][cli]")
   TempDir dir;
   const fs::path cache = dir.path() / "cache";
   REQUIRE(run_ftattn(dir, cache, kCompile).exit_code == 0);
-  // A crashed writer's temp dir and an entry that never got its manifest.
-  fs::create_directories(cache / "v1" / "tmp" / "0123.crashed");
+  // A crashed writer's temp dir (named as store() names them) and an entry that never got its
+  // manifest.
+  fs::create_directories(cache / "v1" / "tmp" / (std::string(32, 'b') + ".123.0123456789abcdef"));
   const std::string half = std::string(32, 'a');
   fs::create_directories(cache / "v1" / "aa" / half);
 
@@ -171,4 +172,25 @@ TEST_CASE("cli: cache ls and cache clear count leftovers alike", "[cache][cli]")
   const CliRun empty = run_ftattn(dir, cache, {"cache", "ls"});
   CHECK(contains(empty.out, "no cache entries"));
   CHECK_FALSE(contains(empty.out, "leftover"));
+}
+
+TEST_CASE("cli: cache clear leaves what a link leads to and says what it left", "[cache][cli]") {
+  TempDir dir;
+  const fs::path cache = dir.path() / "cache";
+  REQUIRE(run_ftattn(dir, cache, kCompile).exit_code == 0);
+  // The audit's repro: v1/tmp a link to someone's files.
+  const fs::path victim = dir.path() / "victim";
+  fs::create_directories(victim / "d");
+  std::ofstream(victim / "d" / "f") << "x";
+  fs::remove_all(cache / "v1" / "tmp");
+  fs::create_directory_symlink(victim, cache / "v1" / "tmp");
+
+  const CliRun clear = run_ftattn(dir, cache, {"cache", "clear"});
+  SHOW(clear);
+  CHECK(clear.exit_code == 2);
+  CHECK(contains(clear.out, "removed 1 entry from "));
+  CHECK(contains(clear.err, "could not remove 1 item from the cache; '" +
+                                (cache / "v1" / "tmp").string() + "': it is a symbolic link"));
+  CHECK(fs::exists(victim / "d" / "f"));
+  CHECK(fs::is_symlink(cache / "v1" / "tmp"));
 }

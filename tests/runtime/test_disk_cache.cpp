@@ -1,10 +1,12 @@
 #include <fcntl.h>
+#include <grp.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cerrno>
@@ -347,6 +349,134 @@ TEST_CASE("DiskCache list and clear", "[disk_cache]") {
   CHECK(cache.list().empty());
   for (const auto& e : entries) CHECK(cache.load(e.key).status == Status::miss);
   CHECK(cache.clear().entries == 0);
+}
+
+TEST_CASE("DiskCache clear never follows links out of the cache and leaves what it did not make",
+          "[disk_cache]") {
+  TempDir tmp;
+  const fs::path root = tmp.path() / "cache";
+  DiskCache cache(root);
+  const CacheEntry e = make_entry("kept apart");
+  cache.store(e);
+  // Someone's files outside the cache, with the names clear() looks for.
+  const fs::path victim = tmp.path() / "victim";
+  const std::string stray_name = hash_hex("stray") + ".12345.deadbeefdeadbeef";
+  fs::create_directories(victim / "d");
+  fs::create_directories(victim / stray_name);
+  write_all(victim / "d" / "f", "x");
+  write_all(victim / stray_name / "f", "x");
+  const std::string linked_key = "ab" + hash_hex("linked").substr(2);
+  fs::create_directories(victim / linked_key);
+  write_all(victim / linked_key / "f", "x");
+
+  std::vector<fs::path> odd;  // what clear() must name and leave
+  SECTION("v1/tmp is a link") {
+    fs::remove_all(root / "v1" / "tmp");
+    fs::create_directory_symlink(victim, root / "v1" / "tmp");
+    odd.push_back(root / "v1" / "tmp");
+  }
+  SECTION("a shard is a link") {
+    fs::create_directory_symlink(victim, root / "v1" / "ab");
+    odd.push_back(root / "v1" / "ab");
+  }
+  SECTION("an entry is a link") {
+    fs::create_directories(root / "v1" / "ab");
+    fs::create_directory_symlink(victim / linked_key, root / "v1" / "ab" / linked_key);
+    odd.push_back(root / "v1" / "ab" / linked_key);
+  }
+  SECTION("tmp holds names and kinds ftattn never makes") {
+    const fs::path t = root / "v1" / "tmp";
+    fs::create_directories(t / "notes");
+    write_all(t / "notes" / "f", "x");
+    write_all(t / stray_name, "a file by a temp dir's name");
+    fs::create_directory_symlink(victim / stray_name,
+                                 t / (hash_hex("link") + ".1.0123456789abcdef"));
+    odd = {t / "notes", t / stray_name, t / (hash_hex("link") + ".1.0123456789abcdef")};
+  }
+
+  std::size_t leftovers = 99;
+  CHECK(cache.list(&leftovers).size() == 1);
+  CHECK(leftovers == 0);  // ls says clear removes leftovers: these it does not
+  const DiskCache::Cleared cleared = cache.clear();
+  CHECK(cleared.entries == 1);
+  CHECK(cleared.leftovers == 0);
+  std::vector<fs::path> left;
+  for (const auto& item : cleared.left) {
+    INFO(item.path << ": " << item.reason);
+    CHECK(contains(item.reason, "left alone"));
+    left.push_back(item.path);
+  }
+  std::sort(left.begin(), left.end());
+  std::sort(odd.begin(), odd.end());
+  CHECK(left == odd);
+  for (const fs::path& p : odd) CHECK(fs::exists(fs::symlink_status(p)));
+  CHECK(read_all(victim / "d" / "f") == "x");
+  CHECK(read_all(victim / stray_name / "f") == "x");
+  CHECK(read_all(victim / linked_key / "f") == "x");
+  CHECK(cache.load(e.key).status == Status::miss);
+}
+
+TEST_CASE("DiskCache list and clear report a cache they cannot read", "[disk_cache]") {
+  TempDir tmp;
+  const CacheEntry e = make_entry("behind a limit");
+  DiskCache(tmp.path()).store(e);
+  // Every descriptor taken: v1/ cannot be opened (EMFILE), for root too. That is an error, not
+  // an empty cache. In a child, so the limit does not outlive the test.
+  const int code = in_child([&] {
+    const rlimit limit{64, 64};
+    if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) return 10;
+    while (::dup(0) >= 0) {
+    }
+    if (errno != EMFILE) return 11;
+    DiskCache cache(tmp.path());
+    const auto says_why = [&](const CacheError& err) {
+      return contains(err.what(), (tmp.path() / "v1").string()) &&
+             contains(err.what(), os_error(EMFILE));
+    };
+    try {
+      cache.list();
+      return 1;
+    } catch (const CacheError& err) {
+      if (!says_why(err)) return 2;
+    }
+    try {
+      cache.clear();
+      return 3;
+    } catch (const CacheError& err) {
+      if (!says_why(err)) return 4;
+    }
+    return 0;
+  });
+  CHECK(code == 0);  // 1, 3: an unreadable cache passed for an empty one
+  CHECK(DiskCache(tmp.path()).load(e.key).status == Status::hit);
+}
+
+TEST_CASE("DiskCache clear reports an entry it could not remove", "[disk_cache]") {
+  TempDir tmp;
+  DiskCache cache(tmp.path());
+  const CacheEntry e = make_entry("not yours");
+  cache.store(e);
+  const fs::path dir = cache.entry_dir(e.key);
+  // Neither the shard nor the entry writable: the entry can be neither moved nor emptied. Root
+  // could still, so a root run tries as user nobody, in a child.
+  fs::permissions(dir.parent_path(), fs::perms(0555));
+  fs::permissions(dir, fs::perms(0555));
+  const int code = in_child([&] {
+    if (::geteuid() == 0 &&
+        (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0)) {
+      return 10;
+    }
+    const DiskCache::Cleared cleared = DiskCache(tmp.path()).clear();
+    if (cleared.entries != 0) return 1;  // the failure counted as a removal
+    if (cleared.left.size() != 1 || cleared.left[0].path != dir) return 2;
+    return contains(cleared.left[0].reason, os_error(EACCES)) ? 0 : 3;
+  });
+  fs::permissions(dir.parent_path(), fs::perms(0755));
+  fs::permissions(dir, fs::perms(0755));
+  CHECK(code == 0);
+  const auto r = cache.load(e.key);
+  REQUIRE(r.status == Status::hit);
+  require_same(*r.entry, e);
 }
 
 TEST_CASE("DiskCache concurrent stores of the same key", "[disk_cache]") {

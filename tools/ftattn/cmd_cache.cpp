@@ -6,6 +6,7 @@
 #include <cmath>
 #include <memory>
 
+#include "ftattn/errors.hpp"
 #include "runtime/disk_cache.hpp"
 #include "tools/ftattn/commands.hpp"
 #include "tools/ftattn/kernel_report.hpp"
@@ -74,7 +75,15 @@ int run_clear(const GlobalOptions& global) {
           : fmt::format(" and {} leftover{}", removed.leftovers, removed.leftovers == 1 ? "" : "s");
   fmt::print("removed {} entr{}{} from {}\n", removed.entries, removed.entries == 1 ? "y" : "ies",
              leftovers, cache.root().string());
-  return 0;
+  if (removed.left.empty()) return 0;
+  // Each thing left is named with why, so that the user can see to it; the exit code says that
+  // the cache is not empty.
+  std::string message = fmt::format("could not remove {} item{} from the cache",
+                                    removed.left.size(), removed.left.size() == 1 ? "" : "s");
+  for (const runtime::DiskCache::Left& item : removed.left) {
+    message += fmt::format("; '{}': {}", item.path.string(), item.reason);
+  }
+  throw CacheError(message);
 }
 
 }  // namespace
