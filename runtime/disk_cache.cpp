@@ -552,7 +552,8 @@ void DiskCache::store(const CacheEntry& entry) {
           2) +
       "\n";
 
-  // Retried only when clear() pulls our temp dir away mid-write (ENOENT).
+  // Retried only when clear() pulls our temp dir away (ENOENT), mid-write or before the rename
+  // that publishes it: only a complete temp dir is ever renamed into place.
   for (int attempt = 0;; ++attempt) {
     try {
       std::error_code ec;
@@ -636,11 +637,20 @@ DiskCache::Cleared DiskCache::clear() {
       could_not_remove(left_at, err);
     }
   }
-  // Temp dirs: crashed writers' leftovers and interrupted deletes. Collected first so the
-  // directory is not modified while iterated.
+  // Temp dirs: crashed writers' leftovers and interrupted deletes, but also dirs of writers
+  // still running. Collected first so the directory is not modified while iterated.
   for (const fs::path& stray : temp_dirs(root_, &cleared.left)) {
-    if (const int err = remove_tree(stray); err != 0) {
-      could_not_remove(stray, err);
+    // Never removed under the writer's name: store() may rename it into place at any moment,
+    // and remove_all, deleting through an open directory, would follow it and empty the
+    // published entry. Renamed first, it is ours alone, and the writer's store() retries.
+    const std::string key = stray.filename().string().substr(0, 32);
+    const fs::path doomed = stray.parent_path() / (key + ".dead." + unique_suffix());
+    if (::rename(stray.c_str(), doomed.c_str()) != 0) {
+      if (errno != ENOENT) could_not_remove(stray, errno);  // ENOENT: published or removed
+      continue;
+    }
+    if (const int err = remove_tree(doomed); err != 0) {
+      could_not_remove(doomed, err);
     } else {
       ++cleared.leftovers;
     }

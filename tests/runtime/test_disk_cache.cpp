@@ -1,6 +1,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <stdlib.h>
+#include <sys/inotify.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -414,6 +415,73 @@ TEST_CASE("DiskCache clear never follows links out of the cache and leaves what 
   CHECK(read_all(victim / stray_name / "f") == "x");
   CHECK(read_all(victim / linked_key / "f") == "x");
   CHECK(cache.load(e.key).status == Status::miss);
+}
+
+TEST_CASE("DiskCache clear moves a writer's temp dir away before removing it", "[disk_cache]") {
+  // A writer may rename its temp dir into place at any moment. Removed under that name,
+  // remove_all (which deletes through an open directory) would follow the rename and empty the
+  // published entry. Renamed first, the writer's own rename fails and its store() retries.
+  TempDir tmp;
+  DiskCache cache(tmp.path());
+  const CacheEntry e = make_entry("in flight");
+  cache.store(e);
+  const fs::path t = tmp.path() / "v1" / "tmp";
+  const std::string writing = e.key + ".4242.0123456789abcdef";
+  fs::create_directories(t / writing);
+  write_all(t / writing / "kernel.cu", e.source);
+
+  const int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  REQUIRE(fd >= 0);
+  REQUIRE(::inotify_add_watch(fd, t.c_str(), IN_MOVED_FROM | IN_DELETE) >= 0);
+  const DiskCache::Cleared cleared = cache.clear();
+  std::vector<std::string> events;  // "moved <name>" or "deleted <name>", in order
+  alignas(inotify_event) char buf[1 << 16];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) {
+    for (char* p = buf; p < buf + n;) {
+      const auto* ev = reinterpret_cast<const inotify_event*>(p);
+      if (ev->len > 0) {
+        events.push_back(std::string((ev->mask & IN_MOVED_FROM) != 0 ? "moved " : "deleted ") +
+                         ev->name);
+      }
+      p += sizeof(inotify_event) + ev->len;
+    }
+  }
+  ::close(fd);
+  INFO("events: " << events.size());
+  for (const auto& ev : events) UNSCOPED_INFO(ev);
+  CHECK(std::find(events.begin(), events.end(), "moved " + writing) != events.end());
+  CHECK(std::find(events.begin(), events.end(), "deleted " + writing) == events.end());
+  CHECK(cleared.entries == 1);
+  CHECK(cleared.leftovers == 1);
+  CHECK(cleared.left.empty());
+  CHECK(fs::is_empty(t));
+}
+
+TEST_CASE("DiskCache store racing clear publishes whole entries or none", "[disk_cache]") {
+  TempDir tmp;
+  const CacheEntry e = make_entry("raced");
+  std::atomic<bool> done{false};
+  std::atomic<int> corrupt{0};
+  std::thread clearer([&] {
+    DiskCache cache(tmp.path());
+    while (!done) cache.clear();
+  });
+  DiskCache cache(tmp.path());
+  int failed = 0;
+  for (int round = 0; round < 300; ++round) {
+    try {
+      cache.store(e);
+    } catch (const CacheError&) {
+      ++failed;  // cleared away three times in a row: an error, but never a bad entry
+    }
+    // Either clear() has removed it since (a miss) or it is whole: never damaged.
+    const auto r = cache.load(e.key, DiskCache::OnDamage::keep);
+    if (r.status == Status::corrupt) ++corrupt;
+  }
+  done = true;
+  clearer.join();
+  INFO("stores that gave up: " << failed);
+  CHECK(corrupt == 0);
 }
 
 TEST_CASE("DiskCache list and clear report a cache they cannot read", "[disk_cache]") {
