@@ -399,6 +399,32 @@ TEST_CASE("cli: compile fills the cache, cache ls, clear and path", "[cli]") {
   CHECK(late.out == root + "\n");
 }
 
+TEST_CASE("cli: cache takes exactly one command and runs none of two", "[cli]") {
+  TempDir dir;
+  REQUIRE(
+      run_cli(dir, with_cache(dir, {"compile", "--head-dim", "64", "--arch", "sm_80"})).exit_code ==
+      0);
+  const CliRun two = run_cli(dir, with_cache(dir, {"cache", "ls", "clear"}));
+  CHECK(two.exit_code == 2);
+  CHECK(contains(two.err, "ftattn: error: "));
+  CHECK(contains(two.err, "clear"));
+  CHECK(two.out.empty());
+  const CliRun path_clear = run_cli(dir, with_cache(dir, {"cache", "path", "clear"}));
+  CHECK(path_clear.exit_code == 2);
+  CHECK(path_clear.out.empty());
+  const CliRun clear_ls = run_cli(dir, with_cache(dir, {"cache", "clear", "ls"}));
+  CHECK(clear_ls.exit_code == 2);
+  CHECK(clear_ls.out.empty());
+  // Nothing was cleared by any of them.
+  const CliRun ls = run_cli(dir, with_cache(dir, {"cache", "ls"}));
+  CHECK(ls.exit_code == 0);
+  CHECK(contains(ls.out, "1 entry, "));
+
+  const CliRun none = run_cli(dir, with_cache(dir, {"cache"}));
+  CHECK(none.exit_code == 2);
+  CHECK(contains(none.err, "cache needs a command: ls, clear or path"));
+}
+
 TEST_CASE("cli: run without a GPU is an error that says so", "[cli]") {
   TempDir dir;
   const CliRun r = run_cli(dir,

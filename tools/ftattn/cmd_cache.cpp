@@ -93,6 +93,9 @@ Command add_cache_command(CLI::App& parent, const GlobalOptions& global) {
   CLI::App* ls = cmd->add_subcommand("ls", "List cached kernels")->alias("list");
   CLI::App* clear = cmd->add_subcommand("clear", "Remove every cached kernel");
   CLI::App* path = cmd->add_subcommand("path", "Print the cache's root directory");
+  // One command per run: CLI11 would otherwise take `cache clear ls` as two and the run below
+  // would do one of them. None at all is left to the run, whose message names the commands.
+  cmd->require_subcommand(0, 1);
   return {cmd, [=, &global] {
             if (ls->parsed()) return run_ls(global);
             if (clear->parsed()) return run_clear(global);
