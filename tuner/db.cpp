@@ -42,6 +42,9 @@ namespace {
 constexpr int kFormat = 1;
 constexpr int kMinSeqlen = 512;
 constexpr int64_t kMaxBucket = int64_t{1} << 30;  // buckets saturate here instead of overflowing
+// Far deeper than a tuning DB goes (an entry's fields are three levels down). dump() recurses,
+// so a document nested thousands deep would overflow the stack: parse() refuses it unbuilt.
+constexpr int kMaxDepth = 64;
 
 // The smallest power of two >= max(v, floor), saturating at kMaxBucket.
 int round_up_pow2(int64_t v, int floor) {
@@ -275,8 +278,18 @@ Database Database::load(const fs::path& path) {
 
 Database Database::parse(std::string_view text, const std::string& origin) {
   json root;
+  // Throws as soon as a container opens too deep, before the deep tree exists.
+  const auto refuse_deep = [&](int depth, json::parse_event_t event, json&) {
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+        depth >= kMaxDepth) {
+      bad_file(origin, fmt::format("nested more than {} levels deep, far more than a tuning "
+                                   "database is",
+                                   kMaxDepth));
+    }
+    return true;
+  };
   try {
-    root = json::parse(text);
+    root = json::parse(text, refuse_deep);
   } catch (const json::exception& e) {
     bad_file(origin, fmt::format("not valid JSON ({})", e.what()));
   }

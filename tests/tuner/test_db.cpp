@@ -408,6 +408,29 @@ TEST_CASE("load: a missing file is empty, invalid JSON throws", "[tuner][db]") {
   CHECK_THROWS_AS(Database::load(dir.path() / "isdir.json"), CacheError);
 }
 
+TEST_CASE("a database nested too deep is a CacheError, not a stack overflow", "[tuner][db]") {
+  // The audit's file: 100000 nested arrays as an entry crashed dump(), which recursed.
+  const auto nested = [](int depth) { return std::string(depth, '[') + std::string(depth, ']'); };
+  for (const std::string& text :
+       {R"({"format": 1, "entries": [)" + nested(100000) + "]}",
+        R"({"format": 1, "entries": [{"arch": )" + nested(65) + "}]}", nested(100000)}) {
+    INFO(text.substr(0, 60));
+    CHECK_THROWS_WITH(Database::parse(text, "deep.json"),
+                      Catch::Contains("deep.json") && Catch::Contains("nested more than 64") &&
+                          Catch::Contains("delete or fix it"));
+  }
+  TempDir dir;
+  const fs::path file = dir.path() / "tuning.json";
+  std::ofstream(file) << R"({"format": 1, "entries": [)" << nested(100000) << "]}";
+  CHECK_THROWS_AS(Database::load(file), CacheError);
+
+  // Deep but within the limit: the entry is skipped and kept, as any entry that is not one.
+  const std::string kept = R"({"format": 1, "entries": [)" + nested(60) + "]}";
+  const Database db = Database::parse(kept, "kept.json");
+  CHECK(db.entries().empty());
+  CHECK(nlohmann::json::parse(db.dump())["entries"].size() == 1);
+}
+
 TEST_CASE("save writes atomically and loads back", "[tuner][db]") {
   TempDir dir;
   const fs::path path = user_database_path(dir.path() / "cache" / "sub");
