@@ -267,13 +267,45 @@ Database Database::load(const fs::path& path) {
     if (!ec || ec == std::errc::no_such_file_or_directory) return Database{};
     bad_file(path.string(), fmt::format("cannot read it ({})", ec.message()));
   }
-  if (fs::is_directory(status)) bad_file(path.string(), "it is a directory, not a file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) bad_file(path.string(), fmt::format("cannot open it ({})", std::strerror(errno)));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) bad_file(path.string(), "cannot read it");
-  return parse(text.str(), path.string());
+  // Only a regular file (or a link to one) is read: a FIFO would block the read forever, and a
+  // device is no database. Checked before the open too, so that no device is ever opened.
+  const auto require_file = [&](fs::file_type type) {
+    if (type == fs::file_type::directory) bad_file(path.string(), "it is a directory, not a file");
+    if (type != fs::file_type::regular) {
+      const char* kind = type == fs::file_type::fifo        ? "a FIFO"
+                         : type == fs::file_type::socket    ? "a socket"
+                         : type == fs::file_type::character ? "a character device"
+                         : type == fs::file_type::block     ? "a block device"
+                                                            : "not a file";
+      bad_file(path.string(), fmt::format("it is {}, not a regular file", kind));
+    }
+  };
+  require_file(status.type());
+  // O_NONBLOCK: should a FIFO take the file's place after the check, the open does not wait.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) bad_file(path.string(), fmt::format("cannot open it ({})", std::strerror(errno)));
+  std::string text;
+  int err = 0;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    err = errno;
+  } else if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    require_file(S_ISDIR(st.st_mode) ? fs::file_type::directory : fs::file_type::unknown);
+  }
+  char buf[1 << 16];
+  while (err == 0) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno != EINTR) err = errno;
+      continue;
+    }
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  if (err != 0) bad_file(path.string(), fmt::format("cannot read it ({})", std::strerror(err)));
+  return parse(text, path.string());
 }
 
 Database Database::parse(std::string_view text, const std::string& origin) {

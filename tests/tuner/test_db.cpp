@@ -1,7 +1,12 @@
 // Problem buckets and the tuning database: JSON round trip, replacement and merging, lookups
 // across devices, versions and drivers, the nearest-bucket fallback, malformed input, atomic
 // saving, and the databases shipped inside the library.
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -429,6 +434,46 @@ TEST_CASE("a database nested too deep is a CacheError, not a stack overflow", "[
   const Database db = Database::parse(kept, "kept.json");
   CHECK(db.entries().empty());
   CHECK(nlohmann::json::parse(db.dump())["entries"].size() == 1);
+}
+
+TEST_CASE("load reads only a regular file: a FIFO is an error, not a hang", "[tuner][db]") {
+  TempDir dir;
+  const fs::path fifo = dir.path() / "tuning.json";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  // In a child with an alarm, so that a load that blocks fails the test instead of hanging it.
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::alarm(20);
+    int code = 1;  // returned without an error
+    try {
+      Database::load(fifo);
+    } catch (const CacheError& e) {
+      const std::string what = e.what();
+      code = what.find("a FIFO, not a regular file") != std::string::npos &&
+                     what.find(fifo.string()) != std::string::npos
+                 ? 0
+                 : 2;
+    } catch (...) {
+      code = 3;
+    }
+    ::_exit(code);
+  }
+  REQUIRE(pid > 0);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  CHECK_FALSE(WIFSIGNALED(status));  // SIGALRM: load blocked on the FIFO
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+
+  if (fs::exists("/dev/null")) {
+    CHECK_THROWS_WITH(Database::load("/dev/null"), Catch::Contains("a character device"));
+  }
+  // A link to a regular file is read as the file.
+  const fs::path real = dir.path() / "real.json";
+  std::ofstream(real) << R"({"format": 1, "entries": []})";
+  fs::create_symlink(real, dir.path() / "link.json");
+  CHECK(Database::load(dir.path() / "link.json").entries().empty());
 }
 
 TEST_CASE("save writes atomically and loads back", "[tuner][db]") {
