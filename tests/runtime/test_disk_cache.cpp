@@ -133,6 +133,16 @@ int in_child(Body&& body) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+// In a child: caps its descriptors at 64 and takes every one, so the next open fails with
+// EMFILE, for root too. 0 when it did, else an exit code for in_child (10, 11).
+int take_every_descriptor() {
+  const rlimit limit{64, 64};
+  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) return 10;
+  while (::dup(0) >= 0) {
+  }
+  return errno == EMFILE ? 0 : 11;
+}
+
 // What the process writes to stderr (fd 2) while `body` runs.
 template <class Body>
 std::string capture_stderr(Body&& body) {
@@ -491,11 +501,7 @@ TEST_CASE("DiskCache list and clear report a cache they cannot read", "[disk_cac
   // Every descriptor taken: v1/ cannot be opened (EMFILE), for root too. That is an error, not
   // an empty cache. In a child, so the limit does not outlive the test.
   const int code = in_child([&] {
-    const rlimit limit{64, 64};
-    if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) return 10;
-    while (::dup(0) >= 0) {
-    }
-    if (errno != EMFILE) return 11;
+    if (const int failed = take_every_descriptor()) return failed;
     DiskCache cache(tmp.path());
     const auto says_why = [&](const CacheError& err) {
       return contains(err.what(), (tmp.path() / "v1").string()) &&
@@ -821,11 +827,7 @@ TEST_CASE("DiskCache load with too many open files is a miss and the entry survi
   DiskCache(tmp.path()).store(e);
   // The audit's repro, `ulimit -n 4`, in a child: every descriptor used, then load().
   const int code = in_child([&] {
-    const rlimit limit{64, 64};
-    if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) return 10;
-    while (::dup(0) >= 0) {
-    }
-    if (errno != EMFILE) return 11;
+    if (const int failed = take_every_descriptor()) return failed;
     const DiskCache::LoadResult r = DiskCache(tmp.path()).load(e.key);
     if (r.status == Status::corrupt) return 1;
     if (r.status == Status::hit) return 2;

@@ -61,36 +61,30 @@ TEST_CASE("accuracy: FP16 scores overflow on PASA's cases, not on N(0, 1)", "[cl
 
 TEST_CASE("accuracy: kernels compile without a GPU, bad input is refused", "[cli][accuracy]") {
   ftattn::test::TempDir dir;
-  CliRun r = accuracy(dir, "--precision int8 --head-dim 64 --arch sm_80 --heads 1 --seqlen 64");
-  CHECK(r.exit_code == 3);
-  CHECK(contains(r.out, "ftattn_fwd_sm80_int8_d64_"));
-  CHECK(contains(r.out, "no GPU, so nothing was launched"));
-  r = accuracy(dir, "--precision f16_pasa --dist pasa-hybrid --arch sm_90a --heads 1 --seqlen 64");
-  CHECK(r.exit_code == 3);
-  CHECK(contains(r.out, "ftattn_fwd_sm90a_f16-pasa_d128_"));
-  r = accuracy(dir,
-               "--precision f16_pasa --protection efta_detect --arch sm_80 --heads 1 --seqlen 64");
-  CHECK(r.exit_code == 3);
-  CHECK(contains(r.out, "ftattn_fwd_sm80_f16-pasa_d128_"));
-  r = accuracy(dir, "--precision f16_pasa --protection decoupled --arch sm_80");
-  CHECK(r.exit_code == 2);
-  CHECK(contains(r.out,
-                 "use protection none, flash_abft, efta_detect or efta_correct with f16_pasa"));
-  r = accuracy(dir, "--dist cauchy");
-  CHECK(r.exit_code == 2);
-  r = accuracy(dir, "--model fp32");
-  CHECK(r.exit_code == 2);
-  CHECK(contains(r.out, "unknown --model 'fp32': use fp16-scores"));
-  r = accuracy(dir, "--precision fp8_e4m3 --arch sm_80 --head-dim 64");
-  CHECK(r.exit_code == 2);
-  CHECK(contains(r.out, "needs sm_89"));
+  // Exit code and a line of what it said: 3 compiled but not launched, 2 refused.
+  auto answers = [&](const std::string& args, int code, const std::string& text) {
+    const CliRun r = accuracy(dir, args);
+    CHECK(r.exit_code == code);
+    CHECK(contains(r.out, text));
+    return r;
+  };
+  const CliRun int8 = answers("--precision int8 --head-dim 64 --arch sm_80 --heads 1 --seqlen 64",
+                              3, "ftattn_fwd_sm80_int8_d64_");
+  CHECK(contains(int8.out, "no GPU, so nothing was launched"));
+  answers("--precision f16_pasa --dist pasa-hybrid --arch sm_90a --heads 1 --seqlen 64", 3,
+          "ftattn_fwd_sm90a_f16-pasa_d128_");
+  answers("--precision f16_pasa --protection efta_detect --arch sm_80 --heads 1 --seqlen 64", 3,
+          "ftattn_fwd_sm80_f16-pasa_d128_");
+  answers("--precision f16_pasa --protection decoupled --arch sm_80", 2,
+          "use protection none, flash_abft, efta_detect or efta_correct with f16_pasa");
+  answers("--dist cauchy", 2, "cauchy");
+  answers("--model fp32", 2, "unknown --model 'fp32': use fp16-scores");
+  answers("--precision fp8_e4m3 --arch sm_80 --head-dim 64", 2, "needs sm_89");
   // A block-sparse mask has no block mask here: the reference threw inside a worker thread,
   // which terminated the process.
-  r = accuracy(dir, "--model fp16-scores --heads 1 --seqlen 64 --mask block_sparse");
-  CHECK(r.exit_code == 2);
-  CHECK(contains(r.out, "accuracy runs dense masks (none, causal), not block_sparse"));
+  answers("--model fp16-scores --heads 1 --seqlen 64 --mask block_sparse", 2,
+          "accuracy runs dense masks (none, causal), not block_sparse");
   // The inputs are sampled whole whatever --rows says: std::bad_alloc before.
-  r = accuracy(dir, "--heads 1 --seqlen 1073741824 --rows 1");
-  CHECK(r.exit_code == 2);
-  CHECK(contains(r.out, "more than this command samples on the host (2^30)"));
+  answers("--heads 1 --seqlen 1073741824 --rows 1", 2,
+          "more than this command samples on the host (2^30)");
 }
