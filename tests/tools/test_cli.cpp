@@ -491,6 +491,13 @@ TEST_CASE("cli: demo without a GPU compiles, inspects and says nothing ran", "[c
                  "launched."));
 }
 
+TEST_CASE("cli: demo without a GPU refuses --arch auto, which needs one", "[cli]") {
+  TempDir dir;
+  const CliRun r = run_cli(dir, with_cache(dir, {"demo", "--arch", "auto"}), {no_driver_env(dir)});
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.err, "--arch auto takes the GPU's arch, and there is no GPU"));
+}
+
 TEST_CASE("cli: knob flags take decimal numbers, and no flag takes an empty value", "[cli]") {
   TempDir dir;
   auto compile = [&](std::vector<std::string> more) {

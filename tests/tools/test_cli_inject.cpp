@@ -40,6 +40,12 @@ TEST_CASE("cli inject: bad flags say what to change", "[cli][campaign]") {
   CHECK(says(inject(dir, "--head-dim 64 --site scores --bits 0:32"), "bad bit range"));
   CHECK(says(inject(dir, "--head-dim 64 --site scores --shape 1,4"), "bad --shape"));
   CHECK(says(inject(dir, "--head-dim 64 --site scores --shape 1,x,8"), "bad --shape"));
+  CHECK(says(inject(dir, "--head-dim 64 --site scores --shape 1,4,99999999"),
+             "whole numbers from 1 to 16777216 (2^24)"));
+  // Checked before the GPU is looked for, as bench and tune check theirs.
+  CHECK(says(inject(dir, "--head-dim 7 --site scores"), "head_dim 7 is not supported"));
+  CHECK(says(inject(dir, "--head-dim 64 --site scores --shape 1,4,1024,3"),
+             "heads_kv (3) must divide heads_q (4)"));
   CHECK(says(inject(dir, "--head-dim 64 --site scores --on-fault throw"), "report or recompute"));
   CHECK(says(inject(dir, "--head-dim 64"), "--site"));
   CHECK(says(inject(dir, "--site scores"), "head_dim"));

@@ -68,6 +68,12 @@ int run_on_gpu(Runtime& runtime, const DemoOptions& o) {
 int run_without_gpu(Runtime& runtime, const DemoOptions& o) {
   const std::vector<std::string> archs =
       o.archs.empty() ? std::vector<std::string>{"sm_90a", "sm_80"} : o.archs;
+  for (const std::string& name : archs)
+    if (Arch::parse(name).is_auto())
+      throw ConfigError(fmt::format(
+          "--arch {} takes the GPU's arch, and there is no GPU: give an arch such as sm_80 or "
+          "sm_90a, or leave --arch out",
+          name));
   fmt::print("No GPU found: generating and compiling for {} without launching anything.\n\n",
              fmt::join(archs, " and "));
   for (const std::string& arch_name : archs) {

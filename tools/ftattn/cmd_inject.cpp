@@ -46,8 +46,8 @@ Problem parse_shape(const std::string& text, int head_dim) {
   if (!ok || (v.size() != 3 && v.size() != 4))
     throw ConfigError(fmt::format(
         "bad --shape '{}': write batch,heads,seqlen (or batch,heads,seqlen,heads_kv) with "
-        "positive numbers, e.g. 1,8,1024",
-        text));
+        "whole numbers from 1 to {} (2^24), e.g. 1,8,1024",
+        text, 1 << 24));
   return Problem::bhsd(v[0], v[1], v.size() == 4 ? v[3] : v[1], v[2], v[2], head_dim);
 }
 
@@ -167,6 +167,9 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
   const campaign::IrCount ir_count = campaign::parse_ir_count(o.ir_count);
   const OnFault on_fault = parse_campaign_on_fault(o.on_fault);
   const Problem problem = parse_shape(o.shape, wanted.head_dim);
+  // Before the GPU check, as bench and tune do: a bad head dim or shape is the user's to fix.
+  validate_head_dim(wanted.head_dim);
+  validate_shape(problem);
   // Opened before any work, so a path that cannot be written fails at once.
   SummaryCsv summary(o.summary_csv);
   OutputFile trials_csv("--csv", o.csv);
