@@ -111,6 +111,12 @@ void validate_head_dim(int head_dim) {
 void validate(const KernelConfig& c) {
   detail::require_complete(c, "validate");
   detail::check_arch(c.arch, c.arch.to_string());
+  // Enum values from a cast outside their lists: each to_string throws ConfigError naming it
+  // (an unknown backend compiled as NVRTC, and the name no longer parsed back to the config).
+  for (std::string_view name :
+       {to_string(c.precision), to_string(c.protection), to_string(c.mask), to_string(c.backend),
+        to_string(c.ir_inject), to_string(c.ir_harden)})
+    (void)name;
 
   // Arch requirement before "not built yet" so it stays the more specific message once the
   // precision exists.
@@ -184,6 +190,12 @@ void validate(const KernelConfig& c) {
     throw ConfigError(
         "ir_inject and ir_harden are IR passes of the LLVM route: set backend llvm, or leave them "
         "at none");
+  }
+  if (c.protection == Protection::decoupled && is_block_sparse(c.mask)) {
+    throw ConfigError(fmt::format(
+        "protection decoupled is built for masks none and causal, not {}: use another scheme "
+        "with {}, or a dense mask",
+        to_string(c.mask), to_string(c.mask)));
   }
   if (c.backend == Backend::llvm && c.protection == Protection::decoupled) {
     throw ConfigError(
@@ -346,6 +358,16 @@ void validate(const Problem& p, const KernelConfig& c) {
           "block_mask_head_stride {} is invalid: give bytes between heads, 0 for one shared "
           "mask, or -1 for dense",
           p.block_mask_head_stride));
+    }
+    // Heads whose masks overlap would read each other's blocks: not a shared mask (0), not one
+    // of its own per head.
+    const int64_t per_head = int64_t{p.block_mask_q_blocks()} * p.block_mask_k_blocks();
+    if (p.block_mask_head_stride > 0 && p.block_mask_head_stride < per_head) {
+      throw ConfigError(fmt::format(
+          "block_mask_head_stride {} is less than a head's mask of {} x {} = {} bytes: give at "
+          "least {}, 0 for one shared mask, or -1 for dense",
+          p.block_mask_head_stride, p.block_mask_q_blocks(), p.block_mask_k_blocks(), per_head,
+          per_head));
     }
   } else if (p.sparse_block_m != 0 || p.sparse_block_n != 0) {
     throw ConfigError(fmt::format(

@@ -88,6 +88,7 @@ class LoadedKernel final : public Kernel {
     const KernelConfig& c = compiled_->config;
     // Nothing to read back: no checks, no plan, no DMR counting mismatches into the log.
     if (c.protection == Protection::none && !protect.inject && c.ir_harden == IrClass::none) {
+      check_protect_options(c, protect);
       launch(problem, q, k, v, o, lse, stream, block_mask, protect);
       return {};
     }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "ftattn/campaign.hpp"
 #include "ftattn/protect/workspace.cuh"
 #include "runtime/prepared_kv.hpp"
 
@@ -62,12 +63,87 @@ Thresholds effective_thresholds(Precision precision, Protection protection,
   return t;
 }
 
+void check_protect_options(const KernelConfig& config, const ProtectOptions& options) {
+  // OnFault values outside the enum would act as recompute.
+  switch (options.on_fault) {
+    case OnFault::report:
+    case OnFault::recompute:
+    case OnFault::raise:
+      break;
+    default:
+      throw ConfigError(fmt::format("ProtectOptions::on_fault {} is not an OnFault value",
+                                    static_cast<int>(options.on_fault)));
+  }
+  // The log is on the device: a million records is 32 MB, past any use of the first few.
+  constexpr int kMaxEvents = 1 << 20;
+  if (options.max_events < 0 || options.max_events > kMaxEvents)
+    throw ConfigError(fmt::format(
+        "ProtectOptions::max_events {} is outside 0..{}: the counts cover every detection, the "
+        "records only the first few",
+        options.max_events, kMaxEvents));
+  // No checks (and no DMR counting into the log): a policy or thresholds would act on nothing,
+  // and the empty report would read clean.
+  const Thresholds& t = options.thresholds;
+  const bool thresholds =
+      t.scores != 0.0f || t.probs != 0.0f || t.output != 0.0f || t.row_sum != 0.0f;
+  if (config.protection == Protection::none && config.ir_harden == IrClass::none &&
+      (options.on_fault != OnFault::report || thresholds))
+    throw ConfigError(fmt::format(
+        "{} has protection none: nothing is checked, so on_fault {} and thresholds have nothing "
+        "to act on; set KernelConfig::protection (flash_abft, efta_detect, efta_correct, "
+        "decoupled) or leave them at their defaults",
+        config.name(), to_string(options.on_fault)));
+  // Thresholds out of range (negative, NaN) are refused here too, before any GPU work.
+  (void)effective_thresholds(config.precision, config.protection, options.thresholds);
+  if (!options.inject) return;
+  const FaultPlan& f = *options.inject;
+  // Source-level sites need the source hooks; FaultSite::ir needs the IR instrumentation.
+  if (f.site == FaultSite::ir && config.ir_inject == IrClass::none)
+    throw ConfigError(fmt::format(
+        "{} has no IR-level injection points: FaultSite::ir needs KernelConfig::ir_inject "
+        "(CLI: --backend llvm --ir-inject <class>)",
+        config.name()));
+  if (f.site != FaultSite::ir && !config.fault_injection)
+    throw ConfigError(fmt::format(
+        "{} has no source-level injection points: set KernelConfig::fault_injection (CLI: "
+        "--inject) to run a fault plan at site {}{}",
+        config.name(), to_string(f.site),
+        config.ir_inject == IrClass::none ? "" : ", or plan FaultSite::ir for its IR-level ones"));
+  if (f.bit < 0 || f.bit > 31) throw ConfigError("FaultPlan::bit must be in 0..31");
+  // A site this kernel has no hook for, or a thread it does not launch, flips nothing: the
+  // trial would read as a masked fault.
+  if (f.site != FaultSite::ir) {
+    const std::vector<FaultSite> sites = campaign::sites_of(config);
+    if (std::find(sites.begin(), sites.end(), f.site) == sites.end()) {
+      std::string names;
+      for (FaultSite s : sites)
+        names += fmt::format("{}{}", names.empty() ? "" : ", ", to_string(s));
+      throw ConfigError(fmt::format("{} has no fault site {}: its sites are {}", config.name(),
+                                    to_string(f.site), names));
+    }
+  }
+  // (decoupled's three kernels have CTAs of their own sizes.)
+  if (config.protection != Protection::decoupled && f.thread >= launch_threads(config))
+    throw ConfigError(fmt::format("FaultPlan::thread {} is outside {}'s CTA of {} threads",
+                                  f.thread, config.name(), launch_threads(config)));
+  // A plan no thread matches would flip nothing and read as a masked fault. (Site ir's
+  // counting launches plan iteration -1: count the instances, flip none.)
+  if (f.cta < 0 || f.element < 0 || (f.iteration < 0 && f.site != FaultSite::ir))
+    throw ConfigError(
+        fmt::format("FaultPlan cta {}, iteration {} and element {} must be at least 0", f.cta,
+                    f.iteration, f.element));
+  if (f.thread < 0 || f.thread > 1023)
+    throw ConfigError(fmt::format(
+        "FaultPlan::thread {} is outside every CTA: threads are numbered 0..1023 at most",
+        f.thread));
+}
+
 void ProtectedLauncher::prepare(CUfunction prologue, const KernelConfig& config,
                                 const Problem& problem, AttentionParams& params, CUstream stream,
                                 const ProtectOptions& options, const PreparedKv::State* prepared,
                                 bool reset_log) {
   const DriverApi& api = driver();
-  if (options.max_events < 0) throw ConfigError("ProtectOptions::max_events must be >= 0");
+  check_protect_options(config, options);
   // The log: counters reset on the stream; capacity written once per size.
   const unsigned capacity = static_cast<unsigned>(options.max_events);
   const std::size_t log_bytes = sizeof(FaultLog) + capacity * sizeof(FaultRecord);
@@ -95,30 +171,6 @@ void ProtectedLauncher::prepare(CUfunction prologue, const KernelConfig& config,
 
   if (options.inject) {
     const FaultPlan& f = *options.inject;
-    // Source-level sites need the source hooks; FaultSite::ir needs the IR instrumentation.
-    if (f.site == FaultSite::ir && config.ir_inject == IrClass::none)
-      throw ConfigError(fmt::format(
-          "{} has no IR-level injection points: FaultSite::ir needs KernelConfig::ir_inject "
-          "(CLI: --backend llvm --ir-inject <class>)",
-          config.name()));
-    if (f.site != FaultSite::ir && !config.fault_injection)
-      throw ConfigError(fmt::format(
-          "{} has no source-level injection points: set KernelConfig::fault_injection (CLI: "
-          "--inject) to run a fault plan at site {}{}",
-          config.name(), to_string(f.site),
-          config.ir_inject == IrClass::none ? ""
-                                            : ", or plan FaultSite::ir for its IR-level ones"));
-    if (f.bit < 0 || f.bit > 31) throw ConfigError("FaultPlan::bit must be in 0..31");
-    // A plan no thread matches would flip nothing and read as a masked fault. (Site ir's
-    // counting launches plan iteration -1: count the instances, flip none.)
-    if (f.cta < 0 || f.element < 0 || (f.iteration < 0 && f.site != FaultSite::ir))
-      throw ConfigError(
-          fmt::format("FaultPlan cta {}, iteration {} and element {} must be at least 0", f.cta,
-                      f.iteration, f.element));
-    if (f.thread < 0 || f.thread > 1023)
-      throw ConfigError(fmt::format(
-          "FaultPlan::thread {} is outside every CTA: threads are numbered 0..1023 at most",
-          f.thread));
     params.fault =
         FaultPlanParams{static_cast<int>(f.site), f.cta, f.thread, f.iteration, f.element, f.bit};
   } else {

@@ -18,6 +18,11 @@
 
 namespace ftattn::runtime {
 
+// ProtectOptions that cannot act on `config` are a ConfigError: values outside their enum or
+// range, and, on a kernel with no checks, a fault policy or thresholds (nothing would be checked,
+// and the empty report would read clean).
+void check_protect_options(const KernelConfig& config, const ProtectOptions& options);
+
 using codegen::checksum_atoms;
 using codegen::ChecksumAtoms;
 

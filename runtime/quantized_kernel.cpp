@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <tuple>
 
 #include "codegen/checksum_atoms.hpp"
 #include "ftattn/codegen.hpp"
@@ -188,6 +189,9 @@ class QuantizedKernel final : public Kernel {
     QuantizedInputs in = QuantizedInputs::in(workspace, layout);
     in.k_scale_block = k_scale_block;
     if (!with_q) in.q = nullptr, in.q_scale = nullptr;
+    in.origin = QuantizedInputs::Origin{c.precision,      problem.batch,    problem.heads_q,
+                                        problem.heads_kv, problem.seqlen_q, problem.seqlen_k,
+                                        problem.head_dim};
     return in;
   }
 
@@ -206,6 +210,8 @@ class QuantizedKernel final : public Kernel {
   // memory is saved.
   AttentionParams quantized_params(const Problem& problem, const void* q, const void* k,
                                    const void* v, void* o, float* lse, CUstream stream) const {
+    // Checked before the quantisation kernels are enqueued, not after.
+    if (o == nullptr) throw ConfigError("q, k, v and o must be device pointers, not null");
     const bool fused_q = quantises_q_in_kernel(compiled_->config);
     QuantizedInputs in =
         quantize(problem, q, k, v, Precision::f16, workspace_.data(), stream, !fused_q);
@@ -233,6 +239,7 @@ class QuantizedKernel final : public Kernel {
           "quantise K with one scale per {} keys (ftattn::quantize does), or run a kernel for "
           "--arch sm_90, which reads a scale per key",
           c.name(), need, in.k_scale_block, need));
+    if (in.origin) check_quantized_origin(c, *in.origin, problem, q_16bit);
     const QuantizedLayout layout = QuantizedLayout::of(problem);
     // make_params checks the problem, O and alignment; the 8-bit operands are dense, so their
     // strides (bytes, 1 per element) are set here.
@@ -334,6 +341,27 @@ const QuantizedKernel& as_quantized(const Kernel& kernel) {
 
 }  // namespace
 
+// Inputs quantize() made for another precision or other sizes would be read as garbage.
+void check_quantized_origin(const KernelConfig& c, const QuantizedInputs::Origin& made,
+                            const Problem& problem, bool q_16bit) {
+  if (made.precision != c.precision)
+    throw ConfigError(fmt::format(
+        "these inputs were quantised for {}, and {} reads {}: quantise them with a {} kernel",
+        to_string(made.precision), c.name(), to_string(c.precision), to_string(c.precision)));
+  for (auto [field, was, is] :
+       {std::tuple<const char*, int, int>{"batch", made.batch, problem.batch},
+        {"heads_kv", made.heads_kv, problem.heads_kv},
+        {"seqlen_k", made.seqlen_k, problem.seqlen_k},
+        {"head_dim", made.head_dim, problem.head_dim},
+        {"heads_q", made.heads_q, q_16bit ? made.heads_q : problem.heads_q},
+        {"seqlen_q", made.seqlen_q, q_16bit ? made.seqlen_q : problem.seqlen_q}})
+    if (was != is)
+      throw ConfigError(fmt::format(
+          "these inputs were quantised for {} {}, and the problem has {} {}: quantise them "
+          "for this problem",
+          field, was, field, is));
+}
+
 bool is_quantized(Precision p) { return p == Precision::int8 || p == Precision::fp8_e4m3; }
 
 std::shared_ptr<const Kernel> load_quantized_kernel(
@@ -345,6 +373,7 @@ std::shared_ptr<const Kernel> load_quantized_kernel(
 }  // namespace runtime
 
 QuantizedLayout QuantizedLayout::of(const Problem& pr) {
+  validate_shape(pr);  // sizes from negative or overflowing lengths would wrap
   QuantizedLayout l;
   l.keys_padded = (pr.seqlen_k + 15) / 16 * 16;
   const size_t d = pr.head_dim;

@@ -2,6 +2,8 @@
 // matter how many threads ask at once.
 #include "ftattn/runtime.hpp"
 
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <future>
 #include <mutex>
@@ -12,6 +14,7 @@
 #include "runtime/kernel_builder.hpp"
 #include "runtime/loaded_kernel.hpp"
 #include "runtime/prepared_kv.hpp"
+#include "runtime/protected_launch.hpp"
 
 namespace ftattn {
 namespace {
@@ -119,6 +122,7 @@ FaultReport Kernel::run(const Problem& problem, const void* q, const void* k, co
     throw ConfigError(config().name() +
                       " takes no fault plan: only 16-bit kernels built with "
                       "fault_injection do");
+  runtime::check_protect_options(config(), protect);
   launch(problem, q, k, v, o, lse, stream, block_mask, protect);
   return {};
 }
@@ -131,6 +135,12 @@ PreparedKv Kernel::prepare_kv(const Problem&, const void*, const void*, CUstream
 KernelConfig Runtime::resolve(KernelConfig config, const Problem* problem) const {
   if (problem != nullptr) {
     if (config.head_dim == 0) config.head_dim = problem->head_dim;
+    // Before a compile and a load that the launch would then refuse.
+    if (config.head_dim != problem->head_dim)
+      throw ConfigError(
+          fmt::format("problem head_dim {} does not match the kernel config's head_dim {}: leave "
+                      "KernelConfig::head_dim at 0 to take the problem's, or give {}",
+                      problem->head_dim, config.head_dim, problem->head_dim));
   }
   const Arch device = config.arch.is_auto() && has_device() ? device_arch() : Arch{};
   const bool tiles_open =
@@ -198,6 +208,8 @@ std::shared_ptr<const Kernel> Runtime::kernel(const KernelConfig& config) {
 FaultReport Runtime::attention(const Problem& problem, const void* q, const void* k, const void* v,
                                void* o, CUstream stream, KernelConfig config, float* lse,
                                const unsigned char* block_mask, const ProtectOptions& protect) {
+  // Without a GPU, say so (NoDeviceError with the reason), not that the arch is open.
+  if (config.arch.is_auto()) (void)device_arch();
   const KernelConfig full = resolve(config, &problem);
   return kernel(full)->run(problem, q, k, v, o, lse, stream, block_mask, protect);
 }

@@ -96,6 +96,8 @@ struct Thresholds {
 //   K'). Such calls read the prepared K', not K: a later change to K does not reach them.
 // Prepare again after changing K or V. Copies share the device buffers, freed with the last;
 // keep one alive until the calls that use it are done. Default-constructed: empty.
+// Kernel::prepare_kv enqueues its work on the stream it is given: a call on another stream must
+// wait for that stream (an event, or a synchronize), as for any asynchronous work.
 class PreparedKv {
  public:
   struct State;  // runtime/prepared_kv.hpp

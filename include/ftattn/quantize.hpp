@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 
 #include "ftattn/config.hpp"
 #include "ftattn/runtime.hpp"
@@ -32,6 +33,14 @@ struct QuantizedInputs {
   // (what quantize() writes for it; codegen::k_scale_block); 1 means any value per token.
   int k_scale_block = 1;
   const float* v_scale = nullptr;  // per channel: batch x heads_kv x head_dim
+  // What quantize() made these for; inputs you fill yourself may leave it unset. The bytes of an
+  // int8 and an fp8 operand mean different numbers, and the layout follows the sizes, so
+  // launch_quantized refuses a kernel of another precision or a problem of other sizes.
+  struct Origin {
+    Precision precision = Precision::int8;
+    int batch = 0, heads_q = 0, heads_kv = 0, seqlen_q = 0, seqlen_k = 0, head_dim = 0;
+  };
+  std::optional<Origin> origin;
   // The views of a workspace laid out as `layout`.
   static QuantizedInputs in(void* workspace, const QuantizedLayout& layout);
 };
@@ -46,7 +55,9 @@ QuantizedInputs quantize(const Kernel& kernel, const Problem& problem, const voi
                          const void* v, Precision input, void* workspace, CUstream stream);
 
 // Runs an int8 or fp8_e4m3 kernel on quantised operands; O (laid out as problem.o) is written as
-// `output` (f16 or bf16), and the log-sum-exp when `lse` is not null.
+// `output` (f16 or bf16), and the log-sum-exp when `lse` is not null. ConfigError when the
+// inputs' origin names another precision or other sizes. Like Kernel::launch, a protected
+// kernel runs its checks here but nothing reads its fault log: Kernel::run reports.
 void launch_quantized(const Kernel& kernel, const Problem& problem, const QuantizedInputs& inputs,
                       void* o, Precision output, float* lse, CUstream stream);
 

@@ -6,8 +6,10 @@
 
 #include "codegen/checksum_atoms.hpp"
 #include "ftattn/codegen.hpp"
+#include "ftattn/quantize.hpp"
 #include "ftattn/quantize_params.cuh"
 #include "runtime/nvrtc_compiler.hpp"
+#include "runtime/quantized_kernel.hpp"
 #include "tests/support/configs.hpp"
 
 using namespace ftattn;
@@ -789,4 +791,32 @@ TEST_CASE("int8 on sm_90a: four CTAs per SM where their shared memory fits",
   // At head dim 64 that tile is int8's default.
   const KernelConfig def = default_config(64, Precision::int8, Mask::none, kSm90a);
   CHECK((def.block_m == 64 && def.block_n == 128 && def.num_warps == 4 && def.num_stages == 2));
+}
+
+TEST_CASE("quantised inputs are refused by a kernel or problem they were not made for", "[q8]") {
+  // The bytes of int8 and E4M3 operands mean different numbers, and the layout follows the
+  // sizes: launched elsewhere they were read as garbage, with no error.
+  const Problem made_for = Problem::bhsd(2, 8, 4, 1000, 1000, 128);
+  const QuantizedInputs::Origin origin{Precision::int8, 2, 8, 4, 1000, 1000, 128};
+  const KernelConfig int8 = test::tile_config(128, 64, 64, 4, 2, Arch{89, false}, Precision::int8);
+  KernelConfig fp8 = int8;
+  fp8.precision = Precision::fp8_e4m3;
+  CHECK_NOTHROW(runtime::check_quantized_origin(int8, origin, made_for, false));
+  REQUIRE_CONFIG_ERROR(runtime::check_quantized_origin(fp8, origin, made_for, false),
+                       "these inputs were quantised for int8");
+  Problem longer = made_for;
+  longer.seqlen_k = 2000;
+  REQUIRE_CONFIG_ERROR(runtime::check_quantized_origin(int8, origin, longer, false),
+                       "quantised for seqlen_k 1000, and the problem has seqlen_k 2000");
+  // Q's sizes count only where the kernel reads quantised Q.
+  Problem fewer_rows = Problem::bhsd(2, 8, 4, 10, 1000, 128);
+  REQUIRE_CONFIG_ERROR(runtime::check_quantized_origin(int8, origin, fewer_rows, false),
+                       "seqlen_q 1000, and the problem has seqlen_q 10");
+  CHECK_NOTHROW(runtime::check_quantized_origin(int8, origin, fewer_rows, true));
+}
+
+TEST_CASE("QuantizedLayout::of checks the problem before sizing the workspace", "[q8]") {
+  // seqlen -5 gave a workspace of 18446744073709528320 bytes.
+  CHECK_THROWS_AS(QuantizedLayout::of(Problem::bhsd(1, 1, 1, -5, -5, 128)), ConfigError);
+  CHECK(QuantizedLayout::of(Problem::bhsd(1, 1, 1, 16, 16, 128)).bytes > 0);
 }

@@ -477,3 +477,43 @@ TEST_CASE(
         }
       }
 }
+
+TEST_CASE("ProtectOptions that cannot act on the kernel are refused before any GPU work",
+          "[protect]") {
+  using runtime::check_protect_options;
+  const KernelConfig plain = test::tile_config(64, 128, 64, 4, 2, Arch{80, false});
+  KernelConfig abft = plain;
+  abft.protection = Protection::flash_abft;
+  KernelConfig abft_inj = abft;
+  abft_inj.fault_injection = true;
+  CHECK_NOTHROW(check_protect_options(plain, {}));
+  CHECK_NOTHROW(check_protect_options(abft, {}));
+  // Nothing checked: the report would read clean whatever happened.
+  ProtectOptions o;
+  o.on_fault = OnFault::raise;
+  REQUIRE_CONFIG_ERROR(check_protect_options(plain, o), "has protection none: nothing is checked");
+  CHECK_NOTHROW(check_protect_options(abft, o));
+  o = {};
+  o.thresholds.output = 1e-6f;
+  REQUIRE_CONFIG_ERROR(check_protect_options(plain, o), "has protection none");
+  // Outside the enum: acted as recompute.
+  o = {};
+  o.on_fault = static_cast<OnFault>(7);
+  REQUIRE_CONFIG_ERROR(check_protect_options(abft, o), "on_fault 7 is not an OnFault value");
+  // A 64 GiB device log.
+  o = {};
+  o.max_events = std::numeric_limits<int>::max();
+  REQUIRE_CONFIG_ERROR(check_protect_options(abft, o), "max_events 2147483647 is outside 0..");
+  // Plans that flip nothing read as masked faults.
+  o = {};
+  o.inject = FaultPlan{FaultSite::none, 0, 5, 1, 3, 29};
+  REQUIRE_CONFIG_ERROR(check_protect_options(abft_inj, o), "has no fault site none");
+  o.inject = FaultPlan{FaultSite::pv, 0, 5, 1, 3, 29};  // an 8-bit kernel's site
+  REQUIRE_CONFIG_ERROR(check_protect_options(abft_inj, o), "has no fault site pv");
+  o.inject = FaultPlan{FaultSite::output, 0, 128, 1, 3, 29};  // 4 warps: threads 0..127
+  REQUIRE_CONFIG_ERROR(check_protect_options(abft_inj, o), "FaultPlan::thread 128 is outside");
+  o.inject = FaultPlan{FaultSite::output, 0, 127, 1, 3, 29};
+  CHECK_NOTHROW(check_protect_options(abft_inj, o));
+  o.inject = FaultPlan{FaultSite::checksum, 0, 5, 1, 3, 29};
+  CHECK_NOTHROW(check_protect_options(abft_inj, o));
+}

@@ -602,3 +602,37 @@ TEST_CASE("validate: EFTA on the mma.sync kernel takes keys in groups of 32", "[
   abft.protection = Protection::flash_abft;
   CHECK_NOTHROW(validate(abft));
 }
+
+TEST_CASE("validate: enum values outside their lists, decoupled with a block mask", "[validate]") {
+  // An unknown backend compiled as NVRTC, and the name no longer parsed back to the config.
+  KernelConfig c = make(64, 128, 64, 4, 2);
+  c.backend = static_cast<Backend>(5);
+  REQUIRE_CONFIG_ERROR(validate(c), "invalid Backend value 5");
+  c = make(64, 128, 64, 4, 2);
+  c.mask = static_cast<Mask>(9);
+  REQUIRE_CONFIG_ERROR(validate(c), "invalid Mask value 9");
+  c = make(64, 128, 64, 4, 2);
+  c.protection = static_cast<Protection>(7);
+  REQUIRE_CONFIG_ERROR(validate(c), "invalid Protection value 7");
+  // Only codegen refused it before.
+  c = make(64, 128, 64, 4, 2);
+  c.protection = Protection::decoupled;
+  c.mask = Mask::block_sparse;
+  REQUIRE_CONFIG_ERROR(validate(c), "protection decoupled is built for masks none and causal");
+}
+
+TEST_CASE("validate: heads' block masks must not overlap", "[validate]") {
+  KernelConfig c = make(64, 128, 64, 4, 2);
+  c.mask = Mask::block_sparse;
+  Problem p = Problem::bhsd(1, 4, 4, 512, 512, 64);
+  p.sparse_block_m = 128;
+  p.sparse_block_n = 128;
+  // 4 x 4 blocks a head: a stride of 8 read half of the next head's mask as this head's.
+  p.block_mask_head_stride = 8;
+  REQUIRE_CONFIG_ERROR(validate(p, c),
+                       "block_mask_head_stride 8 is less than a head's mask of 4 x 4 = 16 bytes");
+  for (int64_t ok : {-1, 0, 16, 64}) {
+    p.block_mask_head_stride = ok;
+    CHECK_NOTHROW(validate(p, c));
+  }
+}

@@ -16,6 +16,7 @@
 #include "runtime/disk_cache.hpp"
 #include "runtime/kernel_builder.hpp"
 #include "runtime/nvrtc_compiler.hpp"
+#include "tests/support/configs.hpp"
 #include "tests/support/temp_dir.hpp"
 
 using namespace ftattn;
@@ -189,6 +190,26 @@ TEST_CASE("a runtime without disk cache compiles and keeps nothing on disk", "[c
   CHECK(k->cubin.size() > 0);
   CHECK(rt.stats().compiles == 1);
   CHECK(fs::is_empty(dir.path()));
+}
+
+TEST_CASE("attention without a GPU says so; resolve refuses a head_dim the problem lacks",
+          "[cache]") {
+  TempDir dir;
+  Runtime rt(RuntimeOptions{dir.path(), true});
+  const Problem problem = Problem::bhsd(1, 2, 2, 64, 64, 64);
+  KernelConfig open;
+  if (!rt.has_device()) {
+    // It said "no GPU to take the arch from: give KernelConfig::arch" (a ConfigError).
+    CHECK_THROWS_AS(rt.attention(problem, nullptr, nullptr, nullptr, nullptr, nullptr, open),
+                    NoDeviceError);
+  }
+  // Found before a compile and a load that the launch would refuse.
+  KernelConfig other = open;
+  other.head_dim = 128;
+  other.arch = Arch{90, true};
+  REQUIRE_CONFIG_ERROR(rt.resolve(other, &problem),
+                       "problem head_dim 64 does not match the kernel config's head_dim 128");
+  CHECK(rt.stats().compiles == 0);
 }
 
 TEST_CASE("compile without a GPU needs an arch and says so", "[cache]") {
