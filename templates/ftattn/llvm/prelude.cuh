@@ -83,6 +83,12 @@ __device__ __forceinline__ unsigned atomicAdd(unsigned* p, unsigned v) {
   return __nvvm_atom_add_gen_i(reinterpret_cast<int*>(p), static_cast<int>(v));
 }
 __device__ __forceinline__ int atomicAdd(int* p, int v) { return __nvvm_atom_add_gen_i(p, v); }
+// The fault log's 64-bit counts.
+__device__ __forceinline__ unsigned long long atomicAdd(unsigned long long* p,
+                                                        unsigned long long v) {
+  return static_cast<unsigned long long>(
+      __nvvm_atom_add_gen_ll(reinterpret_cast<long long*>(p), static_cast<long long>(v)));
+}
 __device__ __forceinline__ float atomicAdd(float* p, float v) {
   return __nvvm_atom_add_gen_f(p, v);
 }
