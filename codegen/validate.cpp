@@ -181,9 +181,9 @@ void validate(const KernelConfig& c) {
 
   if (c.backend == Backend::llvm && !llvm_route_built()) {
     throw ConfigError(
-        "backend llvm: this ftattn was built without the LLVM route (LLVM 22 not found, or "
-        "FTATTN_WITH_LLVM=OFF): install LLVM 22 (scripts/setup.sh) and rebuild, or use backend "
-        "nvrtc");
+        "backend llvm: this ftattn was built without the LLVM route (LLVM 22 not found when it "
+        "was configured, or FTATTN_WITH_LLVM=OFF): install LLVM 22 (scripts/setup.sh), configure "
+        "again with -DFTATTN_WITH_LLVM=AUTO (or ON) and rebuild, or use backend nvrtc");
   }
   if (c.backend != Backend::llvm &&
       (c.ir_inject != IrClass::none || c.ir_harden != IrClass::none)) {

@@ -198,6 +198,8 @@ std::shared_ptr<const CompiledKernel> Runtime::compile(const KernelConfig& confi
 }
 
 std::shared_ptr<const Kernel> Runtime::kernel(const KernelConfig& config) {
+  // Loading needs a GPU: say so (NoDeviceError), not that the arch is open.
+  if (config.arch.is_auto()) (void)device_arch();
   const KernelConfig full = config.is_complete() ? config : resolve(config);
   bool cached = false;
   auto kernel = impl_->loaded.get(

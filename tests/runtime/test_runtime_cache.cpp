@@ -202,6 +202,9 @@ TEST_CASE("attention without a GPU says so; resolve refuses a head_dim the probl
     // It said "no GPU to take the arch from: give KernelConfig::arch" (a ConfigError).
     CHECK_THROWS_AS(rt.attention(problem, nullptr, nullptr, nullptr, nullptr, nullptr, open),
                     NoDeviceError);
+    KernelConfig d64 = open;
+    d64.head_dim = 64;
+    CHECK_THROWS_AS(rt.kernel(d64), NoDeviceError);
   }
   // Found before a compile and a load that the launch would refuse.
   KernelConfig other = open;
