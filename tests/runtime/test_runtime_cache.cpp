@@ -192,7 +192,7 @@ TEST_CASE("a runtime without disk cache compiles and keeps nothing on disk", "[c
   CHECK(fs::is_empty(dir.path()));
 }
 
-TEST_CASE("attention without a GPU says so; resolve refuses a head_dim the problem lacks",
+TEST_CASE("attention without a GPU says so, and resolve refuses a head_dim the problem lacks",
           "[cache]") {
   TempDir dir;
   Runtime rt(RuntimeOptions{dir.path(), true});
