@@ -115,7 +115,7 @@ LlvmRouteOutput compile_with_llvm(const codegen::KernelSource& source, bool keep
 
   llvm_route::Result result;
   std::string error;
-  if (!compile(request, result, error)) throw CompileError(error, result.log);
+  if (!compile(request, result, error)) throw CompileError(error, result.log, "clang (LLVM route)");
   if (result.llvm_version != llvm_version()) {
     throw ConfigError(fmt::format(
         "the LLVM route's plugin was built with LLVM {} but this library with LLVM {}: rebuild "

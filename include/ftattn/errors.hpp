@@ -19,15 +19,20 @@ class ConfigError : public Error {
   using Error::Error;
 };
 
-// NVRTC rejected the generated source; `log()` holds NVRTC's log verbatim.
+// The compiler rejected the generated source; `log()` holds its log verbatim, and `compiler()`
+// names it: NVRTC, or clang on the LLVM route.
 class CompileError : public Error {
  public:
-  CompileError(const std::string& what, std::string log)
-      : Error(what + "\n--- NVRTC log ---\n" + log), log_(std::move(log)) {}
+  CompileError(const std::string& what, std::string log, std::string compiler = "NVRTC")
+      : Error(what + "\n--- " + compiler + " log ---\n" + log),
+        log_(std::move(log)),
+        compiler_(std::move(compiler)) {}
   const std::string& log() const { return log_; }
+  const std::string& compiler() const { return compiler_; }
 
  private:
   std::string log_;
+  std::string compiler_;
 };
 
 // The disk cache could not be read or written (permissions, full disk, bad directory).

@@ -328,3 +328,13 @@ TEST_CASE("NVRTC output is the same from any working directory", "[cache][nvrtc]
   CHECK_FALSE(contains(in_a.ptx, a.path().filename().string()));
   CHECK_FALSE(contains(in_a.cubin, a.path().filename().string()));
 }
+
+TEST_CASE("a compile error names the compiler whose log it carries", "[cache]") {
+  // clang's errors on the LLVM route were printed under '--- NVRTC log ---'.
+  const CompileError nvrtc("compiling k failed", "line 1: error");
+  CHECK(nvrtc.compiler() == "NVRTC");
+  CHECK(std::string(nvrtc.what()).find("\n--- NVRTC log ---\nline 1: error") != std::string::npos);
+  const CompileError clang("compiling k failed", "k.cu:3: error", "clang (LLVM route)");
+  CHECK(std::string(clang.what()).find("--- clang (LLVM route) log ---") != std::string::npos);
+  CHECK(clang.log() == "k.cu:3: error");
+}

@@ -74,10 +74,10 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const ftattn::CompileError& e) {
-    // The reason first, then NVRTC's log: the log is what says what to fix.
+    // The reason first, then the compiler's log: the log is what says what to fix.
     const std::string what = e.what();
     print_error(what.substr(0, what.find('\n')));
-    std::fputs(fmt::format("--- NVRTC log ---\n{}\n", e.log()).c_str(), stderr);
+    std::fputs(fmt::format("--- {} log ---\n{}\n", e.compiler(), e.log()).c_str(), stderr);
   } catch (const ftattn::Error& e) {
     print_error(e.what());
   } catch (const std::exception& e) {
