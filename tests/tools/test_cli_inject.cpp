@@ -1,6 +1,9 @@
 // `ftattn inject` as a user meets it without a GPU: bad flags exit 2 with a reason that says
 // what to change, checked before the device is; a good command line says no GPU was found.
 #include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "tests/support/shell.hpp"
@@ -65,6 +68,32 @@ TEST_CASE("cli inject: bad flags say what to change", "[cli][campaign]") {
                            "output=1e-7,row_sum=2e-4");
   CHECK(ok.exit_code != 0);
   CHECK(ok.err.find("no CUDA driver") != std::string::npos);
+}
+
+TEST_CASE("cli inject: a run that stops before its first row leaves no new CSV behind",
+          "[cli][campaign]") {
+  // The appended files were created, the summary with its header alone, before the no-GPU error.
+  ftattn::test::TempDir dir;
+  const auto summary = dir.path() / "summary.csv", calibration = dir.path() / "calibration.csv";
+  const CliRun r = inject(dir,
+                          "--head-dim 64 --protection efta_correct --site scores "
+                          "--summary-csv " +
+                              shell_quote(summary.string()) + " --calibrate 2 --calibration-csv " +
+                              shell_quote(calibration.string()));
+  CHECK(says(r, "no CUDA driver"));
+  CHECK_FALSE(std::filesystem::exists(summary));
+  CHECK_FALSE(std::filesystem::exists(calibration));
+  // A file that exists is checked at once and left as it was.
+  { std::ofstream(summary) << "kept\n"; }
+  CHECK(says(
+      inject(dir, "--head-dim 64 --site scores --summary-csv " + shell_quote(summary.string())),
+      "no CUDA driver"));
+  std::ifstream in(summary);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(all == "kept\n");
+  CHECK(says(inject(dir, "--head-dim 64 --site scores --summary-csv " +
+                             shell_quote((dir.path() / "no" / "such" / "x.csv").string())),
+             "--summary-csv: cannot write"));
 }
 
 TEST_CASE("cli inject: a good command line needs a GPU and says so", "[cli][campaign]") {

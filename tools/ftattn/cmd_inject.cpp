@@ -95,12 +95,7 @@ class SummaryCsv {
  public:
   explicit SummaryCsv(const std::string& path)
       : out_("--summary-csv", path, OutputFile::Mode::append) {
-    if (!out_.is_open()) return;
-    if (out_.fresh()) {
-      out_.stream() << "config,protection,precision,head_dim,mask,shape,site,bits,"
-                    << campaign::summary_csv_counts_header() << "\n";
-      return;
-    }
+    if (!out_.is_open() || out_.fresh()) return;  // a new file gets its header with its first row
     // A file an older build began keeps its layout rather than mixing row lengths.
     std::ifstream existing(path);
     std::string header;
@@ -115,6 +110,11 @@ class SummaryCsv {
   void add(const KernelConfig& c, const Problem& p, const std::string& site,
            const std::string& bits, const campaign::Tally& t, double seconds) {
     if (!out_.is_open()) return;
+    if (out_.fresh() && !header_written_) {
+      out_.stream() << "config,protection,precision,head_dim,mask,shape,site,bits,"
+                    << campaign::summary_csv_counts_header() << "\n";
+      header_written_ = true;
+    }
     out_.stream() << fmt::format("{},{},{},{},{},{}x{}x{},{},{},{}\n", c.name(),
                                  to_string(c.protection), to_string(c.precision), c.head_dim,
                                  to_string(c.mask), p.batch, p.heads_q, p.seqlen_q, site, bits,
@@ -125,6 +125,7 @@ class SummaryCsv {
  private:
   OutputFile out_;
   bool legacy_ = false;  // the file's header predates the miscorrected column
+  bool header_written_ = false;
 };
 
 int run_inject(const InjectOptions& o, const GlobalOptions& global) {

@@ -29,17 +29,28 @@ OutputFile::OutputFile(std::string flag, std::string path, Mode mode)
   if (fs::is_directory(path_, ec))
     throw ConfigError(fmt::format("{}: '{}' is a folder: give a file name", flag_, path_));
   if (mode == Mode::append) {
-    fresh_ = !fs::exists(path_, ec) || fs::file_size(path_, ec) == 0;
+    const bool existed = fs::exists(path_, ec);
+    fresh_ = !existed || fs::file_size(path_, ec) == 0;
+    // Tried now, so a path that cannot be written fails at once; opened at the first write, so
+    // a command that fails before writing a row leaves no new file (nor a header alone) behind.
     file_.open(path_, std::ios::app);
+    const bool writable = file_.is_open();
+    const int err = errno;
+    file_.close();
+    if (writable && !existed) fs::remove(path_, ec);
+    append_ = true;
+    if (!writable) throw cannot_write(err);
   } else {
     temp_ = fmt::format("{}.tmp.{}", path_, ::getpid());
     file_.open(temp_, std::ios::trunc);
+    if (!file_) throw cannot_write(errno);
   }
-  if (!file_)
-    throw ConfigError(
-        fmt::format("{}: cannot write '{}' ({}): give a file in a folder that exists "
-                    "and that you can write to",
-                    flag_, path_, std::strerror(errno)));
+}
+
+ConfigError OutputFile::cannot_write(int err) const {
+  return ConfigError(fmt::format(
+      "{}: cannot write '{}' ({}): give a file in a folder that exists and that you can write to",
+      flag_, path_, std::strerror(err)));
 }
 
 OutputFile::~OutputFile() {
@@ -49,7 +60,14 @@ OutputFile::~OutputFile() {
   }
 }
 
-std::ostream& OutputFile::stream() { return to_stdout_ ? std::cout : file_; }
+std::ostream& OutputFile::stream() {
+  if (to_stdout_) return std::cout;
+  if (append_ && !file_.is_open()) {
+    file_.open(path_, std::ios::app);
+    if (!file_) throw cannot_write(errno);
+  }
+  return file_;
+}
 
 void OutputFile::commit() {
   if (committed_ || !is_open()) return;
@@ -58,6 +76,7 @@ void OutputFile::commit() {
     std::cout.flush();
     return;
   }
+  if (append_ && !file_.is_open()) return;  // nothing was written
   file_.flush();
   const bool written = file_.good();
   file_.close();

@@ -8,6 +8,8 @@
 #include <iosfwd>
 #include <string>
 
+#include "ftattn/errors.hpp"
+
 namespace ftattn::cli {
 
 class OutputFile {
@@ -22,7 +24,8 @@ class OutputFile {
   OutputFile& operator=(const OutputFile&) = delete;
   ~OutputFile();  // an uncommitted replacement is removed; the old file stays
 
-  bool is_open() const { return to_stdout_ || file_.is_open(); }
+  // The flag was given (an appended file opens at its first write).
+  bool is_open() const { return to_stdout_ || append_ || file_.is_open(); }
   // An appended file that was new or empty, so it needs its header.
   bool fresh() const { return fresh_; }
   std::ostream& stream();
@@ -32,7 +35,8 @@ class OutputFile {
  private:
   std::string flag_, path_, temp_;
   std::ofstream file_;
-  bool to_stdout_ = false, fresh_ = false, committed_ = false;
+  bool to_stdout_ = false, fresh_ = false, committed_ = false, append_ = false;
+  ConfigError cannot_write(int err) const;
 };
 
 }  // namespace ftattn::cli
