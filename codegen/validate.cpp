@@ -193,9 +193,9 @@ void validate(const KernelConfig& c) {
   }
   if (c.protection == Protection::decoupled && is_block_sparse(c.mask)) {
     throw ConfigError(fmt::format(
-        "protection decoupled is built for masks none and causal, not {}: use another scheme "
-        "with {}, or a dense mask",
-        to_string(c.mask), to_string(c.mask)));
+        "protection decoupled runs masks none and causal, not {}: block-sparse masks need a "
+        "fused scheme (flash_abft, efta_detect or efta_correct), or use a dense mask",
+        to_string(c.mask)));
   }
   if (c.backend == Backend::llvm && c.protection == Protection::decoupled) {
     throw ConfigError(

@@ -618,7 +618,7 @@ TEST_CASE("validate: enum values outside their lists, decoupled with a block mas
   c = make(64, 128, 64, 4, 2);
   c.protection = Protection::decoupled;
   c.mask = Mask::block_sparse;
-  REQUIRE_CONFIG_ERROR(validate(c), "protection decoupled is built for masks none and causal");
+  REQUIRE_CONFIG_ERROR(validate(c), "protection decoupled runs masks none and causal");
 }
 
 TEST_CASE("validate: heads' block masks must not overlap", "[validate]") {
