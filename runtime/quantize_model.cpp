@@ -62,6 +62,12 @@ std::vector<double> attention_row(const Problem& pr, Precision p, Mask mask, int
                                   const reference::Tensor16& q, const reference::Tensor16& k,
                                   const reference::Tensor16& v, int b, int h, int row,
                                   bool lazy_int8) {
+  // No block mask is passed here: a block-sparse row would silently read as dense.
+  if (is_block_sparse(mask))
+    throw ConfigError(
+        fmt::format("quant_model::attention_row: mask {} is not modelled (the 8-bit "
+                    "kernels run none and causal)",
+                    to_string(mask)));
   const int d = pr.head_dim;
   const int hk = h / (pr.heads_q / pr.heads_kv);
   const Precision storage = Precision::f16;

@@ -126,3 +126,15 @@ TEST_CASE("int8's lazy softmax numerics: no less accurate than the eager ones", 
   const double f8 = model_error(Precision::fp8_e4m3, Mask::none, 1.0f, 0.0f, 64).rel_l2;
   CHECK(model_error(Precision::fp8_e4m3, Mask::none, 1.0f, 0.0f, 64, true).rel_l2 == f8);
 }
+
+TEST_CASE("the 8-bit host model refuses a mask it does not model", "[quantize]") {
+  // It takes no block mask, so a block-sparse row read as dense.
+  const Problem pr = Problem::bhsd(1, 1, 1, 16, 16, 64);
+  std::mt19937_64 rng(3);
+  const auto t = reference::random_tensor(rng, Precision::f16, pr.q, 1, 1, 16, 64);
+  CHECK_THROWS_AS(quant_model::attention_row(pr, Precision::int8, Mask::block_sparse, 64, t, t, t,
+                                             0, 0, 0, false),
+                  ConfigError);
+  CHECK(quant_model::attention_row(pr, Precision::int8, Mask::causal, 64, t, t, t, 0, 0, 3, false)
+            .size() == 64);
+}

@@ -1,6 +1,9 @@
 // The host reference itself: 16-bit conversions and the masks it applies.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
 
 #include "ftattn/reference.hpp"
 
@@ -78,4 +81,75 @@ TEST_CASE("reference causal rows are aligned bottom-right", "[reference]") {
   const auto first = reference::attention_row(pr, p, Mask::causal, q, k, v, 0, 0, 0);
   const auto first7 = reference::attention_row(seven, p, Mask::none, q, k, v, 0, 0, 0);
   for (int x = 0; x < 16; ++x) CHECK(first[x] == Approx(first7[x]));
+}
+
+namespace {
+
+// The reference's own output (rounded to the type) and LSE for every row of `pr`: what a
+// correct kernel writes.
+struct Exact {
+  reference::Tensor16 o;
+  std::vector<float> lse;
+};
+Exact exact_outputs(const Problem& pr, Precision p, Mask mask, const reference::Tensor16& q,
+                    const reference::Tensor16& k, const reference::Tensor16& v) {
+  Exact e;
+  e.o.strides = pr.o;
+  e.o.data.assign(reference::span_elements(pr.o, pr.batch, pr.heads_q, pr.seqlen_q, pr.head_dim),
+                  0);
+  for (int b = 0; b < pr.batch; ++b)
+    for (int h = 0; h < pr.heads_q; ++h)
+      for (int s = 0; s < pr.seqlen_q; ++s) {
+        double lse = 0.0;
+        const auto row = reference::attention_row(pr, p, mask, q, k, v, b, h, s, &lse);
+        for (int x = 0; x < pr.head_dim; ++x)
+          e.o.data[pr.o.batch * b + pr.o.head * h + pr.o.seq * s + x] =
+              reference::to_bits(static_cast<float>(row[x]), p);
+        e.lse.push_back(static_cast<float>(lse));
+      }
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("reference check: every LSE entry, and a fault confined to one row", "[reference]") {
+  const Precision p = Precision::f16;
+  // 9 query rows over 6 keys, causal: rows 0-2 see no key (LSE -inf, O 0).
+  const Problem pr = Problem::bhsd(1, 4, 4, 9, 6, 32);
+  std::mt19937_64 rng(21);
+  const auto q = reference::random_tensor(rng, p, pr.q, 1, 4, 9, 32);
+  const auto k = reference::random_tensor(rng, p, pr.k, 1, 4, 6, 32);
+  const auto v = reference::random_tensor(rng, p, pr.v, 1, 4, 6, 32);
+  const Exact good = exact_outputs(pr, p, Mask::causal, q, k, v);
+  CHECK(std::isinf(good.lse[0]));
+  const auto check = [&](const Exact& e, int rows) {
+    return reference::check(pr, p, Mask::causal, q, k, v, e.o, &e.lse, rows, 3);
+  };
+  CHECK(check(good, 4).passed);
+  CHECK(check(good, 0).passed);
+  // An LSE entry left at the caller's fill in a row the 4 sampled ones miss: it passed.
+  Exact unwritten = good;
+  unwritten.lse[2 * 9 + 5] = std::numeric_limits<float>::quiet_NaN();
+  CHECK_FALSE(check(unwritten, 4).passed);
+  CHECK(check(unwritten, 4).bad_lse == 1);
+  // -inf where the row sees keys.
+  Exact empty = good;
+  empty.lse[9 + 7] = -INFINITY;
+  CHECK_FALSE(check(empty, 4).passed);
+  // One row's output 5% off among 2048: the pooled rel L2 stays under the tolerance.
+  const Problem many = Problem::bhsd(1, 1, 1, 2048, 64, 32);
+  const auto mq = reference::random_tensor(rng, p, many.q, 1, 1, 2048, 32);
+  const auto mk = reference::random_tensor(rng, p, many.k, 1, 1, 64, 32);
+  const auto mv = reference::random_tensor(rng, p, many.v, 1, 1, 64, 32);
+  Exact one_row = exact_outputs(many, p, Mask::none, mq, mk, mv);
+  const auto zeroed = reference::check(many, p, Mask::none, mq, mk, mv, one_row.o, &one_row.lse, 0);
+  CHECK(zeroed.passed);
+  for (int x = 0; x < 32; ++x) {
+    uint16_t& bits = one_row.o.data[many.o.seq * 1000 + x];
+    bits = reference::to_bits(0.95f * reference::from_bits(bits, p), p);
+  }
+  const auto hit = reference::check(many, p, Mask::none, mq, mk, mv, one_row.o, &one_row.lse, 0);
+  CHECK(hit.rel_l2_error < 2e-3);  // the pooled figure alone let it through
+  CHECK(hit.max_row_error > 0.04);
+  CHECK_FALSE(hit.passed);
 }
