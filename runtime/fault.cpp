@@ -38,17 +38,20 @@ constexpr std::array<std::pair<FaultSite, std::string_view>, 11> kSites = {
      {FaultSite::scale, "scale"}}};
 
 template <class Enum, size_t N>
-std::string_view name_of(Enum e, const std::array<std::pair<Enum, std::string_view>, N>& names) {
+std::string_view name_of(std::string_view field, std::string_view kind, Enum e,
+                         const std::array<std::pair<Enum, std::string_view>, N>& names) {
   for (const auto& [value, name] : names)
     if (value == e) return name;
-  return "?";
+  // A value cast from outside the enum: as the config enums do, say so (it would otherwise
+  // act as whichever case a later switch falls into).
+  throw ConfigError(fmt::format("{} {} is not {} value", field, static_cast<int>(e), kind));
 }
 
 }  // namespace
 
-std::string_view to_string(OnFault f) { return name_of(f, kOnFault); }
+std::string_view to_string(OnFault f) { return name_of("on_fault", "an OnFault", f, kOnFault); }
 OnFault parse_on_fault(std::string_view text) { return parse_named("on_fault", text, kOnFault); }
-std::string_view to_string(FaultSite s) { return name_of(s, kSites); }
+std::string_view to_string(FaultSite s) { return name_of("site", "a FaultSite", s, kSites); }
 FaultSite parse_fault_site(std::string_view text) {
   return parse_named("fault site", text, kSites);
 }

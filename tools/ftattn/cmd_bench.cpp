@@ -91,8 +91,8 @@ Sweep sweep_of(const BenchOptions& o, std::ostream& log) {
   if (w.protections.empty()) w.protections.push_back(named ? w.base.protection : Protection::none);
 
   // Head dims come with the shapes; --head-dim or a name's head dim picks from them.
-  const int head_dim = f.head_dim_opt->count() > 0 ? f.head_dim : named ? w.base.head_dim : 0;
   const bool from_flag = f.head_dim_opt->count() > 0;
+  const int head_dim = from_flag ? f.head_dim : named ? w.base.head_dim : 0;
   const std::vector<Shape> all = o.shapes.empty() ? standard_grid() : parse_shapes(o.shapes);
   for (const Shape& s : all) {
     if (head_dim == 0 || s.head_dim == head_dim) {
