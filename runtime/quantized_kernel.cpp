@@ -95,13 +95,7 @@ class QuantizedKernel final : public Kernel {
     if (workspace_.bytes() < layout.bytes) workspace_ = DeviceBuffer(layout.bytes);
     const StreamOrder::Scope ordered(&workspace_order_, stream);
     AttentionParams p = quantized_params(problem, q, k, v, o, lse, stream);
-    enqueue(problem, p, stream, protect);
-    // The relaunch carries no fault plan, and the caller's thresholds and log size.
-    ProtectOptions relaunch = protect;
-    relaunch.inject.reset();
-    return protector_.settle(
-        protector_.collect(stream), protect.on_fault, c, problem, p, stream,
-        [&](AttentionParams& again) { enqueue(problem, again, stream, relaunch); });
+    return enqueue_and_settle(problem, p, stream, protect);
   }
 
   // with_q false: K and V only (the wgmma kernel quantises Q itself); the result's q and q_scale
@@ -196,11 +190,27 @@ class QuantizedKernel final : public Kernel {
   }
 
   void launch_quantized(const Problem& problem, const QuantizedInputs& in, void* o,
-                        Precision output, float* lse, CUstream stream,
-                        const ProtectOptions& protect = {}) const {
+                        Precision output, float* lse, CUstream stream) const {
     AttentionParams p = attention_params(problem, in, o, output, lse);
     std::lock_guard lock(protect_mu_);
-    enqueue(problem, p, stream, protect, /*reset_log=*/false);  // nothing reads the log
+    enqueue(problem, p, stream, {}, /*reset_log=*/false);  // nothing reads the log
+  }
+
+  // launch_quantized, then as run(): the fault log read and acted on.
+  FaultReport run_quantized(const Problem& problem, const QuantizedInputs& in, void* o,
+                            Precision output, float* lse, CUstream stream,
+                            const ProtectOptions& protect) const {
+    const KernelConfig& c = compiled_->config;
+    if (protect.prepared_kv != nullptr) require_preparable(c);
+    // Kernel::run's refusals (a policy or thresholds with nothing checked) before any GPU work.
+    check_protect_options(c, protect);
+    AttentionParams p = attention_params(problem, in, o, output, lse);
+    std::lock_guard lock(protect_mu_);
+    if (c.protection == Protection::none) {
+      enqueue(problem, p, stream, protect, /*reset_log=*/false);  // throws for a fault plan
+      return {};
+    }
+    return enqueue_and_settle(problem, p, stream, protect);
   }
 
  private:
@@ -261,6 +271,19 @@ class QuantizedKernel final : public Kernel {
     p.o_is_bf16 = output == Precision::bf16 ? 1 : 0;
     ensure_context();
     return p;
+  }
+
+  // A protected launch on `p` (caller holds protect_mu_), its fault log read and acted on as
+  // protect.on_fault says; a recompute relaunches on the same operands, without the fault plan
+  // but with the caller's thresholds and log size.
+  FaultReport enqueue_and_settle(const Problem& problem, AttentionParams& p, CUstream stream,
+                                 const ProtectOptions& protect) const {
+    enqueue(problem, p, stream, protect);
+    ProtectOptions relaunch = protect;
+    relaunch.inject.reset();
+    return protector_.settle(
+        protector_.collect(stream), protect.on_fault, compiled_->config, problem, p, stream,
+        [&](AttentionParams& again) { enqueue(problem, again, stream, relaunch); });
   }
 
   // Protection set-up (the fault log and plan; the checksum rows from the quantised V^T and K
@@ -414,6 +437,13 @@ QuantizedInputs quantize(const Kernel& kernel, const Problem& problem, const voi
 void launch_quantized(const Kernel& kernel, const Problem& problem, const QuantizedInputs& inputs,
                       void* o, Precision output, float* lse, CUstream stream) {
   runtime::as_quantized(kernel).launch_quantized(problem, inputs, o, output, lse, stream);
+}
+
+FaultReport run_quantized(const Kernel& kernel, const Problem& problem,
+                          const QuantizedInputs& inputs, void* o, Precision output, float* lse,
+                          CUstream stream, const ProtectOptions& protect) {
+  return runtime::as_quantized(kernel).run_quantized(problem, inputs, o, output, lse, stream,
+                                                     protect);
 }
 
 }  // namespace ftattn

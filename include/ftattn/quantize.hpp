@@ -57,8 +57,17 @@ QuantizedInputs quantize(const Kernel& kernel, const Problem& problem, const voi
 // Runs an int8 or fp8_e4m3 kernel on quantised operands; O (laid out as problem.o) is written as
 // `output` (f16 or bf16), and the log-sum-exp when `lse` is not null. ConfigError when the
 // inputs' origin names another precision or other sizes. Like Kernel::launch, a protected
-// kernel runs its checks here but nothing reads its fault log: Kernel::run reports.
+// kernel runs its checks here but nothing reads its fault log: run_quantized reports.
 void launch_quantized(const Kernel& kernel, const Problem& problem, const QuantizedInputs& inputs,
                       void* o, Precision output, float* lse, CUstream stream);
+
+// launch_quantized with `protect`'s thresholds and fault plan, then as Kernel::run: a protected
+// kernel (or a fault plan) waits for `stream`, reads the fault log and acts on it as
+// `protect.on_fault` says (OnFault::recompute relaunches the tiles with uncorrected detections
+// on the same quantised inputs, OnFault::raise throws FaultError). An unprotected kernel returns
+// an empty report without waiting, and refuses a policy or thresholds it has nothing to apply to.
+FaultReport run_quantized(const Kernel& kernel, const Problem& problem,
+                          const QuantizedInputs& inputs, void* o, Precision output, float* lse,
+                          CUstream stream, const ProtectOptions& protect = {});
 
 }  // namespace ftattn

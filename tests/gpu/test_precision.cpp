@@ -5,6 +5,7 @@
 #include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <random>
 
@@ -290,6 +291,93 @@ TEST_CASE("fp8 K: one scale per 64 keys, and the Hopper kernel refuses finer K s
       launch_quantized(*kernel, pr, per_key, dout.data(), Precision::f16, nullptr, nullptr),
       ConfigError);
   runtime::check(runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
+}
+
+TEST_CASE("run_quantized reads the fault log: clean, a planted flip seen, raised, recomputed",
+          "[gpu][q8][protect][run_quantized]") {
+  Runtime& rt = q8_runtime();
+  // Operands quantised once, as for a KV cache; every protected run then reads its own log.
+  const Problem pr = Problem::bhsd(1, 2, 2, 256, 512, 128);
+  std::mt19937_64 rng(21);
+  const auto q = reference::random_tensor(rng, Precision::f16, pr.q, 1, 2, 256, 128);
+  const auto k = reference::random_tensor(rng, Precision::f16, pr.k, 1, 2, 512, 128);
+  const auto v = reference::random_tensor(rng, Precision::f16, pr.v, 1, 2, 512, 128);
+  gpu_test::DeviceIo io(q, k, v);
+  runtime::DeviceBuffer ws(QuantizedLayout::of(pr).bytes);
+  // O (poisoned first) against the FP64 reference on every row.
+  auto checked = [&](Precision p, const std::function<FaultReport()>& call, FaultReport* fault) {
+    io.o.fill_bytes(0xFF);
+    const FaultReport r = call();
+    runtime::check(runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
+    if (fault != nullptr) *fault = r;
+    return reference::check(pr, p, Mask::causal, q, k, v, io.output(pr), nullptr, 0);
+  };
+  for (Precision p : q8_precisions(rt))
+    for (Protection prot : {Protection::flash_abft, Protection::efta_correct}) {
+      KernelConfig c = q8_config(128, p, Mask::causal);
+      c.protection = prot;
+      c.fault_injection = true;
+      const auto kernel = rt.kernel(rt.resolve(c, &pr));
+      INFO(kernel->compiled().name);
+      const QuantizedInputs in = quantize(*kernel, pr, io.q.data(), io.k.data(), io.v.data(),
+                                          Precision::f16, ws.data(), nullptr);
+      auto run = [&](const ProtectOptions& o) {
+        return [&, o] {
+          return run_quantized(*kernel, pr, in, io.o.data(), Precision::f16, nullptr, nullptr, o);
+        };
+      };
+      FaultReport clean;
+      const reference::CheckReport clean_check = checked(p, run({}), &clean);
+      CHECK(clean_check.passed);
+      CHECK(clean.detected == 0);
+      // An exponent bit of an O accumulator (thread 5, key block 1 of CTA 0): seen, and left in
+      // the output under report, unless efta_correct rebuilt it.
+      const ProtectOptions planted = gpu_test::plant(FaultSite::output, 30, 3);
+      FaultReport seen;
+      const reference::CheckReport seen_check = checked(p, run(planted), &seen);
+      INFO(seen.summary() << "; " << seen_check.summary());
+      CHECK(seen.detected >= 1);
+      CHECK(seen_check.passed == (seen.corrected == seen.detected));
+      // The log is reset per call: the next clean call reports nothing.
+      FaultReport after;
+      checked(p, run({}), &after);
+      CHECK(after.detected == 0);
+      ProtectOptions raise = planted;
+      raise.on_fault = OnFault::raise;
+      if (seen.corrected < seen.detected) CHECK_THROWS_AS(run(raise)(), FaultError);
+      ProtectOptions recompute = planted;
+      recompute.on_fault = OnFault::recompute;
+      FaultReport fixed;
+      const reference::CheckReport fixed_check = checked(p, run(recompute), &fixed);
+      INFO("recompute: " << fixed.summary() << "; " << fixed_check.summary());
+      CHECK(fixed_check.passed);
+      CHECK(fixed.unresolved == 0);
+      if (fixed.detected > fixed.corrected) CHECK(fixed.recomputed_tiles >= 1);
+      runtime::check(runtime::driver().cuCtxSynchronize(), "cuCtxSynchronize");
+    }
+  // An unprotected kernel: an empty report, the right answer, and a policy it cannot apply
+  // refused before any GPU work.
+  for (Precision p : q8_precisions(rt)) {
+    const auto kernel = rt.kernel(rt.resolve(q8_config(128, p, Mask::causal), &pr));
+    INFO(kernel->compiled().name);
+    const QuantizedInputs in = quantize(*kernel, pr, io.q.data(), io.k.data(), io.v.data(),
+                                        Precision::f16, ws.data(), nullptr);
+    FaultReport none;
+    CHECK(checked(
+              p,
+              [&] {
+                return run_quantized(*kernel, pr, in, io.o.data(), Precision::f16, nullptr,
+                                     nullptr);
+              },
+              &none)
+              .passed);
+    CHECK(none.clean());
+    ProtectOptions recompute;
+    recompute.on_fault = OnFault::recompute;
+    CHECK_THROWS_WITH(
+        run_quantized(*kernel, pr, in, io.o.data(), Precision::f16, nullptr, nullptr, recompute),
+        Catch::Contains("nothing is checked"));
+  }
 }
 
 TEST_CASE("the wgmma kernel quantises Q itself to the separate pass's bytes",
