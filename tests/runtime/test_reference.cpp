@@ -153,3 +153,39 @@ TEST_CASE("reference check: every LSE entry, and a fault confined to one row", "
   CHECK(hit.max_row_error > 0.04);
   CHECK_FALSE(hit.passed);
 }
+
+TEST_CASE("reference tolerances: int8's grows with the key count, no row may reach half its norm",
+          "[reference]") {
+  const auto at = [](Precision p, int keys) {
+    return reference::tolerance(p, Problem::bhsd(1, 1, 1, 64, keys, 128));
+  };
+  // Up to 4k keys the fixed bounds; 16x the keys doubles int8's, and only int8's.
+  CHECK(at(Precision::int8, 4096).rel_l2 == 5e-2);
+  CHECK(at(Precision::int8, 65536).rel_l2 == Approx(1e-1));
+  CHECK(at(Precision::int8, 65536).lse == Approx(2e-1));
+  CHECK(at(Precision::int8, 1 << 20).rel_l2 == Approx(2e-1));
+  for (Precision p : {Precision::f16, Precision::bf16, Precision::f16_pasa, Precision::fp8_e4m3}) {
+    INFO(to_string(p));
+    CHECK(at(p, 1 << 20).rel_l2 == at(p, 1024).rel_l2);
+    CHECK(at(p, 1 << 20).lse == at(p, 1024).lse);
+  }
+  CHECK(at(Precision::f16, 2048).row == Approx(2e-2));
+  CHECK(at(Precision::bf16, 2048).row == Approx(1e-1));
+  // 10x would let a row of zeros (error 1) through fp8 and long int8 runs.
+  CHECK(at(Precision::fp8_e4m3, 2048).row == 0.5);
+  CHECK(at(Precision::int8, 1 << 20).row == 0.5);
+  // In check(): an fp8 output with one row zeroed among 256 kept the pooled figure under 1e-1.
+  const Problem pr = Problem::bhsd(1, 1, 1, 256, 64, 32);
+  std::mt19937_64 rng(5);
+  const Precision f16 = Precision::f16;
+  const auto q = reference::random_tensor(rng, f16, pr.q, 1, 1, 256, 32);
+  const auto k = reference::random_tensor(rng, f16, pr.k, 1, 1, 64, 32);
+  const auto v = reference::random_tensor(rng, f16, pr.v, 1, 1, 64, 32);
+  Exact out = exact_outputs(pr, f16, Mask::none, q, k, v);
+  CHECK(reference::check(pr, Precision::fp8_e4m3, Mask::none, q, k, v, out.o, nullptr, 0).passed);
+  for (int x = 0; x < 32; ++x) out.o.data[pr.o.seq * 100 + x] = reference::to_bits(0.f, f16);
+  const auto zero_row =
+      reference::check(pr, Precision::fp8_e4m3, Mask::none, q, k, v, out.o, nullptr, 0);
+  CHECK(zero_row.rel_l2_error < 1e-1);
+  CHECK_FALSE(zero_row.passed);
+}
