@@ -496,38 +496,55 @@ std::filesystem::path DiskCache::entry_dir(const std::string& key) const {
 
 DiskCache::LoadResult DiskCache::load(const std::string& key, OnDamage on_damage) const {
   const fs::path dir = entry_dir(key);
-  std::error_code ec;
-  const fs::file_status st = fs::status(dir, ec);
-  if (st.type() == fs::file_type::not_found) return {LoadStatus::miss, std::nullopt, ""};
-  if (ec)
-    return {LoadStatus::miss, std::nullopt,
-            "cannot inspect '" + dir.string() + "': " + ec.message()};
+  // store() with Existing::replace may swap the entry while we read it: a read that mixed the
+  // two is read again, never taken for damage (which would remove the new entry). Each retry
+  // means another replacement happened, so this ends as soon as the writers pause.
+  for (int attempt = 1;; ++attempt) {
+    struct stat before {};
+    if (::stat(dir.c_str(), &before) != 0) {
+      if (errno == ENOENT || errno == ENOTDIR) return {LoadStatus::miss, std::nullopt, ""};
+      return {LoadStatus::miss, std::nullopt,
+              "cannot inspect '" + dir.string() + "': " + os_error(errno)};
+    }
 
-  Trouble trouble;
-  CacheEntry entry;
-  if (st.type() != fs::file_type::directory) {
-    trouble = damaged("entry is not a directory");
-  } else {
-    try {
-      trouble = read_entry(dir, key, entry);
-    } catch (const std::bad_alloc&) {  // our memory, not the entry
-      trouble = {Trouble::unreadable, "out of memory while reading it"};
-    } catch (const std::exception& e) {  // e.g. a JSON type surprise: still only a bad entry
-      trouble = damaged(std::string("unreadable entry: ") + e.what());
+    Trouble trouble;
+    CacheEntry entry;
+    if (!S_ISDIR(before.st_mode)) {
+      trouble = damaged("entry is not a directory");
+    } else {
+      try {
+        trouble = read_entry(dir, key, entry);
+      } catch (const std::bad_alloc&) {  // our memory, not the entry
+        trouble = {Trouble::unreadable, "out of memory while reading it"};
+      } catch (const std::exception& e) {  // e.g. a JSON type surprise: still only a bad entry
+        trouble = damaged(std::string("unreadable entry: ") + e.what());
+      }
+    }
+    if (!trouble) return {LoadStatus::hit, std::move(entry), ""};
+    if (trouble.kind == Trouble::unreadable) {
+      return {LoadStatus::miss, std::nullopt,
+              "cannot read '" + dir.string() + "': " + trouble.reason};
+    }
+    struct stat after {};
+    // Vanished while we read it (clear() or another reader discarding it): plain miss.
+    if (::stat(dir.c_str(), &after) != 0 && errno == ENOENT) {
+      return {LoadStatus::miss, std::nullopt, ""};
+    }
+    const bool replaced = after.st_ino != before.st_ino || after.st_dev != before.st_dev ||
+                          after.st_ctim.tv_sec != before.st_ctim.tv_sec ||
+                          after.st_ctim.tv_nsec != before.st_ctim.tv_nsec;
+    if (!replaced) {  // the entry we read is still the one there: its damage is real
+      if (on_damage == OnDamage::discard) discard_entry(root_, dir, key);
+      return {LoadStatus::corrupt, std::nullopt, trouble.reason};
+    }
+    if (attempt == 100) {
+      return {LoadStatus::miss, std::nullopt,
+              "'" + dir.string() + "' was replaced again every time it was read"};
     }
   }
-  if (!trouble) return {LoadStatus::hit, std::move(entry), ""};
-  if (trouble.kind == Trouble::unreadable) {
-    return {LoadStatus::miss, std::nullopt,
-            "cannot read '" + dir.string() + "': " + trouble.reason};
-  }
-  // Vanished while we read it (clear() or another reader discarding it): plain miss.
-  if (!fs::exists(dir, ec) && !ec) return {LoadStatus::miss, std::nullopt, ""};
-  if (on_damage == OnDamage::discard) discard_entry(root_, dir, key);
-  return {LoadStatus::corrupt, std::nullopt, trouble.reason};
 }
 
-void DiskCache::store(const CacheEntry& entry) {
+void DiskCache::store(const CacheEntry& entry, Existing existing) {
   const fs::path final_dir = entry_dir(entry.key);
   const fs::path tmp_root = root_ / kVersionDir / kTmpDir;
 
@@ -586,17 +603,38 @@ void DiskCache::store(const CacheEntry& entry) {
         }
         const int err = errno;
         if (err != EEXIST && err != ENOTEMPTY) throw IoFailure{"publish into", final_dir, err};
+        if (existing == Existing::replace) {
+          // Swapped in one step, so a reader sees the old entry or ours, never neither. The old
+          // one now has our temp dir's name, and the guard removes it.
+          if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) ==
+              0) {
+            return;
+          }
+          const int swap_err = errno;
+          if (swap_err == ENOENT) continue;  // the old one went meanwhile, or clear() took ours
+          if (swap_err != EINVAL && swap_err != ENOSYS && swap_err != ENOTSUP) {
+            throw IoFailure{"publish into", final_dir, swap_err};
+          }
+          // A file system that cannot swap (NFS, older kernels): old one out, then ours in.
+          if (const int gone = discard_entry(root_, final_dir, entry.key);
+              gone != 0 && gone != ENOENT) {
+            throw IoFailure{"replace", final_dir, gone};
+          }
+          continue;
+        }
         // Someone published first. Same key => same content, so keep theirs if it is sound;
         // load() discards it if damaged and we try again. One we cannot read stays: it may well
         // be sound, and it is not ours to remove.
-        const LoadResult existing = load(entry.key);
-        if (existing.status == LoadStatus::hit) return;
-        if (existing.status == LoadStatus::miss && !existing.reason.empty()) {
+        const LoadResult theirs = load(entry.key);
+        if (theirs.status == LoadStatus::hit) return;
+        if (theirs.status == LoadStatus::miss && !theirs.reason.empty()) {
           throw_io("publish into", final_dir, 0,
-                   "an entry is already there and cannot be read: " + existing.reason);
+                   "an entry is already there and cannot be read: " + theirs.reason);
         }
       }
-      throw_io("publish into", final_dir, 0, "an existing entry kept reappearing damaged");
+      throw_io("publish into", final_dir, 0,
+               existing == Existing::replace ? "other entries kept taking its place"
+                                             : "an existing entry kept reappearing damaged");
     } catch (const IoFailure& f) {
       if (f.err == ENOENT && attempt < 2) continue;
       throw_io(f.what, f.path, f.err);

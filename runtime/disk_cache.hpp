@@ -3,7 +3,7 @@
 // Layout under the root:
 //   v1/<key[0:2]>/<key>/   one published entry: kernel.cu, kernel.ptx, kernel.cubin,
 //                          compile.log, meta.json and manifest.json (written last)
-//   v1/tmp/                entries being written, and damaged entries being deleted
+//   v1/tmp/                entries being written, and damaged or replaced entries being deleted
 //   locks/<key>.lock       flock files for KeyLock; never unlinked (see KeyLock)
 //
 // An entry is written in a private temp dir and renamed into place, so readers never see a
@@ -74,13 +74,20 @@ class DiskCache {
   // hash that differs from the manifest, a manifest or meta that does not parse or names another
   // key) gives `corrupt`, and the entry is removed unless `on_damage` says keep. A file that is
   // there but cannot be read (permissions, too many open files, I/O error) says nothing about
-  // the entry: that is a `miss` with the reason, and the entry stays.
+  // the entry: that is a `miss` with the reason, and the entry stays. An entry that store()
+  // replaces while it is read is read again, never taken for damaged.
   LoadResult load(const std::string& key, OnDamage on_damage = OnDamage::discard) const;
 
-  // Publishes `entry` atomically. If an equivalent entry is already there (another thread or
-  // process won the race) ours is dropped. Throws CacheError (path and OS error) when the cache
-  // cannot be written, when an entry is in the way that cannot be read, or for an invalid key.
-  void store(const CacheEntry& entry);
+  // What store() does with an entry already published under the key: keep it (another thread
+  // or process won the race, with the same content) or replace it (the caller found it stale).
+  enum class Existing { keep, replace };
+
+  // Publishes `entry` atomically. With Existing::keep, an equivalent entry already there is kept
+  // and ours dropped. With Existing::replace, ours takes its place in one step where the file
+  // system can swap directories (readers see the old entry or the new, never neither), else the
+  // old one is removed first. Throws CacheError (path and OS error) when the cache cannot be
+  // written, when an entry is in the way that cannot be read (keep), or for an invalid key.
+  void store(const CacheEntry& entry, Existing existing = Existing::keep);
 
   // Published entries (manifest present, naming the right key, file sizes matching), sorted by
   // name then key. Hashes are not checked here: that is load()'s job. Never throws for damage;

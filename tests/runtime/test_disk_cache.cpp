@@ -302,6 +302,87 @@ TEST_CASE("DiskCache store replaces nothing but heals a damaged entry", "[disk_c
   require_same(*r.entry, e);
 }
 
+TEST_CASE("DiskCache store with Existing::replace puts ours in the old entry's place",
+          "[disk_cache]") {
+  TempDir tmp;
+  DiskCache cache(tmp.path());
+  const CacheEntry old_entry = make_entry("replaced");
+  const CacheEntry other = make_entry("bystander");
+  cache.store(old_entry);
+  cache.store(other);
+  CacheEntry fresh = old_entry;  // same key, another compiler's output
+  fresh.ptx += "// recompiled\n";
+  fresh.cubin += "new";
+  fresh.meta["compiler"] = "another";
+
+  cache.store(fresh);  // keep: the entry there stays
+  require_same(*cache.load(old_entry.key).entry, old_entry);
+  cache.store(fresh, DiskCache::Existing::replace);
+  const auto r = cache.load(old_entry.key);
+  REQUIRE(r.status == Status::hit);
+  require_same(*r.entry, fresh);
+  const auto untouched = cache.load(other.key);
+  REQUIRE(untouched.status == Status::hit);
+  require_same(*untouched.entry, other);
+  CHECK(cache.list().size() == 2);
+  CHECK(fs::is_empty(tmp.path() / "v1" / "tmp"));  // the old entry went with our temp dir
+
+  // Nothing there, or a damaged entry there: published all the same.
+  const CacheEntry first = make_entry("first");
+  cache.store(first, DiskCache::Existing::replace);
+  require_same(*cache.load(first.key).entry, first);
+  fs::resize_file(cache.entry_dir(fresh.key) / "kernel.cubin", 1);
+  cache.store(old_entry, DiskCache::Existing::replace);
+  require_same(*cache.load(old_entry.key).entry, old_entry);
+  CHECK(fs::is_empty(tmp.path() / "v1" / "tmp"));
+}
+
+TEST_CASE("DiskCache readers of an entry being replaced see the old or the new, whole",
+          "[disk_cache]") {
+  TempDir tmp;
+  CacheEntry a = make_entry("swapped");
+  CacheEntry b = a;
+  b.ptx = std::string(1 << 16, 'b');  // big enough that reads and swaps overlap
+  b.meta["compiler"] = "b";
+  DiskCache(tmp.path()).store(a);
+  // Where the file system cannot swap directories, store() removes the old entry first, and a
+  // reader may find nothing for a moment; it must still never find a mixture or damage.
+  const fs::path x = tmp.path() / "x", y = tmp.path() / "y";
+  fs::create_directories(x);
+  fs::create_directories(y);
+  const bool swaps = ::renameat2(AT_FDCWD, x.c_str(), AT_FDCWD, y.c_str(), RENAME_EXCHANGE) == 0;
+  if (!swaps) WARN("this file system cannot swap directories: misses are allowed");
+
+  std::atomic<bool> done{false};
+  std::atomic<int> hits{0}, misses{0}, bad{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 4; ++t) {
+    readers.emplace_back([&] {
+      DiskCache cache(tmp.path());
+      while (!done) {
+        const auto r = cache.load(a.key);  // OnDamage::discard: a false alarm would remove it
+        if (r.status == Status::hit) {
+          ++hits;
+          if (r.entry->ptx != a.ptx && r.entry->ptx != b.ptx) ++bad;
+        } else if (r.status == Status::miss) {
+          ++misses;
+        } else {
+          ++bad;
+        }
+      }
+    });
+  }
+  DiskCache writer(tmp.path());
+  for (int i = 0; i < 300; ++i) writer.store(i % 2 == 0 ? b : a, DiskCache::Existing::replace);
+  done = true;
+  for (auto& t : readers) t.join();
+  INFO(hits << " hits, " << misses << " misses");
+  CHECK(bad == 0);
+  if (swaps) CHECK(misses == 0);
+  require_same(*writer.load(a.key).entry, a);
+  CHECK(fs::is_empty(tmp.path() / "v1" / "tmp"));
+}
+
 TEST_CASE("DiskCache ignores and clears temp dirs of crashed writers", "[disk_cache]") {
   TempDir tmp;
   DiskCache cache(tmp.path());
