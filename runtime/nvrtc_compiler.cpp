@@ -1,12 +1,9 @@
 #include "runtime/nvrtc_compiler.hpp"
 
-#include <dlfcn.h>
 #include <fmt/format.h>
 #include <nvrtc.h>
-#include <sys/stat.h>
 
 #include <chrono>
-#include <filesystem>
 #include <regex>
 #include <sstream>
 #include <string_view>
@@ -143,31 +140,14 @@ std::string nvrtc_version() {
   return fmt::format("{}.{}", major, minor);
 }
 
-const NvrtcLibrary& nvrtc_library() {
-  static const NvrtcLibrary library = [] {
-    NvrtcLibrary lib;
-    Dl_info info{};
-    // Whichever file defines the function we call is the NVRTC in use.
-    if (::dladdr(reinterpret_cast<const void*>(&nvrtcVersion), &info) == 0 ||
-        info.dli_fname == nullptr)
-      return lib;
-    std::error_code ec;
-    const std::filesystem::path real = std::filesystem::canonical(info.dli_fname, ec);
-    lib.path = ec ? std::string(info.dli_fname) : real.string();
-    struct stat st {};
-    if (::stat(lib.path.c_str(), &st) == 0) {
-      lib.bytes = static_cast<std::uintmax_t>(st.st_size);
-      lib.mtime_ns =
-          static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
-    }
-    return lib;
-  }();
+const LibraryFile& nvrtc_library() {
+  // Whichever file defines the function we call is the NVRTC in use.
+  static const LibraryFile library = library_file(reinterpret_cast<const void*>(&nvrtcVersion));
   return library;
 }
 
 std::string nvrtc_identity() {
-  const NvrtcLibrary& lib = nvrtc_library();
-  return fmt::format("{} {} {} {}", nvrtc_version(), lib.path, lib.bytes, lib.mtime_ns);
+  return fmt::format("{} {}", nvrtc_version(), to_string(nvrtc_library()));
 }
 
 ResourceUsage parse_ptxas_log(const std::string& log, const std::string& symbol) {

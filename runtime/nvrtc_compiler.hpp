@@ -1,11 +1,11 @@
 // NVRTC: generated source + embedded templates -> PTX and cubin for one arch.
 #pragma once
 
-#include <cstdint>
 #include <string>
 
 #include "ftattn/codegen.hpp"
 #include "ftattn/kernel.hpp"
+#include "runtime/library_file.hpp"
 
 namespace ftattn::runtime {
 
@@ -24,14 +24,9 @@ NvrtcOutput compile_with_nvrtc(const codegen::KernelSource& source);
 std::string nvrtc_version();
 
 // The NVRTC library this process loaded: nvrtcVersion() gives only major.minor, and a patch
-// update changes the code it emits, so its file is part of every NVRTC cache key too.
-struct NvrtcLibrary {
-  std::string path;           // real path, links resolved; empty if it cannot be found
-  std::uintmax_t bytes = 0;   // file size
-  std::int64_t mtime_ns = 0;  // modification time, nanoseconds since the epoch
-};
-// Looked up once per process, so keys stay the same within a run and an installation.
-const NvrtcLibrary& nvrtc_library();
+// update changes the code it emits, so its file is part of every NVRTC cache key too. Looked
+// up once per process, so keys stay the same within a run and an installation.
+const LibraryFile& nvrtc_library();
 
 // Version and library together, as cache_key() takes them: "13.0 <path> <bytes> <mtime_ns>".
 std::string nvrtc_identity();

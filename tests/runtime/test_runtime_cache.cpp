@@ -289,7 +289,7 @@ TEST_CASE("build_kernel says when the compiled kernel could not be stored", "[ca
 }
 
 TEST_CASE("the cache key holds the NVRTC library file, not only its major.minor", "[cache]") {
-  const runtime::NvrtcLibrary& lib = runtime::nvrtc_library();
+  const runtime::LibraryFile& lib = runtime::nvrtc_library();
   REQUIRE_FALSE(lib.path.empty());
   CHECK(fs::path(lib.path).is_absolute());
   CHECK(fs::is_regular_file(lib.path));  // links resolved
