@@ -5,11 +5,11 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <mutex>
 #include <vector>
 
 #include "codegen/embedded_templates.hpp"
 #include "ftattn/errors.hpp"
+#include "runtime/library_file.hpp"
 
 #ifdef FTATTN_WITH_LLVM
 #include "codegen/llvm/route_api.hpp"
@@ -35,12 +35,17 @@ std::string program_folder() {
   return p.substr(0, p.rfind('/'));
 }
 
-// Opens the plugin once; the same answer (entry point or the reasons it failed) afterwards.
-llvm_route::CompileFn plugin(std::string& why) {
-  static std::once_flag once;
-  static llvm_route::CompileFn entry = nullptr;
-  static std::string failures;
-  std::call_once(once, [] {
+// The plugin's entry points, or the reasons no candidate had them.
+struct Plugin {
+  llvm_route::CompileFn compile = nullptr;
+  llvm_route::CompilerFn compiler = nullptr;
+  std::string failures;
+};
+
+// Opens the plugin once; the same answer afterwards.
+const Plugin& plugin() {
+  static const Plugin found = [] {
+    Plugin p;
     std::vector<std::string> candidates;
     if (const char* env = std::getenv("FTATTN_LLVM_PLUGIN")) candidates.push_back(env);
     if (std::string folder = program_folder(); !folder.empty())
@@ -49,16 +54,23 @@ llvm_route::CompileFn plugin(std::string& why) {
     for (const std::string& path : candidates) {
       void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
       if (handle == nullptr) {
-        failures += fmt::format("\n  {}: {}", path, dlerror());
+        p.failures += fmt::format("\n  {}: {}", path, dlerror());
         continue;
       }
-      entry = reinterpret_cast<llvm_route::CompileFn>(dlsym(handle, llvm_route::kCompileSymbol));
-      if (entry != nullptr) return;
-      failures += fmt::format("\n  {}: no {} in it", path, llvm_route::kCompileSymbol);
+      p.compile =
+          reinterpret_cast<llvm_route::CompileFn>(dlsym(handle, llvm_route::kCompileSymbol));
+      p.compiler =
+          reinterpret_cast<llvm_route::CompilerFn>(dlsym(handle, llvm_route::kCompilerSymbol));
+      if (p.compile != nullptr && p.compiler != nullptr) return p;
+      // An older plugin, say: without both, its kernels could not be checked against the cache.
+      p.failures += fmt::format("\n  {}: not this version's plugin (it lacks {} or {})", path,
+                                llvm_route::kCompileSymbol, llvm_route::kCompilerSymbol);
+      p.compile = nullptr;
+      p.compiler = nullptr;
     }
-  });
-  why = failures;
-  return entry;
+    return p;
+  }();
+  return found;
 }
 #endif
 
@@ -82,6 +94,25 @@ std::string llvm_route_hash() {
 
 std::string llvm_route_toolkit_version() { return FTATTN_CUDA_TOOLKIT_VERSION; }
 
+const LlvmCompiler& llvm_compiler() {
+  static const LlvmCompiler compiler = [] {
+    LlvmCompiler c;
+#ifdef FTATTN_WITH_LLVM
+    const Plugin& route = plugin();
+    if (route.compiler == nullptr) return c;
+    llvm_route::Compiler found;
+    route.compiler(found);
+    c.version = "clang " + found.version;
+    c.identity = found.full_version;
+    for (const void* address : found.libraries) {
+      c.identity += "; " + to_string(library_file(address));
+    }
+#endif
+    return c;
+  }();
+  return compiler;
+}
+
 LlvmRouteOutput compile_with_llvm(const codegen::KernelSource& source, bool keep_ir) {
 #ifndef FTATTN_WITH_LLVM
   (void)keep_ir;
@@ -90,15 +121,14 @@ LlvmRouteOutput compile_with_llvm(const codegen::KernelSource& source, bool keep
       "rebuild, or use backend nvrtc",
       source.name));
 #else
-  std::string why;
-  llvm_route::CompileFn compile = plugin(why);
-  if (compile == nullptr) {
+  const Plugin& route = plugin();
+  if (route.compile == nullptr) {
     throw ConfigError(fmt::format(
         "{} is not in the cache, and the LLVM route's compiler cannot be opened on this machine:{}"
         "\nCompile LLVM-route kernels where LLVM 22 is installed, into a cache folder "
         "(ftattn compile --backend llvm --arch <sm> --cache-dir <folder> ...), and point "
         "FTATTN_CACHE_DIR (or --cache-dir) here at a copy of it; or use backend nvrtc",
-        source.name, why));
+        source.name, route.failures));
   }
   llvm_route::Request request;
   request.name = source.name;
@@ -115,7 +145,8 @@ LlvmRouteOutput compile_with_llvm(const codegen::KernelSource& source, bool keep
 
   llvm_route::Result result;
   std::string error;
-  if (!compile(request, result, error)) throw CompileError(error, result.log, "clang (LLVM route)");
+  if (!route.compile(request, result, error))
+    throw CompileError(error, result.log, "clang (LLVM route)");
   if (result.llvm_version != llvm_version()) {
     throw ConfigError(fmt::format(
         "the LLVM route's plugin was built with LLVM {} but this library with LLVM {}: rebuild "

@@ -1,9 +1,12 @@
-// The LLVM route end to end: front end, pass stages, NVPTX, nvJitLink; and the plugin's entry.
+// The LLVM route end to end: front end, pass stages, NVPTX, nvJitLink; and the plugin's entries.
+#include <clang/Basic/Version.h>
+#include <llvm-c/Core.h>
 #include <llvm/Config/llvm-config.h>
 #include <llvm/IR/DiagnosticInfo.h>
 #include <llvm/IR/DiagnosticPrinter.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/Support/raw_ostream.h>
+#include <nvJitLink.h>
 
 #include <chrono>
 
@@ -95,4 +98,17 @@ extern "C" __attribute__((visibility("default"))) bool ftattn_llvm_route_compile
     error = std::string("the LLVM route failed: ") + e.what();
     return false;
   }
+}
+
+// Looked up by name after dlopen (route_api.hpp: kCompilerSymbol).
+extern "C" __attribute__((visibility("default"))) void ftattn_llvm_route_compiler(
+    ftattn::llvm_route::Compiler& compiler) {
+  unsigned major = 0, minor = 0, patch = 0;
+  LLVMGetVersion(&major, &minor, &patch);
+  compiler.version =
+      std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+  compiler.full_version = clang::getClangFullVersion();
+  compiler.libraries = {reinterpret_cast<const void*>(&LLVMGetVersion),
+                        reinterpret_cast<const void*>(&clang::getClangFullVersion),
+                        reinterpret_cast<const void*>(&nvJitLinkVersion)};
 }

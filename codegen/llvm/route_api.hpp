@@ -63,8 +63,21 @@ bool compile(const Request& request, Result& result, std::string& error);
 // Renders the statistics as the table `ftattn inspect --ir` prints.
 std::string format_statistics(const Statistics& stats);
 
-// The plugin's entry point, looked up by name after dlopen.
+// What the plugin compiles with, read from the libraries loaded with it rather than from the
+// headers it was built against: an LLVM updated in place (same soname, new code) changes this
+// without a rebuild, and the cache must then not serve what the old one built.
+struct Compiler {
+  std::string version;       // "22.1.8", of the libLLVM loaded
+  std::string full_version;  // clang's: "Debian clang version 22.1.8 (1~deb12u1)"
+  // An address in each library whose code shapes the output (libLLVM, libclang-cpp,
+  // nvJitLink), so that the caller can name their files.
+  std::vector<const void*> libraries;
+};
+
+// The plugin's entry points, looked up by name after dlopen.
 using CompileFn = bool (*)(const Request&, Result&, std::string&);
 inline constexpr const char* kCompileSymbol = "ftattn_llvm_route_compile";
+using CompilerFn = void (*)(Compiler&);
+inline constexpr const char* kCompilerSymbol = "ftattn_llvm_route_compiler";
 
 }  // namespace ftattn::llvm_route

@@ -90,6 +90,18 @@ TEST_CASE("LLVM-route cache keys follow the pass list, the route and the LLVM ve
   CHECK(ftattn::runtime::llvm_route_hash().size() == 64);
 }
 
+TEST_CASE("the route's compiler is named from the libraries loaded, not the headers built with") {
+  const ftattn::runtime::LlvmCompiler& here = ftattn::runtime::llvm_compiler();
+  CHECK(&ftattn::runtime::llvm_compiler() == &here);  // asked once
+  CHECK(here.version == "clang " + ftattn::runtime::llvm_version());
+  CHECK(contains(here.identity, "clang version " + ftattn::runtime::llvm_version()));
+  // Each library's file, so that an update in place (same version number) is seen too.
+  for (const char* library : {"libLLVM", "libclang-cpp", "libnvJitLink"}) {
+    INFO(here.identity << " should name " << library);
+    CHECK(contains(here.identity, library));
+  }
+}
+
 TEST_CASE("the route compiles a generated unit to PTX with the kernel entry and a cubin") {
   const auto source = ftattn::codegen::generate(llvm_config());
   const auto out = ftattn::runtime::compile_with_llvm(source, /*keep_ir=*/true);
