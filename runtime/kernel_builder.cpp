@@ -45,10 +45,32 @@ void finish_resources(CompiledKernel& k) {
   k.resources.threads_per_block = launch_threads(k.config);
 }
 
+// Why a hit on an LLVM-route entry must not be served: it records another compiler than the
+// one `here`, or none (written before entries recorded it). Empty when it is current, and
+// wherever nothing can compile it (no plugin): there it is the only binary there is, as on a GPU
+// machine given a cache filled where LLVM is.
+std::string stale_reason(const nlohmann::json& meta, const LlvmCompiler& here) {
+  if (here.identity.empty()) return {};
+  const auto recorded = meta.is_object() ? meta.find("llvm_compiler") : meta.end();
+  if (recorded == meta.end() || !recorded->is_string()) {
+    return "it does not record which LLVM compiled it";
+  }
+  if (*recorded == here.identity) return {};
+  return fmt::format("it was compiled by {}, and this machine compiles with {}",
+                     recorded->get<std::string>(), here.identity);
+}
+
 }  // namespace
 
 BuildOutcome build_kernel(const KernelConfig& config, DiskCache* disk,
                           StoreFailure on_store_failure) {
+  // Only LLVM-route kernels ask: that may open the plugin.
+  return build_kernel(config, disk, on_store_failure,
+                      config.backend == Backend::llvm ? llvm_compiler() : LlvmCompiler{});
+}
+
+BuildOutcome build_kernel(const KernelConfig& config, DiskCache* disk,
+                          StoreFailure on_store_failure, const LlvmCompiler& llvm) {
   const codegen::KernelSource source = codegen::generate(config);
   const std::string key = cache_key(source);
   BuildOutcome outcome;
@@ -69,7 +91,15 @@ BuildOutcome build_kernel(const KernelConfig& config, DiskCache* disk,
     }
     DiskCache::LoadResult hit = disk->load(
         key, lock.owns_lock() ? DiskCache::OnDamage::discard : DiskCache::OnDamage::keep);
-    if (hit.status == DiskCache::LoadStatus::hit && hit.entry->source == source.text) {
+    std::string stale;
+    if (hit.status == DiskCache::LoadStatus::hit && source.backend == Backend::llvm) {
+      stale = stale_reason(hit.entry->meta, llvm);
+    }
+    if (!stale.empty()) {
+      outcome.stale_entry = true;
+      std::cerr << fmt::format("ftattn: cache entry {} for {} is stale ({}); recompiling\n", key,
+                               source.name, stale);
+    } else if (hit.status == DiskCache::LoadStatus::hit && hit.entry->source == source.text) {
       auto k = skeleton(config, source, key);
       k->ptx = std::move(hit.entry->ptx);
       k->cubin = std::move(hit.entry->cubin);
@@ -117,8 +147,6 @@ BuildOutcome build_kernel(const KernelConfig& config, DiskCache* disk,
     entry.cubin = k->cubin;
     entry.log = k->compile_log;
     entry.meta = {{"config", k->name},
-                  {"nvrtc_version", nvrtc_version()},
-                  {"nvrtc_library", nvrtc_library().path},
                   {"ftattn_version", FTATTN_VERSION},
                   {"options", k->options},
                   {"compile_seconds", k->compile_seconds},
@@ -128,8 +156,18 @@ BuildOutcome build_kernel(const KernelConfig& config, DiskCache* disk,
                                        std::chrono::system_clock::now().time_since_epoch())
                                        .count()},
                   {"resources", resources_json(k->resources)}};
+    if (source.backend == Backend::llvm) {
+      entry.meta["compiler"] = llvm.version;
+      entry.meta["llvm_compiler"] = llvm.identity;  // what a later hit is checked against
+    } else {
+      entry.meta["compiler"] = "NVRTC " + nvrtc_version();
+      entry.meta["nvrtc_version"] = nvrtc_version();
+      entry.meta["nvrtc_library"] = nvrtc_library().path;
+    }
     try {
-      disk->store(entry);
+      // A stale entry is ours to replace: we hold its lock and compiled its successor.
+      disk->store(entry,
+                  outcome.stale_entry ? DiskCache::Existing::replace : DiskCache::Existing::keep);
       outcome.stored = true;
     } catch (const CacheError& e) {
       outcome.store_error = e.what();
