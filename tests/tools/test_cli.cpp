@@ -372,6 +372,7 @@ TEST_CASE("cli: compile fills the cache, cache ls, clear and path", "[cli]") {
   const CliRun ls = run_cli(dir, with_cache(dir, {"cache", "ls"}));
   REQUIRE(ls.exit_code == 0);
   CHECK(contains(ls.out, name));
+  CHECK(contains(ls.out, "  NVRTC "));  // which compiler built it
   // The word the help uses works too.
   const CliRun list = run_cli(dir, with_cache(dir, {"cache", "list"}));
   CHECK(list.exit_code == 0);

@@ -48,16 +48,22 @@ int run_ls(const GlobalOptions& global) {
   }
   std::size_t name_width = 4;
   for (const auto& e : entries) name_width = std::max(name_width, e.name.size());
-  fmt::print("{:<{}}  {:<32}  {:>10}  {:>6}  {:>8}\n", "NAME", name_width, "KEY", "SIZE", "AGE",
-             "COMPILE");
+  fmt::print("{:<{}}  {:<32}  {:>10}  {:>6}  {:>8}  {}\n", "NAME", name_width, "KEY", "SIZE", "AGE",
+             "COMPILE", "COMPILER");
   double total = 0;
   for (const auto& e : entries) {
     const auto seconds = e.meta.is_object() ? e.meta.find("compile_seconds") : e.meta.end();
     const std::string compile = seconds != e.meta.end() && seconds->is_number()
                                     ? fmt::format("{:.2f} s", seconds->get<double>())
                                     : "-";
-    fmt::print("{:<{}}  {:<32}  {:>10}  {:>6}  {:>8}\n", e.name, name_width, e.key,
-               human_bytes(static_cast<double>(e.bytes)), human_age(e.written), compile);
+    // Entries written before ftattn recorded it have none.
+    const auto by = e.meta.is_object() ? e.meta.find("compiler") : e.meta.end();
+    const std::string compiler =
+        by != e.meta.end() && by->is_string() && !by->get<std::string>().empty()
+            ? by->get<std::string>()
+            : "-";
+    fmt::print("{:<{}}  {:<32}  {:>10}  {:>6}  {:>8}  {}\n", e.name, name_width, e.key,
+               human_bytes(static_cast<double>(e.bytes)), human_age(e.written), compile, compiler);
     total += static_cast<double>(e.bytes);
   }
   fmt::print("{} entr{}, {} in {}{}\n", entries.size(), entries.size() == 1 ? "y" : "ies",
