@@ -294,17 +294,19 @@ Tolerance tolerance(Precision p, const KeysValues& kv, int hk) {
   return t;
 }
 
-// LSE bound: the precision's error in the target's score, which is up to kMaxScore (f16_pasa:
-// FP16 sums; int8 and fp8: quantised Q and K, E4M3 to 2^-4). A dropped target lowers LSE by at
-// least kMargin - log(seqlen_k) (11 at 16k keys) and a decoy let in raises it by kDecoyMargin.
-double lse_tolerance(Precision p) {
+// LSE bound: the precision's error in the target's score `score`, which is up to kMaxScore
+// (f16_pasa: FP16 sums; int8 and fp8: quantised Q and K, so an error relative to the score: on an
+// H200 int8 was 0.52 off at 116 and fp8 up to 3.1 at 105, E4M3 keeping 2^-4). A dropped target
+// lowers LSE by at least kMargin - log(seqlen_k) (11 at 16k keys); a decoy let in shows in the
+// output, which is checked element by element.
+double lse_tolerance(Precision p, double score) {
   switch (p) {
     case Precision::f16_pasa:
       return 1.0;
     case Precision::int8:
-      return 0.5;
+      return 0.5 + 0.01 * std::abs(score);
     case Precision::fp8_e4m3:
-      return 2.0;
+      return 1.0 + 0.05 * std::abs(score);
     default:
       return 5e-2;
   }
@@ -522,8 +524,9 @@ TEST_CASE("every key counts: rows that attend to one key see that key", "[gpu][e
           want_lse = s * pr.scale() + std::log1p(rp.tail);
         }
         const float got_lse = lse[size_t(h) * sq + row];
-        const bool lse_ok =
-            rp.target < 0 ? got_lse == -INFINITY : std::abs(got_lse - want_lse) <= lse_tolerance(p);
+        const bool lse_ok = rp.target < 0
+                                ? got_lse == -INFINITY
+                                : std::abs(got_lse - want_lse) <= lse_tolerance(p, want_lse);
         bad_rows += e.ratio > 1;
         bad_lse += !lse_ok;
         if ((e.ratio > 1 || !lse_ok) && reported++ < 4) {
