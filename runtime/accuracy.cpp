@@ -21,6 +21,18 @@ Metrics compare(std::span<const double> golden, std::span<const double> output) 
   if (golden.size() != output.size())
     throw Error(fmt::format("accuracy::compare: {} golden elements but {} outputs", golden.size(),
                             output.size()));
+  // A NaN in the golden drops out of max_abs (std::max skips it) and an Inf turns the ratios
+  // into NaN: the metrics would read as no worse than the kernel's, or as the kernel's fault.
+  long long golden_bad = 0;
+  size_t first_bad = 0;
+  for (size_t i = 0; i < golden.size(); ++i)
+    if (!std::isfinite(golden[i]) && golden_bad++ == 0) first_bad = i;
+  if (golden_bad > 0)
+    throw Error(fmt::format(
+        "accuracy::compare: the golden tensor has {} NaN or Inf values of {} (the first, element "
+        "{}, is {}): no metric against it means anything; check the inputs for NaN or Inf (or "
+        "values that overflow their 16-bit type) and recompute the golden",
+        golden_bad, golden.size(), first_bad, golden[first_bad]));
   Metrics m;
   m.elements = static_cast<long long>(golden.size());
   if (golden.empty()) return m;

@@ -23,7 +23,8 @@ struct Metrics {
 };
 
 // Metrics of `output` against `golden` (same length, flattened alike). Non-finite outputs count
-// in non_finite_rate and make every other metric NaN, as they would in the papers' tables.
+// in non_finite_rate and make every other metric NaN, as they would in the papers' tables. A
+// non-finite golden value throws Error: the reference itself is broken, not the output.
 Metrics compare(std::span<const double> golden, std::span<const double> output);
 
 // Symmetric INT8 quantisation with R = 127 (the paper's "R = 256" would overflow int8):

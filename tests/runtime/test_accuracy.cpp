@@ -4,6 +4,7 @@
 #include <random>
 
 #include "ftattn/accuracy.hpp"
+#include "ftattn/errors.hpp"
 
 using namespace ftattn;
 
@@ -34,6 +35,25 @@ TEST_CASE("metrics: NaN outputs are counted and poison the rest", "[accuracy]") 
   CHECK(std::isnan(m.rel_l2));
   CHECK(std::isnan(m.cosine));
   CHECK_THROWS(accuracy::compare(g, std::vector<double>{1, 2}));
+}
+
+TEST_CASE("metrics: a NaN or Inf in the golden is an error, not a quiet metric", "[accuracy]") {
+  const std::vector<double> o{1, 2, 3, 4};
+  // Before, a NaN golden dropped out of max_abs and left a finite value there.
+  const std::vector<double> nan_golden{1, NAN, 3, 4};
+  CHECK_THROWS_AS(accuracy::compare(nan_golden, o), Error);
+  CHECK_THROWS_WITH(accuracy::compare(nan_golden, o),
+                    Catch::Contains("golden tensor has 1 NaN or Inf values of 4") &&
+                        Catch::Contains("element 1, is nan"));
+  const std::vector<double> inf_golden{1, 2, -INFINITY, INFINITY};
+  CHECK_THROWS_WITH(accuracy::compare(inf_golden, o), Catch::Contains("has 2 NaN or Inf values") &&
+                                                          Catch::Contains("element 2, is -inf"));
+  // Also where the output is non-finite at the same place: the golden is what is broken.
+  const std::vector<double> both{1, NAN, 3, 4};
+  CHECK_THROWS_AS(accuracy::compare(nan_golden, both), Error);
+  // The size check still comes first.
+  CHECK_THROWS_WITH(accuracy::compare(nan_golden, std::vector<double>{1}),
+                    Catch::Contains("4 golden elements but 1 outputs"));
 }
 
 TEST_CASE("per-token INT8 quantisation: range, scale and error bound", "[accuracy]") {
