@@ -45,68 +45,122 @@ DecoupledWorkspace decoupled_workspace(const Problem& pr) {
   return w;
 }
 
-campaign::InjectionSpace decoupled_injection_space(const KernelConfig& c, const Problem& pr,
-                                                   FaultSite site) {
-  const DecoupledTiles t = codegen::decoupled_tiles(c.head_dim);
-  const bool causal = is_causal(c.mask);
-  campaign::InjectionSpace s;
+namespace {
+
+enum class Stage { scores, softmax, output };
+
+Stage stage_of(FaultSite site) {
   switch (site) {
     case FaultSite::scores:
-    case FaultSite::checksum: {  // scores GEMM, grid (key tiles, row tiles, batch x heads)
-      s.threads = DecoupledTiles::scores_threads;
-      s.elements = site == FaultSite::scores ? 2 * 8 * 4 : 2 * 4;
-      const int n_tiles = div_up(pr.seqlen_k, DecoupledTiles::scores_n);
-      const int m_tiles = div_up(pr.seqlen_q, DecoupledTiles::scores_m);
-      for (int bh = 0; bh < pr.batch * pr.heads_q; ++bh)
-        for (int m = 0; m < m_tiles; ++m)
-          for (int n = 0; n < n_tiles; ++n) {
-            const int last_row = std::min((m + 1) * DecoupledTiles::scores_m, pr.seqlen_q) - 1;
-            const bool runs = n * DecoupledTiles::scores_n < valid_keys(pr, causal, last_row);
-            s.iterations.push_back(runs ? c.head_dim / DecoupledTiles::k_step : 0);
-          }
-      return s;
-    }
+    case FaultSite::checksum:
+      return Stage::scores;
     case FaultSite::row_max:
     case FaultSite::row_sum:
-    case FaultSite::probs: {  // softmax, 4 rows per CTA; a chunk every warp of the CTA runs
-      s.threads = 32 * DecoupledTiles::softmax_rows;
-      s.elements = site == FaultSite::probs ? 4 : 1;
-      const int64_t rows = int64_t{pr.batch} * pr.heads_q * pr.seqlen_q;
-      for (int64_t r0 = 0; r0 < rows; r0 += DecoupledTiles::softmax_rows) {
-        int chunks = std::numeric_limits<int>::max();
-        for (int w = 0; w < DecoupledTiles::softmax_rows; ++w) {
-          const int64_t r = r0 + w;
-          chunks =
-              r < rows
-                  ? std::min(chunks,
-                             div_up(valid_keys(pr, causal, static_cast<int>(r % pr.seqlen_q)), 128))
-                  : 0;
-        }
-        s.iterations.push_back(chunks);
-      }
-      return s;
-    }
-    case FaultSite::output: {  // output GEMM, grid (row tiles, heads, batch)
-      s.threads = t.output_threads();
-      s.elements = 2 * (t.output_warp_n / 8) * 4;
-      const int64_t ld = decoupled_workspace(pr).row_elements;
-      const int m_tiles = div_up(pr.seqlen_q, t.output_m());
-      for (int bh = 0; bh < pr.batch * pr.heads_q; ++bh)
-        for (int m = 0; m < m_tiles; ++m) {
-          const int last_row = std::min((m + 1) * t.output_m(), pr.seqlen_q) - 1;
-          const int64_t k_end = std::min<int64_t>(
-              ld, int64_t{div_up(valid_keys(pr, causal, last_row), DecoupledTiles::k_step)} *
-                      DecoupledTiles::k_step);
-          s.iterations.push_back(static_cast<int>(k_end / DecoupledTiles::k_step));
-        }
-      return s;
-    }
+    case FaultSite::probs:
+      return Stage::softmax;
+    case FaultSite::output:
+      return Stage::output;
     default:
       throw ConfigError(fmt::format(
           "decoupled has no injection point for site {}: use scores, checksum, row_max, row_sum, "
           "probs or output",
           campaign::site_name(site)));
   }
+}
+
+}  // namespace
+
+DecoupledSiteKernel decoupled_site_kernel(const KernelConfig& c, FaultSite site) {
+  switch (stage_of(site)) {
+    case Stage::scores:
+      return {"scores GEMM", "32-wide k step over head_dim", DecoupledTiles::scores_threads};
+    case Stage::softmax:
+      return {"softmax", "128-key chunk of the thread's row", 32 * DecoupledTiles::softmax_rows};
+    case Stage::output:
+      return {"output GEMM", "32-key k step",
+              codegen::decoupled_tiles(c.head_dim).output_threads()};
+  }
+  return {};
+}
+
+long long decoupled_site_ctas(const KernelConfig& c, const Problem& pr, FaultSite site) {
+  const long long bh = int64_t{pr.batch} * pr.heads_q;
+  switch (stage_of(site)) {
+    case Stage::scores:  // grid (key tiles, row tiles, batch x heads)
+      return bh * div_up(pr.seqlen_q, DecoupledTiles::scores_m) *
+             div_up(pr.seqlen_k, DecoupledTiles::scores_n);
+    case Stage::softmax:  // 4 rows per CTA
+      return (bh * pr.seqlen_q + DecoupledTiles::softmax_rows - 1) / DecoupledTiles::softmax_rows;
+    case Stage::output:  // grid (row tiles, heads, batch)
+      return bh * div_up(pr.seqlen_q, codegen::decoupled_tiles(c.head_dim).output_m());
+  }
+  return 0;
+}
+
+int decoupled_site_iterations(const KernelConfig& c, const Problem& pr, FaultSite site,
+                              long long cta, int thread) {
+  const bool causal = is_causal(c.mask);
+  switch (stage_of(site)) {
+    case Stage::scores: {  // every k step, unless the tile is above every row's diagonal
+      const int n_tiles = div_up(pr.seqlen_k, DecoupledTiles::scores_n);
+      const int n = static_cast<int>(cta % n_tiles);
+      const int m = static_cast<int>(cta / n_tiles % div_up(pr.seqlen_q, DecoupledTiles::scores_m));
+      const int last_row = std::min((m + 1) * DecoupledTiles::scores_m, pr.seqlen_q) - 1;
+      const bool runs = n * DecoupledTiles::scores_n < valid_keys(pr, causal, last_row);
+      return runs ? c.head_dim / DecoupledTiles::k_step : 0;
+    }
+    case Stage::softmax: {  // warp w takes row 4 cta + w: its chunks (none past the last row)
+      const int64_t r = cta * DecoupledTiles::softmax_rows + thread / 32;
+      if (r >= int64_t{pr.batch} * pr.heads_q * pr.seqlen_q) return 0;
+      return div_up(valid_keys(pr, causal, static_cast<int>(r % pr.seqlen_q)), 128);
+    }
+    case Stage::output: {  // the k steps up to the tile's last row's keys
+      const DecoupledTiles t = codegen::decoupled_tiles(c.head_dim);
+      const int m = static_cast<int>(cta % div_up(pr.seqlen_q, t.output_m()));
+      const int last_row = std::min((m + 1) * t.output_m(), pr.seqlen_q) - 1;
+      const int64_t k_end = std::min<int64_t>(
+          decoupled_workspace(pr).row_elements,
+          int64_t{div_up(valid_keys(pr, causal, last_row), DecoupledTiles::k_step)} *
+              DecoupledTiles::k_step);
+      return static_cast<int>(k_end / DecoupledTiles::k_step);
+    }
+  }
+  return 0;
+}
+
+campaign::InjectionSpace decoupled_injection_space(const KernelConfig& c, const Problem& pr,
+                                                   FaultSite site) {
+  const DecoupledTiles t = codegen::decoupled_tiles(c.head_dim);
+  campaign::InjectionSpace s;
+  s.threads = decoupled_site_kernel(c, site).threads;
+  switch (site) {
+    case FaultSite::scores:
+      s.elements = 2 * 8 * 4;
+      break;
+    case FaultSite::checksum:
+      s.elements = 2 * 4;
+      break;
+    case FaultSite::probs:
+      s.elements = 4;
+      break;
+    case FaultSite::output:
+      s.elements = 2 * (t.output_warp_n / 8) * 4;
+      break;
+    default:  // row_max, row_sum
+      s.elements = 1;
+  }
+  // The draw picks the thread apart from the iteration: a softmax CTA counts the chunks every
+  // one of its warps runs (none where a warp is past the last row).
+  const int warps = stage_of(site) == Stage::softmax ? DecoupledTiles::softmax_rows : 1;
+  const long long ctas = decoupled_site_ctas(c, pr, site);
+  s.iterations.reserve(static_cast<size_t>(ctas));
+  for (long long cta = 0; cta < ctas; ++cta) {
+    int n = std::numeric_limits<int>::max();
+    for (int w = 0; w < warps; ++w)
+      n = std::min(n, decoupled_site_iterations(c, pr, site, cta, 32 * w));
+    s.iterations.push_back(n);
+  }
+  return s;
 }
 
 void DecoupledLauncher::launch(const Module& module, const std::string& symbol,

@@ -43,6 +43,21 @@ DecoupledWorkspace decoupled_workspace(const Problem& problem);
 campaign::InjectionSpace decoupled_injection_space(const KernelConfig& config,
                                                    const Problem& problem, FaultSite site);
 
+// The kernel that takes `site`'s faults, as a plan addresses it: its name and what an iteration
+// is there (for messages), and its CTA's threads. ConfigError for a site the three do not have.
+struct DecoupledSiteKernel {
+  const char* name = "";
+  const char* iteration = "";
+  int threads = 0;
+};
+DecoupledSiteKernel decoupled_site_kernel(const KernelConfig& config, FaultSite site);
+// Its CTAs on `problem`, linear as FaultPlan::cta counts them.
+long long decoupled_site_ctas(const KernelConfig& config, const Problem& problem, FaultSite site);
+// The iterations of `site` thread `thread` of CTA `cta` runs: 0 for a GEMM tile above every row's
+// diagonal, or a softmax warp past the last row.
+int decoupled_site_iterations(const KernelConfig& config, const Problem& problem, FaultSite site,
+                              long long cta, int thread);
+
 // Launches the three kernels of a loaded decoupled module. Keeps one workspace, grown on demand:
 // launches of one kernel object must not overlap in time (the baseline is for benchmarks and
 // tests; give each stream its own Runtime to run them concurrently).
