@@ -11,6 +11,7 @@
 
 #include "ftattn/errors.hpp"
 #include "runtime/decoupled_launch.hpp"
+#include "runtime/fault_plan.hpp"
 #include "runtime/hash.hpp"
 
 namespace ftattn::campaign {
@@ -32,7 +33,7 @@ bool has_scale_site(const KernelConfig& c) {
          c.protection != Protection::decoupled;
 }
 
-// The fused sm80 kernel: grid (m_blocks, heads_q, batch), causal grids longest-first, one
+// The fused kernels: grid (m_blocks, heads_q, batch), causal grids longest-first, one
 // iteration per key block (fwd_sm80.cuh).
 InjectionSpace fused_space(const KernelConfig& c, const Problem& pr, FaultSite site) {
   if (is_block_sparse(c.mask))
@@ -86,19 +87,12 @@ InjectionSpace fused_space(const KernelConfig& c, const Problem& pr, FaultSite s
                       "probs, row_max, row_sum, rescale, output or checksum",
                       site_name(site)));
   }
-  const int m_blocks = (pr.seqlen_q + c.block_m - 1) / c.block_m;
-  const int diag = pr.seqlen_k - pr.seqlen_q;
-  for (int b = 0; b < pr.batch; ++b)
-    for (int h = 0; h < pr.heads_q; ++h)
-      for (int x = 0; x < m_blocks; ++x) {
-        const int m_block = is_causal(c.mask) ? m_blocks - 1 - x : x;
-        int n_blocks = (pr.seqlen_k + c.block_n - 1) / c.block_n;
-        if (is_causal(c.mask)) {
-          const int last_key = query_tile_row0(c, pr.seqlen_q, m_block) + c.block_m - 1 + diag;
-          n_blocks = last_key < 0 ? 0 : std::min(n_blocks, last_key / c.block_n + 1);
-        }
-        s.iterations.push_back(n_blocks);
-      }
+  // The bounds every launch checks a plan against (runtime::check_fault_plan): a draw from
+  // here always passes.
+  const long long ctas = runtime::fused_ctas(c, pr);
+  s.iterations.reserve(static_cast<size_t>(ctas));
+  for (long long cta = 0; cta < ctas; ++cta)
+    s.iterations.push_back(runtime::fused_key_blocks(c, pr, cta));
   return s;
 }
 

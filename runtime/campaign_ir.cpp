@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "ftattn/errors.hpp"
+#include "runtime/fault_plan.hpp"
 
 namespace ftattn::campaign {
 namespace {
@@ -93,8 +94,8 @@ IrSpace ir_injection_space(const KernelConfig& c, const Problem& pr, const Insta
   s.threads = 32 * c.num_warps;
   s.draw.threads = 1;   // locate() picks the thread
   s.draw.elements = 0;  // aggregates (MMA results): the kernel takes the element modulo its size
-  const int m_blocks = (pr.seqlen_q + c.block_m - 1) / c.block_m;
-  const int ctas = m_blocks * pr.heads_q * pr.batch;  // grid (m_blocks, heads_q, batch)
+  // The fused grid (m_blocks, heads_q, batch), as check_fault_plan bounds FaultPlan::cta.
+  const int ctas = static_cast<int>(runtime::fused_ctas(c, pr));
   const int step = mode == IrCount::thread ? 1 : mode == IrCount::warp ? 32 : s.threads;
   s.instances.resize(static_cast<size_t>(ctas) * s.threads);
   for (int cta = 0; cta < ctas; ++cta) {

@@ -150,6 +150,11 @@ class LoadedKernel final : public Kernel {
     // finds its tile from the block index as the others do (a grid of units would leave tiles out).
     const bool walk =
         persistent_ctas_ > 0 && problem.seqlen_k <= kPersistentKeys && units > persistent_ctas_;
+    // check_fault_plan bounds a plan by a CTA per tile: walking kernels have no injection points.
+    if (walk && run.fault.site != fault_site_none)
+      throw Error(c.name() +
+                  ": a persistent-tile launch took a fault plan, whose CTA index "
+                  "assumes a CTA per tile");
     const Dim3 grid = run.tile_count > 0 ? Dim3{static_cast<unsigned>(run.tile_count), 1, 1}
                       : walk             ? Dim3{static_cast<unsigned>(persistent_ctas_), 1, 1}
                                          : Dim3{m_blocks, static_cast<unsigned>(problem.heads_q),

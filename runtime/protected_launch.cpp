@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstddef>
 
-#include "ftattn/campaign.hpp"
 #include "ftattn/protect/workspace.cuh"
+#include "runtime/fault_plan.hpp"
 #include "runtime/prepared_kv.hpp"
 
 namespace ftattn::runtime {
@@ -66,7 +66,6 @@ Thresholds effective_thresholds(Precision precision, Protection protection,
 void check_protect_options(const KernelConfig& config, const ProtectOptions& options) {
   // Enum values from outside their lists (an on_fault would act as recompute) throw here.
   (void)to_string(options.on_fault);
-  if (options.inject) (void)to_string(options.inject->site);
   // The log is on the device: a million records is 32 MB, past any use of the first few.
   constexpr int kMaxEvents = 1 << 20;
   if (options.max_events < 0 || options.max_events > kMaxEvents)
@@ -88,44 +87,7 @@ void check_protect_options(const KernelConfig& config, const ProtectOptions& opt
         config.name(), to_string(options.on_fault)));
   // Thresholds out of range (negative, NaN) are refused here too, before any GPU work.
   (void)effective_thresholds(config.precision, config.protection, options.thresholds);
-  if (!options.inject) return;
-  const FaultPlan& f = *options.inject;
-  // Source-level sites need the source hooks; FaultSite::ir needs the IR instrumentation.
-  if (f.site == FaultSite::ir && config.ir_inject == IrClass::none)
-    throw ConfigError(fmt::format(
-        "{} has no IR-level injection points: FaultSite::ir needs KernelConfig::ir_inject "
-        "(CLI: --backend llvm --ir-inject <class>)",
-        config.name()));
-  if (f.site != FaultSite::ir && !config.fault_injection)
-    throw ConfigError(fmt::format(
-        "{} has no source-level injection points: set KernelConfig::fault_injection (CLI: "
-        "--inject) to run a fault plan at site {}{}",
-        config.name(), to_string(f.site),
-        config.ir_inject == IrClass::none ? "" : ", or plan FaultSite::ir for its IR-level ones"));
-  if (f.bit < 0 || f.bit > 31) throw ConfigError("FaultPlan::bit must be in 0..31");
-  // A site this kernel has no hook for, or a thread it does not launch, flips nothing: the
-  // trial would read as a masked fault.
-  if (f.site != FaultSite::ir) {
-    const std::vector<FaultSite> sites = campaign::sites_of(config);
-    if (std::find(sites.begin(), sites.end(), f.site) == sites.end()) {
-      std::string names;
-      for (FaultSite s : sites)
-        names += fmt::format("{}{}", names.empty() ? "" : ", ", to_string(s));
-      throw ConfigError(fmt::format("{} has no fault site {}: its sites are {}", config.name(),
-                                    to_string(f.site), names));
-    }
-  }
-  // decoupled's three kernels have CTAs of their own sizes, up to 1024 threads.
-  const int threads = config.protection == Protection::decoupled ? 1024 : launch_threads(config);
-  if (f.thread < 0 || f.thread >= threads)
-    throw ConfigError(fmt::format("FaultPlan::thread {} is outside {}'s CTA of {} threads",
-                                  f.thread, config.name(), threads));
-  // A plan no thread matches would flip nothing and read as a masked fault. (Site ir's
-  // counting launches plan iteration -1: count the instances, flip none.)
-  if (f.cta < 0 || f.element < 0 || (f.iteration < 0 && f.site != FaultSite::ir))
-    throw ConfigError(
-        fmt::format("FaultPlan cta {}, iteration {} and element {} must be at least 0", f.cta,
-                    f.iteration, f.element));
+  if (options.inject) check_plan_fields(config, *options.inject);
 }
 
 void ProtectedLauncher::prepare(CUfunction prologue, const KernelConfig& config,
@@ -134,6 +96,8 @@ void ProtectedLauncher::prepare(CUfunction prologue, const KernelConfig& config,
                                 bool reset_log) {
   const DriverApi& api = driver();
   check_protect_options(config, options);
+  // Every launch path (fused, decoupled, 8-bit) comes here with its plan and problem.
+  if (options.inject) check_fault_plan(config, problem, *options.inject);
   // The log: counters reset on the stream; capacity written once per size.
   const unsigned capacity = static_cast<unsigned>(options.max_events);
   const std::size_t log_bytes = sizeof(FaultLog) + capacity * sizeof(FaultRecord);

@@ -20,7 +20,8 @@ namespace ftattn::runtime {
 
 // ProtectOptions that cannot act on `config` are a ConfigError: values outside their enum or
 // range, and, on a kernel with no checks, a fault policy or thresholds (nothing would be checked,
-// and the empty report would read clean).
+// and the empty report would read clean). A plan's CTA and iteration depend on the problem too:
+// check_fault_plan (runtime/fault_plan.hpp), which prepare() runs.
 void check_protect_options(const KernelConfig& config, const ProtectOptions& options);
 
 using codegen::checksum_atoms;

@@ -45,7 +45,10 @@ FaultSite parse_fault_site(std::string_view text);
 enum class FaultStage { scores = 1, probs = 2, row_sum = 3, output = 4, row_max = 5 };
 std::string_view to_string(FaultStage s);
 
-// One bit flip at a chosen place. Takes effect only in kernels compiled with fault_injection.
+// One bit flip at a chosen place. Takes effect only in kernels compiled with fault_injection. A
+// launch refuses (ConfigError) a plan that could flip nothing on its problem: a CTA past the grid
+// of the kernel that takes the site, an iteration past what that CTA runs (causal tiles run fewer
+// key blocks), a negative count, a bit outside 0..31.
 struct FaultPlan {
   FaultSite site = FaultSite::none;
   int cta = 0;        // linear CTA index (x fastest, then heads, then batch)
