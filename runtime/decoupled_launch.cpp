@@ -73,11 +73,13 @@ Stage stage_of(FaultSite site) {
 DecoupledSiteKernel decoupled_site_kernel(const KernelConfig& c, FaultSite site) {
   switch (stage_of(site)) {
     case Stage::scores:
-      return {"scores GEMM", "32-wide k step over head_dim", DecoupledTiles::scores_threads};
+      return {"scores GEMM", "key tile fastest, then query tile, then batch x heads",
+              "32-wide k step over head_dim", DecoupledTiles::scores_threads};
     case Stage::softmax:
-      return {"softmax", "128-key chunk of the thread's row", 32 * DecoupledTiles::softmax_rows};
+      return {"softmax", "4 query rows each: row fastest, then head, then batch",
+              "128-key chunk of the thread's row", 32 * DecoupledTiles::softmax_rows};
     case Stage::output:
-      return {"output GEMM", "32-key k step",
+      return {"output GEMM", "query tile fastest, then head, then batch", "32-key k step",
               codegen::decoupled_tiles(c.head_dim).output_threads()};
   }
   return {};

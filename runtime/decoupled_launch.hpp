@@ -43,10 +43,12 @@ DecoupledWorkspace decoupled_workspace(const Problem& problem);
 campaign::InjectionSpace decoupled_injection_space(const KernelConfig& config,
                                                    const Problem& problem, FaultSite site);
 
-// The kernel that takes `site`'s faults, as a plan addresses it: its name and what an iteration
-// is there (for messages), and its CTA's threads. ConfigError for a site the three do not have.
+// The kernel that takes `site`'s faults, as a plan addresses it: its name, how its CTAs are
+// numbered and what an iteration is there (for messages), and its CTA's threads. ConfigError for
+// a site the three do not have.
 struct DecoupledSiteKernel {
   const char* name = "";
+  const char* order = "";
   const char* iteration = "";
   int threads = 0;
 };

@@ -20,7 +20,8 @@ int m_blocks_of(const KernelConfig& c, const Problem& pr) {
 
 // The launch a plan's site lands in, for the bounds and their messages.
 struct SiteLaunch {
-  std::string grid;       // how its CTAs are counted
+  std::string grid;       // the launch
+  std::string order;      // how its CTAs are numbered
   std::string iteration;  // what an iteration is there
   long long ctas = 0;
 };
@@ -28,11 +29,12 @@ struct SiteLaunch {
 SiteLaunch site_launch(const KernelConfig& c, const Problem& pr, FaultSite site) {
   if (c.protection == Protection::decoupled) {
     const DecoupledSiteKernel k = decoupled_site_kernel(c, site);
-    return {fmt::format("decoupled's {} kernel", k.name), k.iteration,
+    return {fmt::format("decoupled's {} kernel", k.name), k.order, k.iteration,
             decoupled_site_ctas(c, pr, site)};
   }
   return {fmt::format("the grid of {} query blocks x {} heads x {} batch", m_blocks_of(c, pr),
                       pr.heads_q, pr.batch),
+          "query block fastest, then head, then batch",
           fmt::format("key block of {} keys", c.block_n), fused_ctas(c, pr)};
 }
 
@@ -111,8 +113,8 @@ void check_fault_plan(const KernelConfig& config, const Problem& problem, const 
   if (f.cta >= launch.ctas)
     throw ConfigError(fmt::format(
         "FaultPlan::cta {} is outside this problem's launch: {} has {} CTAs, so pick cta in "
-        "0..{} (x fastest, then heads, then batch), or a larger problem",
-        f.cta, launch.grid, launch.ctas, launch.ctas - 1));
+        "0..{} ({}), or a larger problem",
+        f.cta, launch.grid, launch.ctas, launch.ctas - 1, launch.order));
   if (f.site == FaultSite::ir) return;  // dynamic instances: counted by launches, not bounded
   const int runs = config.protection == Protection::decoupled
                        ? decoupled_site_iterations(config, problem, f.site, f.cta, f.thread)

@@ -42,7 +42,8 @@ TEST_CASE("fault plans: each field out of range is refused by name", "[fault_pla
 
   REQUIRE_CONFIG_ERROR(check_fault_plan(c, pr, plan(FaultSite::output, 12, 0)),
                        "FaultPlan::cta 12 is outside this problem's launch: the grid of 2 query "
-                       "blocks x 3 heads x 2 batch has 12 CTAs, so pick cta in 0..11");
+                       "blocks x 3 heads x 2 batch has 12 CTAs, so pick cta in 0..11 (query "
+                       "block fastest, then head, then batch)");
   REQUIRE_CONFIG_ERROR(check_fault_plan(c, pr, plan(FaultSite::output, 3, 5)),
                        "FaultPlan::iteration 5 is past the last iteration: CTA 3 (300 keys) runs "
                        "5 (one per key block of 64 keys), so pick iteration in 0..4");
@@ -106,7 +107,8 @@ TEST_CASE("fault plans: decoupled counts each site's kernel", "[fault_plan]") {
     CHECK_NOTHROW(check_fault_plan(c, pr, plan(FaultSite::scores, 7, 1, 255)));
     CHECK_NOTHROW(check_fault_plan(c, pr, plan(FaultSite::checksum, 7, 1)));
     REQUIRE_CONFIG_ERROR(check_fault_plan(c, pr, plan(FaultSite::scores, 8, 0)),
-                         "decoupled's scores GEMM kernel has 8 CTAs, so pick cta in 0..7");
+                         "decoupled's scores GEMM kernel has 8 CTAs, so pick cta in 0..7 (key "
+                         "tile fastest");
     REQUIRE_CONFIG_ERROR(
         check_fault_plan(c, pr, plan(FaultSite::scores, 7, 2)),
         "runs 2 (one per 32-wide k step over head_dim), so pick iteration in 0..1");
