@@ -62,6 +62,21 @@ BuildOutcome build(DiskCache& cache, const LlvmCompiler& here) {
   return runtime::build_kernel(llvm_config(), &cache, runtime::StoreFailure::report, here);
 }
 
+// `out` compiled afresh over the stale entry at `key`, which the cache now holds with out's PTX,
+// recorded as compiled by `identity`.
+void check_replaced(DiskCache& cache, const std::string& key, const BuildOutcome& out,
+                    const std::string& identity) {
+  CHECK(out.stale_entry);
+  CHECK(out.compiled);
+  CHECK(out.stored);
+  CHECK_FALSE(out.disk_hit);
+  CHECK(out.kernel->ptx != kOldPtx);
+  const DiskCache::LoadResult now = cache.load(key);
+  REQUIRE(now.status == DiskCache::LoadStatus::hit);
+  CHECK(now.entry->ptx == out.kernel->ptx);
+  CHECK(now.entry->meta["llvm_compiler"] == identity);
+}
+
 }  // namespace
 
 TEST_CASE("an LLVM-route entry another LLVM compiled is compiled again and replaced",
@@ -78,16 +93,8 @@ TEST_CASE("an LLVM-route entry another LLVM compiled is compiled again and repla
   cache.store(bystander);
 
   const BuildOutcome out = runtime::build_kernel(llvm_config(), &cache);
-  CHECK(out.stale_entry);
-  CHECK(out.compiled);
-  CHECK(out.stored);
-  CHECK_FALSE(out.disk_hit);
-  CHECK(out.kernel->ptx != kOldPtx);
-  const DiskCache::LoadResult now = cache.load(stale.key);
-  REQUIRE(now.status == DiskCache::LoadStatus::hit);
-  CHECK(now.entry->ptx == out.kernel->ptx);
-  CHECK(now.entry->meta["llvm_compiler"] == here.identity);
-  CHECK(now.entry->meta["compiler"] == here.version);
+  check_replaced(cache, stale.key, out, here.identity);
+  CHECK(cache.load(stale.key).entry->meta["compiler"] == here.version);
   CHECK(cache.load(bystander.key).entry->ptx == kOldPtx);
   CHECK(fs::is_empty(dir.path() / "v1" / "tmp"));  // the old entry is gone, not left over
 
@@ -120,14 +127,7 @@ TEST_CASE("an LLVM-route entry that records no compiler is compiled again where 
   const CacheEntry unrecorded = old_entry(llvm_config(), nullptr);  // written by an older ftattn
   cache.store(unrecorded);
   const LlvmCompiler here{"clang 99.0.0", "test clang 99"};
-  const BuildOutcome out = build(cache, here);
-  CHECK(out.stale_entry);
-  CHECK(out.compiled);
-  CHECK(out.stored);
-  CHECK(out.kernel->ptx != kOldPtx);
-  const DiskCache::LoadResult now = cache.load(unrecorded.key);
-  REQUIRE(now.status == DiskCache::LoadStatus::hit);
-  CHECK(now.entry->meta["llvm_compiler"] == here.identity);
+  check_replaced(cache, unrecorded.key, build(cache, here), here.identity);
   CHECK(build(cache, here).disk_hit);
 }
 
