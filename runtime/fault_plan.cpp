@@ -87,13 +87,22 @@ void check_plan_fields(const KernelConfig& config, const FaultPlan& f) {
                                     to_string(f.site), names));
     }
   }
-  // decoupled's three kernels have CTAs of their own sizes: the site's kernel's.
-  const int threads = config.protection == Protection::decoupled
-                          ? decoupled_site_kernel(config, f.site).threads
-                          : launch_threads(config);
+  // decoupled's three kernels have CTAs of their own sizes: the site's kernel's. A
+  // warp-specialised CTA's producer warpgroup (the threads past the consumers') only copies:
+  // it has no injection point.
+  const bool decoupled = config.protection == Protection::decoupled;
+  const bool producers = !decoupled && warp_specialized(config);
+  const int threads = decoupled   ? decoupled_site_kernel(config, f.site).threads
+                      : producers ? 32 * config.num_warps
+                                  : launch_threads(config);
   if (f.thread < 0 || f.thread >= threads)
-    throw ConfigError(fmt::format("FaultPlan::thread {} is outside {}'s CTA of {} threads",
-                                  f.thread, config.name(), threads));
+    throw ConfigError(
+        producers
+            ? fmt::format("FaultPlan::thread {} is outside {}'s {} consumer threads: its producer "
+                          "warpgroup (threads {}..{}) only copies and carries no injection points",
+                          f.thread, config.name(), threads, threads, launch_threads(config) - 1)
+            : fmt::format("FaultPlan::thread {} is outside {}'s CTA of {} threads", f.thread,
+                          config.name(), threads));
   // A plan no thread matches would flip nothing and read as a masked fault. (Site ir's
   // counting launches plan a negative iteration: count the instances, flip none.)
   const std::pair<const char*, int> counts[] = {

@@ -67,6 +67,26 @@ TEST_CASE("fault plans: each field out of range is refused by name", "[fault_pla
                        "has no source-level injection points");
 }
 
+TEST_CASE("fault plans: a warp-specialised kernel's producer threads are refused", "[fault_plan]") {
+  // Two consumer warpgroups and a producer one (kernel/fwd_ws_sm90.cuh): only the consumers
+  // carry injection points, so a plan for a producer thread would flip nothing.
+  KernelConfig c = test::tile_config(128, 128, 128, 8, 2, Arch::parse("sm_90a"), Precision::f16,
+                                     Mask::none, Protection::flash_abft);
+  c.fault_injection = true;
+  REQUIRE(warp_specialized(c));
+  REQUIRE(launch_threads(c) == 384);
+  const Problem pr = Problem::bhsd(1, 2, 2, 256, 256, 128);
+  CHECK_NOTHROW(check_fault_plan(c, pr, plan(FaultSite::output, 0, 0, 255)));
+  REQUIRE_CONFIG_ERROR(check_fault_plan(c, pr, plan(FaultSite::output, 0, 0, 256)),
+                       "FaultPlan::thread 256 is outside " + c.name() +
+                           "'s 256 consumer threads: its producer warpgroup (threads 256..383) "
+                           "only copies and carries no injection points");
+  REQUIRE_CONFIG_ERROR(check_fault_plan(c, pr, plan(FaultSite::scores, 0, 0, 383)),
+                       "producer warpgroup");
+  // The campaign's space draws from the consumers alone.
+  CHECK(campaign::injection_space(c, pr, FaultSite::output).threads == 256);
+}
+
 TEST_CASE("fault plans: causal tiles run fewer key blocks", "[fault_plan]") {
   // 300 x 300 causal, longest first: x = 0 runs rows 256..383 (5 blocks), x = 1 rows 128..255 (4),
   // x = 2 rows 0..127 (2); the next head starts again at x = 0.
