@@ -149,8 +149,10 @@ Outcome classify(const Observation& seen) {
   if (seen.detected == 0) return seen.within_tolerance ? Outcome::masked : Outcome::sdc;
   if (!seen.within_tolerance) {
     // A report claiming every fault fixed makes recompute do nothing and tells the caller all is
-    // well; an uncorrected detection or a recompute at least says something was wrong.
-    const bool claims_all_fixed = seen.corrected >= seen.detected && seen.recomputed_tiles == 0;
+    // well; an uncorrected detection, or a recompute that left some unresolved, says something
+    // was wrong. A recompute that left none claims the output right.
+    const bool claims_all_fixed =
+        seen.recomputed_tiles > 0 ? seen.unresolved == 0 : seen.corrected >= seen.detected;
     return claims_all_fixed ? Outcome::miscorrected : Outcome::detected;
   }
   // Detected and the output is fine: either something fixed it, or the alarm was needless.
@@ -166,10 +168,13 @@ float ulp(double magnitude, Precision p) {
   return static_cast<float>(std::ldexp(1.0, e - mantissa_bits));
 }
 
-double accuracy_bar(Precision p) { return p == Precision::bf16 ? 1e-2 : 2e-3; }
+double accuracy_bar(Precision p, const Problem& problem) {
+  return reference::tolerance(p, problem).rel_l2;
+}
 
 std::vector<float> element_tolerance(const std::vector<float>& clean,
-                                     const std::vector<double>& ref, Precision p, bool strict) {
+                                     const std::vector<double>& ref, Precision p,
+                                     const Problem& problem, bool strict) {
   if (clean.size() != ref.size())
     throw Error(fmt::format("element_tolerance: {} clean values but {} reference values",
                             clean.size(), ref.size()));
@@ -177,7 +182,8 @@ std::vector<float> element_tolerance(const std::vector<float>& clean,
   for (double r : ref) sq += r * r;
   const float floor = strict || ref.empty()
                           ? 0.0f
-                          : static_cast<float>(accuracy_bar(p) * std::sqrt(sq / ref.size()));
+                          : static_cast<float>(accuracy_bar(p, problem) *
+                                               std::sqrt(sq / static_cast<double>(ref.size())));
   std::vector<float> tol(clean.size());
   for (size_t i = 0; i < clean.size(); ++i) {
     const double own = std::abs(static_cast<double>(clean[i]) - ref[i]);
@@ -191,8 +197,9 @@ std::vector<float> element_tolerance(const std::vector<float>& clean,
 Deviation deviation(const float* faulty, const float* clean, const float* tolerance, size_t n) {
   Deviation d;
   for (size_t i = 0; i < n; ++i) {
-    // An unchanged element is no deviation, even a non-finite one (Inf - Inf is NaN).
-    if (faulty[i] == clean[i] || (std::isnan(faulty[i]) && std::isnan(clean[i]))) continue;
+    // An unchanged element is no deviation, even an infinite one (Inf - Inf is NaN). A NaN
+    // never passes: no accuracy check would take it, whatever the fault-free run gave.
+    if (faulty[i] == clean[i]) continue;
     const float diff = std::abs(faulty[i] - clean[i]);
     // NaN fails the comparison; a finite value turned non-finite fails even an infinite
     // tolerance.
@@ -397,27 +404,89 @@ std::vector<float> dense_output(const Problem& pr, Precision p, const reference:
   return out;
 }
 
+FaultReport TrialBackend::run(const std::optional<FaultPlan>& plan, std::vector<float>& output) {
+  std::vector<float> lse;
+  return run(plan, output, lse);
+}
+
+Baseline make_baseline(TrialBackend& backend, const Problem& pr, Precision p, Mask mask,
+                       const reference::Tensor16& q, const reference::Tensor16& k,
+                       const reference::Tensor16& v, bool strict) {
+  Baseline b;
+  b.report = backend.run(std::nullopt, b.output, b.lse);
+  std::vector<float> again, again_lse;
+  backend.run(std::nullopt, again, again_lse);
+  b.deterministic = again == b.output && again_lse == b.lse;
+  const size_t rows = static_cast<size_t>(pr.batch) * pr.heads_q * pr.seqlen_q;
+  if (b.output.size() != rows * pr.head_dim || b.lse.size() != rows)
+    throw Error(fmt::format(
+        "make_baseline: the backend returned {} output values and {} LSE values, expected {} and "
+        "{}",
+        b.output.size(), b.lse.size(), rows * pr.head_dim, rows));
+  // reference::check reads the output in a problem's strides: the dense ones the backend gives.
+  Problem dense = pr;
+  dense.o =
+      Problem::bhsd(pr.batch, pr.heads_q, pr.heads_kv, pr.seqlen_q, pr.seqlen_k, pr.head_dim).o;
+  reference::Tensor16 o;
+  o.strides = dense.o;
+  o.data.reserve(b.output.size());
+  for (float x : b.output) o.data.push_back(reference::to_bits(x, p));
+  b.check = reference::check(dense, p, mask, q, k, v, o, &b.lse, 1024);
+  if (!b.check.passed)
+    throw Error(fmt::format(
+        "the fault-free run fails the check against the FP64 reference ({}): the campaign's "
+        "tolerance would be built on a wrong output, so no trial was run",
+        b.check.summary()));
+  b.tolerance = element_tolerance(b.output, reference_output(pr, p, mask, q, k, v), p, pr, strict);
+  b.lse_tolerance.assign(b.lse.size(), static_cast<float>(reference::tolerance(p, pr).lse));
+  return b;
+}
+
+void check_clean_alarms(const FaultReport& clean, bool allowed) {
+  if (clean.clean() || allowed) return;
+  throw ConfigError(fmt::format(
+      "the fault-free run reported detections ({}): every trial would inherit them, masked "
+      "reading as false_positive and sdc as detected. Raise the thresholds that fire "
+      "(--thresholds; --calibrate N measures what clean inputs need), or pass "
+      "--allow-clean-alarms (CampaignOptions::allow_clean_alarms) to classify trials by what "
+      "they report beyond the fault-free run",
+      clean.summary()));
+}
+
 CampaignResult run_campaign(TrialBackend& backend, const InjectionSpace& space,
-                            const std::vector<float>& clean, const std::vector<float>& tolerance,
-                            const CampaignOptions& o,
+                            const Baseline& baseline, const CampaignOptions& o,
                             const std::function<void(const TrialResult&)>& progress) {
-  if (clean.size() != tolerance.size())
-    throw Error("run_campaign: the clean output and its tolerance differ in size");
+  check_clean_alarms(baseline.report, o.allow_clean_alarms);
+  const std::vector<float>& clean = baseline.output;
+  if (clean.size() != baseline.tolerance.size() ||
+      baseline.lse.size() != baseline.lse_tolerance.size())
+    throw Error("run_campaign: the clean output or LSE and its tolerance differ in size");
+  // What a trial reports beyond the fault-free run (nothing to take away unless allowed).
+  auto beyond = [](auto trial, auto clean_count) {
+    return trial > clean_count ? trial - clean_count : decltype(trial){0};
+  };
+  const FaultReport& base = baseline.report;
   const auto start = std::chrono::steady_clock::now();
   CampaignResult result;
   result.trials.reserve(static_cast<size_t>(o.trials));
-  std::vector<float> out;
+  std::vector<float> out, lse;
   for (long long i = 0; i < o.trials; ++i) {
     TrialResult t;
     t.index = static_cast<uint64_t>(i);
     t.plan = plan_trial(space, o.site, o.bits, o.seed, t.index);
-    t.report = backend.run(t.plan, out);
-    if (out.size() != clean.size())
-      throw Error(fmt::format("run_campaign: the backend returned {} values, expected {}",
-                              out.size(), clean.size()));
-    t.deviation = deviation(out.data(), clean.data(), tolerance.data(), clean.size());
-    t.outcome = classify(
-        {t.report.detected, t.report.corrected, t.report.recomputed_tiles, t.deviation.within()});
+    t.report = backend.run(t.plan, out, lse);
+    if (out.size() != clean.size() || lse.size() != baseline.lse.size())
+      throw Error(fmt::format(
+          "run_campaign: the backend returned {} values and {} LSE values, expected {} and {}",
+          out.size(), lse.size(), clean.size(), baseline.lse.size()));
+    t.deviation = deviation(out.data(), clean.data(), baseline.tolerance.data(), clean.size());
+    t.lse_deviation =
+        deviation(lse.data(), baseline.lse.data(), baseline.lse_tolerance.data(), lse.size());
+    const FaultReport& r = t.report;
+    t.outcome = classify({beyond(r.detected, base.detected), beyond(r.corrected, base.corrected),
+                          beyond(r.recomputed_tiles, base.recomputed_tiles),
+                          t.deviation.within() && t.lse_deviation.within(),
+                          beyond(r.unresolved, base.unresolved)});
     result.tally.add(t.outcome);
     if (progress) progress(t);
     result.trials.push_back(std::move(t));
@@ -438,44 +507,75 @@ std::string summary_table(const Tally& t) {
 
 std::string trials_csv_header() {
   return "trial,site,cta,thread,iteration,element,bit,outcome,detected,corrected,"
-         "recomputed_tiles,elements_over,max_abs_deviation,first_stage,first_row,first_col";
+         "recomputed_tiles,elements_over,max_abs_deviation,first_stage,first_row,first_col,"
+         "max_abs_lse_deviation";
 }
 
 std::string trials_csv_row(const TrialResult& t) {
   const FaultEvent* e = t.report.events.empty() ? nullptr : &t.report.events.front();
-  return fmt::format(
-      "{},{},{},{},{},{},{},{},{},{},{},{},{:.6g},{},{},{}", t.index, site_name(t.plan.site),
-      t.plan.cta, t.plan.thread, t.plan.iteration, t.plan.element, t.plan.bit, to_string(t.outcome),
-      t.report.detected, t.report.corrected, t.report.recomputed_tiles, t.deviation.over,
-      t.deviation.max_abs, e ? static_cast<int>(e->stage) : 0, e ? e->row : -1, e ? e->col : -1);
+  return fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{:.6g},{},{},{},{:.6g}", t.index,
+                     site_name(t.plan.site), t.plan.cta, t.plan.thread, t.plan.iteration,
+                     t.plan.element, t.plan.bit, to_string(t.outcome), t.report.detected,
+                     t.report.corrected, t.report.recomputed_tiles, t.deviation.over,
+                     t.deviation.max_abs, e ? static_cast<int>(e->stage) : 0, e ? e->row : -1,
+                     e ? e->col : -1, t.lse_deviation.max_abs);
 }
 
-std::string summary_csv_counts_header(bool legacy) {
-  return std::string("trials,masked,corrected,detected,sdc,false_positive,sdc_upper95,seconds") +
-         (legacy ? "" : ",miscorrected");
-}
+namespace {
 
-std::string summary_csv_counts(const Tally& t, double seconds, bool legacy) {
-  const long long miscorrected = t.count(Outcome::miscorrected);
-  std::string row = fmt::format("{},{},{},{},{},{},{:.3e},{:.2f}", t.trials,
-                                t.count(Outcome::masked), t.count(Outcome::corrected),
-                                t.count(Outcome::detected) + (legacy ? miscorrected : 0),
-                                t.count(Outcome::sdc), t.count(Outcome::false_positive),
-                                clopper_pearson_upper_95(t.count(Outcome::sdc), t.trials), seconds);
-  if (!legacy) row += fmt::format(",{}", miscorrected);
-  return row;
-}
-
-bool summary_csv_has_miscorrected(std::string_view header) {
+bool has_column(std::string_view header, std::string_view name) {
   while (!header.empty() && (header.back() == '\n' || header.back() == '\r'))
     header.remove_suffix(1);
   size_t begin = 0;
   while (begin <= header.size()) {
     const size_t end = std::min(header.find(',', begin), header.size());
-    if (header.substr(begin, end - begin) == "miscorrected") return true;
+    if (header.substr(begin, end - begin) == name) return true;
     begin = end + 1;
   }
   return false;
+}
+
+}  // namespace
+
+SummaryLayout summary_csv_layout(std::string_view header) {
+  if (!has_column(header, "miscorrected")) return SummaryLayout::before_miscorrected;
+  return has_column(header, "baseline_detected") ? SummaryLayout::current
+                                                 : SummaryLayout::before_settings;
+}
+
+std::string summary_csv_counts_header(SummaryLayout layout) {
+  std::string h = "trials,masked,corrected,detected,sdc,false_positive,sdc_upper95,seconds";
+  if (layout != SummaryLayout::before_miscorrected) h += ",miscorrected";
+  if (layout == SummaryLayout::current)
+    h += ",silent_upper95,on_fault,strict,thresholds,seed,heads_kv,ir_count,baseline_detected";
+  return h;
+}
+
+std::string summary_csv_counts(const Tally& t, double seconds, const SummarySettings& s,
+                               SummaryLayout layout) {
+  const long long miscorrected = t.count(Outcome::miscorrected);
+  const bool old = layout == SummaryLayout::before_miscorrected;
+  std::string row = fmt::format("{},{},{},{},{},{},{:.3e},{:.2f}", t.trials,
+                                t.count(Outcome::masked), t.count(Outcome::corrected),
+                                t.count(Outcome::detected) + (old ? miscorrected : 0),
+                                t.count(Outcome::sdc), t.count(Outcome::false_positive),
+                                clopper_pearson_upper_95(t.count(Outcome::sdc), t.trials), seconds);
+  if (old) return row;
+  row += fmt::format(",{}", miscorrected);
+  if (layout != SummaryLayout::current) return row;
+  auto text = [](const std::string& x) { return x.empty() ? std::string("-") : x; };
+  // Semicolons: one CSV field.
+  const std::string thresholds =
+      s.thresholds ? fmt::format("scores={:.3g};probs={:.3g};output={:.3g};row_sum={:.3g}",
+                                 s.thresholds->scores, s.thresholds->probs, s.thresholds->output,
+                                 s.thresholds->row_sum)
+                   : "-";
+  row += fmt::format(",{:.3e},{},{},{},{},{},{},{}",
+                     clopper_pearson_upper_95(t.count(Outcome::sdc) + miscorrected, t.trials),
+                     text(s.on_fault), s.strict ? (*s.strict ? "1" : "0") : "-", thresholds, s.seed,
+                     s.heads_kv, text(s.ir_count),
+                     s.baseline_detected ? std::to_string(*s.baseline_detected) : "-");
+  return row;
 }
 
 }  // namespace ftattn::campaign

@@ -24,10 +24,13 @@ class SourceBackend final : public TrialBackend {
     host_o_.data.resize(reference::span_elements(problem.o, problem.batch, problem.heads_q,
                                                  problem.seqlen_q, problem.head_dim));
     do_ = runtime::DeviceBuffer(host_o_.data.size() * sizeof(uint16_t));
+    dlse_ = runtime::DeviceBuffer(static_cast<size_t>(problem.batch) * problem.heads_q *
+                                  problem.seqlen_q * sizeof(float));
     rt_.kernel(config_);  // compile and load before the first trial is timed
   }
 
-  FaultReport run(const std::optional<FaultPlan>& plan, std::vector<float>& output) override {
+  FaultReport run(const std::optional<FaultPlan>& plan, std::vector<float>& output,
+                  std::vector<float>& lse) override {
     // Without injection points the backend runs the production kernel, clean runs only.
     if (plan && !config_.fault_injection && config_.ir_inject == IrClass::none)
       throw ConfigError(
@@ -40,12 +43,16 @@ class SourceBackend final : public TrialBackend {
     protect.on_fault = counting ? OnFault::report : on_fault_;
     protect.thresholds = thresholds_;
     protect.inject = plan;
-    // NaN bytes: an element the kernel fails to write shows up as beyond tolerance.
+    // NaN bytes: an element or LSE entry the kernel fails to write shows up as beyond tolerance.
     do_.fill_bytes(0xFF);
-    FaultReport report = rt_.attention(problem_, dq_.data(), dk_.data(), dv_.data(), do_.data(),
-                                       nullptr, config_, nullptr, nullptr, protect);
+    dlse_.fill_bytes(0xFF);
+    FaultReport report =
+        rt_.attention(problem_, dq_.data(), dk_.data(), dv_.data(), do_.data(), nullptr, config_,
+                      static_cast<float*>(dlse_.data()), nullptr, protect);
     do_.download(host_o_.data.data(), do_.bytes());  // synchronous: waits for the kernel
     output = dense_output(problem_, config_.precision, host_o_);
+    lse.resize(dlse_.bytes() / sizeof(float));
+    dlse_.download(lse.data(), dlse_.bytes());
     return report;
   }
 
@@ -55,7 +62,7 @@ class SourceBackend final : public TrialBackend {
   Problem problem_;
   OnFault on_fault_;
   Thresholds thresholds_;
-  runtime::DeviceBuffer dq_, dk_, dv_, do_;
+  runtime::DeviceBuffer dq_, dk_, dv_, do_, dlse_;
   reference::Tensor16 host_o_;
 };
 

@@ -15,9 +15,10 @@ namespace {
 class LocatingBackend final : public TrialBackend {
  public:
   LocatingBackend(TrialBackend& inner, const IrSpace& space) : inner_(inner), space_(space) {}
-  FaultReport run(const std::optional<FaultPlan>& plan, std::vector<float>& output) override {
-    if (!plan) return inner_.run(plan, output);
-    return inner_.run(space_.locate(*plan), output);
+  FaultReport run(const std::optional<FaultPlan>& plan, std::vector<float>& output,
+                  std::vector<float>& lse) override {
+    if (!plan) return inner_.run(plan, output, lse);
+    return inner_.run(space_.locate(*plan), output, lse);
   }
 
  private:

@@ -30,9 +30,9 @@ enum class Outcome {
   detected,        // detected, output beyond tolerance (the caller was told)
   sdc,             // silent data corruption: no detection, output beyond tolerance
   false_positive,  // detected, nothing corrected, output within tolerance anyway
-  // Every detection reported corrected (no tile recomputed), output beyond tolerance: the report
-  // says all was fixed, so the caller is misled. Apart from `detected`, where a detection left
-  // uncorrected tells the caller.
+  // Output beyond tolerance, yet the report says all was fixed: every detection reported
+  // corrected (no tile recomputed), or a recompute that left none unresolved. The caller is
+  // misled. Apart from `detected`, where a detection left uncorrected tells the caller.
   miscorrected,
 };
 inline constexpr std::array kOutcomes = {Outcome::masked,         Outcome::corrected,
@@ -52,10 +52,11 @@ std::vector<FaultSite> sites_of(const KernelConfig& config);
 
 // What the harness saw after one trial.
 struct Observation {
-  uint64_t detected = 0;     // FaultReport::detected
-  uint64_t corrected = 0;    // FaultReport::corrected
-  int recomputed_tiles = 0;  // FaultReport::recomputed_tiles
-  bool within_tolerance = true;
+  uint64_t detected = 0;         // FaultReport::detected
+  uint64_t corrected = 0;        // FaultReport::corrected
+  int recomputed_tiles = 0;      // FaultReport::recomputed_tiles
+  bool within_tolerance = true;  // the output and the LSE
+  uint64_t unresolved = 0;       // FaultReport::unresolved: what a recompute left uncorrected
 };
 Outcome classify(const Observation& seen);
 
@@ -68,18 +69,19 @@ Outcome classify(const Observation& seen);
 // what the unprotected kernel itself delivers, element by element.
 float ulp(double magnitude, Precision p);  // spacing of 16-bit values at |magnitude|
 //
-// Unless `strict`, every element also tolerates accuracy_bar(p) * rms(ref): the relative L2
-// error every GPU test accepts from a fault-free kernel (2e-3 f16, 1e-2 bf16), spread over the
-// elements. A fault inside it leaves an output that would pass the same accuracy check. The
-// strict form counts a two-ulp change of one element as corruption.
+// Unless `strict`, every element also tolerates accuracy_bar(p, problem) * rms(ref): the
+// relative L2 error reference::check accepts from a fault-free kernel of that precision (2e-3
+// f16, 1e-2 bf16, 5e-3 f16_pasa, 5e-2 int8, 1e-1 fp8_e4m3), spread over the elements. A fault
+// inside it leaves an output that would pass the same accuracy check. The strict form counts a
+// two-ulp change of one element as corruption.
 std::vector<float> element_tolerance(const std::vector<float>& clean,
                                      const std::vector<double>& ref, Precision p,
-                                     bool strict = false);
-double accuracy_bar(Precision p);
+                                     const Problem& problem, bool strict = false);
+double accuracy_bar(Precision p, const Problem& problem);  // reference::tolerance(p, ...).rel_l2
 
 struct Deviation {
-  // Elements beyond their tolerance. An element equal to its fault-free value (both NaN
-  // included) never is; one that turned non-finite always is.
+  // Elements beyond their tolerance. An element equal to its fault-free value (an infinite one
+  // included) never is; a NaN always is, and so is a finite one that turned non-finite.
   long long over = 0;
   double max_abs = 0.0;  // largest |faulty - clean| (inf when an element turned non-finite)
   bool within() const { return over == 0; }
@@ -157,14 +159,19 @@ std::vector<float> dense_output(const Problem& problem, Precision p, const refer
 class TrialBackend {
  public:
   virtual ~TrialBackend() = default;
-  // Runs once (no plan: fault-free), returns the kernel's report and the output as dense floats
-  // (batch x heads_q x seqlen_q x head_dim).
-  virtual FaultReport run(const std::optional<FaultPlan>& plan, std::vector<float>& output) = 0;
+  // Runs once (no plan: fault-free), returns the kernel's report, the output as dense floats
+  // (batch x heads_q x seqlen_q x head_dim) and the log-sum-exp (batch x heads_q x seqlen_q):
+  // a fault may move the LSE alone (a row max in a CTA's last key block).
+  virtual FaultReport run(const std::optional<FaultPlan>& plan, std::vector<float>& output,
+                          std::vector<float>& lse) = 0;
+  // The same for a caller that does not look at the LSE.
+  FaultReport run(const std::optional<FaultPlan>& plan, std::vector<float>& output);
 };
 
 // The source-level backend: Runtime::attention on inputs uploaded once, the plan passed as
 // ProtectOptions::inject (the config must have fault_injection, or ir_inject for FaultSite::ir:
-// see campaign_ir.hpp), a readback of the output per trial. `config` is complete. A config
+// see campaign_ir.hpp), a readback of the output and the LSE (both NaN-filled before each
+// launch) per trial. `config` is complete. A config
 // without injection points (the production kernel) runs clean trials only: a plan is refused.
 std::unique_ptr<TrialBackend> source_backend(Runtime& runtime, const KernelConfig& config,
                                              const Problem& problem, const reference::Tensor16& q,
@@ -206,12 +213,33 @@ struct Calibration {
 std::vector<Calibration> calibrate_thresholds(Runtime& runtime, const KernelConfig& config,
                                               const Problem& problem, int runs, uint64_t seed);
 
+// The fault-free run trials are classified against.
+struct Baseline {
+  FaultReport report;              // its detections are false alarms at these thresholds
+  std::vector<float> output, lse;  // as TrialBackend::run gives them
+  std::vector<float> tolerance;    // per output element (element_tolerance)
+  // Per LSE row: reference::tolerance(p, problem).lse on |lse - clean lse|. A -inf row (it sees
+  // no key) must stay -inf.
+  std::vector<float> lse_tolerance;
+  reference::CheckReport check;  // the output and LSE against the FP64 reference
+  bool deterministic = true;     // a second fault-free run gave the same output and LSE
+};
+
+// Runs `backend` fault-free twice and builds the tolerances on the FP64 reference of the inputs
+// it runs. Error when the fault-free output or LSE fails reference::check (on up to 1024 rows,
+// every element and LSE entry scanned for values no row can have): a tolerance built on a wrong
+// output would judge faults against the wrong answer.
+Baseline make_baseline(TrialBackend& backend, const Problem& problem, Precision p, Mask mask,
+                       const reference::Tensor16& q, const reference::Tensor16& k,
+                       const reference::Tensor16& v, bool strict = false);
+
 struct TrialResult {
   uint64_t index = 0;
   FaultPlan plan;
   Outcome outcome = Outcome::masked;
   FaultReport report;
-  Deviation deviation;
+  Deviation deviation;      // of the output
+  Deviation lse_deviation;  // of the LSE
 };
 
 struct CampaignOptions {
@@ -219,7 +247,15 @@ struct CampaignOptions {
   long long trials = 1000;
   BitRange bits;
   uint64_t seed = 1;
+  // A fault-free run with detections is refused (every trial would inherit them: masked read as
+  // false_positive, sdc as detected). Set, trials are classified by what they report beyond the
+  // fault-free run: its detections, corrections, recomputed tiles and unresolved detections
+  // subtracted.
+  bool allow_clean_alarms = false;
 };
+
+// ConfigError naming the fault-free run's detections unless they are none or `allowed`.
+void check_clean_alarms(const FaultReport& clean, bool allowed);
 
 struct CampaignResult {
   Tally tally;
@@ -227,11 +263,11 @@ struct CampaignResult {
   double seconds = 0.0;
 };
 
-// Runs the trials on `backend` against the fault-free output `clean` and its per-element
-// `tolerance`. `progress` (may be empty) is called after each trial.
+// Runs the trials on `backend` against the fault-free run `baseline`: a trial is within
+// tolerance when its output and its LSE are. `progress` (may be empty) is called after each
+// trial.
 CampaignResult run_campaign(TrialBackend& backend, const InjectionSpace& space,
-                            const std::vector<float>& clean, const std::vector<float>& tolerance,
-                            const CampaignOptions& options,
+                            const Baseline& baseline, const CampaignOptions& options,
                             const std::function<void(const TrialResult&)>& progress = {});
 
 // Table and CSV forms of a campaign.
@@ -239,11 +275,26 @@ std::string summary_table(const Tally& tally);
 std::string trials_csv_header();
 std::string trials_csv_row(const TrialResult& t);
 // The summary CSV's columns after the caller's own (config, ..., site, bits): trials, the counts,
-// sdc_upper95, seconds, then miscorrected, last so that readers of the older columns, by name or
-// position, keep working. `legacy`: the layout before miscorrected, for rows appended to a file
-// an older build began; detected then counts the miscorrected trials, as it did there.
-std::string summary_csv_counts_header(bool legacy = false);
-std::string summary_csv_counts(const Tally& tally, double seconds, bool legacy = false);
-bool summary_csv_has_miscorrected(std::string_view header);  // a summary CSV's first line
+// sdc_upper95, seconds, then miscorrected and silent_upper95 (sdc + miscorrected), then the
+// settings that change the counts; each addition last, so that readers of the older columns, by
+// name or position, keep working. Rows appended to a file an older build began keep its layout:
+// before_miscorrected counts miscorrected trials as detected, as it did there.
+enum class SummaryLayout { before_miscorrected, before_settings, current };
+SummaryLayout summary_csv_layout(std::string_view header);  // from a summary CSV's first line
+
+// What a row was run with, beyond its config and site. Empty or unset fields (clean-input rows)
+// read "-".
+struct SummarySettings {
+  std::string on_fault;  // report or recompute
+  std::optional<bool> strict;
+  std::optional<Thresholds> thresholds;  // in use (thresholds_in_use)
+  uint64_t seed = 0;
+  int heads_kv = 0;
+  std::string ir_count;                       // site ir's counting mode
+  std::optional<uint64_t> baseline_detected;  // the fault-free run's detections
+};
+std::string summary_csv_counts_header(SummaryLayout layout = SummaryLayout::current);
+std::string summary_csv_counts(const Tally& tally, double seconds, const SummarySettings& settings,
+                               SummaryLayout layout = SummaryLayout::current);
 
 }  // namespace ftattn::campaign

@@ -15,7 +15,7 @@ struct Setup {
   KernelConfig config;
   Problem problem;
   std::unique_ptr<campaign::TrialBackend> backend;
-  std::vector<float> clean, tolerance;
+  campaign::Baseline baseline;  // checked against the FP64 reference, output and LSE
 };
 
 // `arch` set: that arch's kernel instead of the device's own (sm_90 without "a" keeps the
@@ -39,10 +39,9 @@ Setup make_setup(Runtime& rt, Protection protection, Mask mask, int head_dim = 6
   auto k = reference::random_tensor(rng, p, pr.k, 1, 2, seqlen, head_dim);
   auto v = reference::random_tensor(rng, p, pr.v, 1, 2, seqlen, head_dim);
   s.backend = campaign::source_backend(rt, s.config, pr, q, k, v, OnFault::report);
-  const FaultReport first = s.backend->run(std::nullopt, s.clean);
-  REQUIRE(first.detected == 0);
-  s.tolerance =
-      campaign::element_tolerance(s.clean, campaign::reference_output(pr, p, mask, q, k, v), p);
+  s.baseline = campaign::make_baseline(*s.backend, pr, p, mask, q, k, v);
+  INFO(s.config.name() << " clean: " << s.baseline.report.summary());
+  REQUIRE(s.baseline.report.clean());
   return s;
 }
 
@@ -53,7 +52,14 @@ campaign::CampaignResult run_site(Setup& s, FaultSite site, int trials) {
   o.trials = trials;
   o.seed = 11;
   return campaign::run_campaign(*s.backend, campaign::injection_space(s.config, s.problem, site),
-                                s.clean, s.tolerance, o);
+                                s.baseline, o);
+}
+
+// Trials some check fired on, whatever became of the output. The 8-bit kernels' accuracy bar
+// (reference::tolerance: 5e-2 int8, 1e-1 fp8) leaves many a seen flip within tolerance, so it
+// reads as false_positive or corrected rather than detected.
+long long flagged(const campaign::Tally& t) {
+  return t.trials - t.count(campaign::Outcome::masked) - t.count(campaign::Outcome::sdc);
 }
 
 // The kernel, site and outcome table, for a failure's report.
@@ -96,8 +102,7 @@ TEST_CASE("a small campaign runs end to end and classifies every trial", "[gpu][
         o.bits = {20, 30};  // mantissa top and exponent: most flips matter
         o.seed = 9;
         const campaign::InjectionSpace space = campaign::injection_space(s.config, s.problem, site);
-        const campaign::CampaignResult r =
-            campaign::run_campaign(*s.backend, space, s.clean, s.tolerance, o);
+        const campaign::CampaignResult r = campaign::run_campaign(*s.backend, space, s.baseline, o);
         INFO(to_string(protection)
              << " " << to_string(mask) << " " << campaign::site_name(site) << "\n"
              << campaign::summary_table(r.tally));
@@ -138,8 +143,7 @@ TEST_CASE("the output check leaves no small flip of O silent", "[gpu][campaign]"
         o.seed = 11;
         const campaign::InjectionSpace space =
             campaign::injection_space(s.config, s.problem, FaultSite::output);
-        const campaign::CampaignResult r =
-            campaign::run_campaign(*s.backend, space, s.clean, s.tolerance, o);
+        const campaign::CampaignResult r = campaign::run_campaign(*s.backend, space, s.baseline, o);
         INFO(s.config.name() << "\n" << campaign::summary_table(r.tally));
         CHECK(r.tally.trials == 1000);
         CHECK(r.tally.count(campaign::Outcome::sdc) == 0);
@@ -232,7 +236,7 @@ TEST_CASE("int8 Flash-ABFT sees a flip of one lane's rescale factor", "[gpu][cam
       const campaign::CampaignResult r = run_site(s, site, 2000);
       INFO(about(s, site, r));
       CHECK(r.tally.count(campaign::Outcome::sdc) <= r.tally.trials / 200);
-      CHECK(r.tally.count(campaign::Outcome::detected) > r.tally.trials / 10);
+      CHECK(flagged(r.tally) > r.tally.trials / 10);
     }
   }
 }
@@ -286,8 +290,7 @@ TEST_CASE("fp8 Flash-ABFT on the wgmma kernel: no silent flip of O, its checksum
       const campaign::CampaignResult r = run_site(s, site, 2000);
       INFO(about(s, site, r));
       CHECK(r.tally.count(campaign::Outcome::sdc) <= (site == FaultSite::rescale ? 2 : 0));
-      if (site != FaultSite::checksum)
-        CHECK(r.tally.count(campaign::Outcome::detected) > r.tally.trials / 10);
+      if (site != FaultSite::checksum) CHECK(flagged(r.tally) > r.tally.trials / 10);
     }
   });
 }
@@ -325,20 +328,16 @@ TEST_CASE("efta_detect sees a score flipped far up, where its product check give
       auto k = campaign::pasa_tensor(true, a / 2, a / 2, rng, p, pr.k, 1, 2, 512, d);
       auto v = reference::random_tensor(rng, p, pr.v, 1, 2, 512, d);
       auto backend = campaign::source_backend(rt, resolved, pr, q, k, v, OnFault::report);
-      std::vector<float> clean;
-      const FaultReport first = backend->run(std::nullopt, clean);
-      INFO(resolved.name() << " clean: " << first.summary());
-      REQUIRE(first.clean());
-      const std::vector<float> tolerance =
-          campaign::element_tolerance(clean, campaign::reference_output(pr, p, mask, q, k, v), p);
+      const campaign::Baseline baseline = campaign::make_baseline(*backend, pr, p, mask, q, k, v);
+      INFO(resolved.name() << " clean: " << baseline.report.summary());
+      REQUIRE(baseline.report.clean());
       campaign::CampaignOptions o;
       o.site = FaultSite::scores;
       o.trials = 200;
       o.bits = {30, 30};
       o.seed = 3;
       const campaign::CampaignResult r = campaign::run_campaign(
-          *backend, campaign::injection_space(resolved, pr, FaultSite::scores), clean, tolerance,
-          o);
+          *backend, campaign::injection_space(resolved, pr, FaultSite::scores), baseline, o);
       INFO(campaign::summary_table(r.tally));
       CHECK(r.tally.count(campaign::Outcome::sdc) == 0);
       // The checks must have fired on most (a flip of a masked score too: it is in the

@@ -1,12 +1,16 @@
 // Campaign logic without a GPU: classification, the tolerance, trial planning, bit ranges,
 // tallies, and a whole campaign over a fake backend.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
+#include <random>
 #include <set>
 
 #include "ftattn/campaign.hpp"
@@ -43,10 +47,16 @@ TEST_CASE("classification follows detection, correction and the tolerance", "[ca
   // Every detection reported corrected, yet the output is wrong: the report misleads.
   CHECK(classify({1, 1, 0, false}) == Outcome::miscorrected);
   CHECK(classify({3, 3, 0, false}) == Outcome::miscorrected);
-  // An uncorrected detection remains, or tiles were recomputed: the caller was told.
+  // An uncorrected detection remains, or a recompute left some unresolved: the caller was told.
   CHECK(classify({2, 1, 0, false}) == Outcome::detected);
-  CHECK(classify({1, 1, 2, false}) == Outcome::detected);
-  CHECK(classify({1, 0, 3, false}) == Outcome::detected);
+  CHECK(classify({1, 1, 2, false, 1}) == Outcome::detected);
+  CHECK(classify({1, 0, 3, false, 2}) == Outcome::detected);
+  // A recompute that reports nothing unresolved says the output is right: when it is not, the
+  // caller is misled as by a false correction.
+  CHECK(classify({1, 1, 2, false, 0}) == Outcome::miscorrected);
+  CHECK(classify({1, 0, 3, false, 0}) == Outcome::miscorrected);
+  CHECK(classify({1, 0, 3, true, 0}) == Outcome::corrected);
+  CHECK(classify({1, 0, 3, true, 1}) == Outcome::corrected);
   // A recorded correction of an output nobody can see wrong is not a false positive.
   CHECK(classify({3, 3, 0, true}) != Outcome::false_positive);
   CHECK(to_string(Outcome::miscorrected) == "miscorrected");
@@ -67,20 +77,22 @@ TEST_CASE("ulp is the 16-bit spacing at the magnitude", "[campaign]") {
 }
 
 TEST_CASE("the tolerance is the kernel's own error with a one-ulp floor", "[campaign]") {
+  const Problem pr = Problem::bhsd(1, 1, 1, 64, 64, 64);
   const std::vector<float> clean = {1.0f, 0.5f, 2.0f, std::numeric_limits<float>::quiet_NaN()};
   const std::vector<double> ref = {1.01, 0.5, 2.0, 1.0};
-  const auto tol = element_tolerance(clean, ref, Precision::f16, /*strict=*/true);
+  const auto tol = element_tolerance(clean, ref, Precision::f16, pr, /*strict=*/true);
   CHECK(tol[0] == Approx(0.01).epsilon(1e-3));    // own error above one ulp
   CHECK(tol[1] == Approx(std::ldexp(1.0, -11)));  // exact: one ulp at 0.5
   CHECK(tol[2] == Approx(std::ldexp(1.0, -9)));   // one ulp at 2
   CHECK(tol[3] == 0.0f);                          // a NaN baseline tolerates nothing
-  CHECK_THROWS_AS(element_tolerance(clean, {1.0}, Precision::f16), Error);
+  CHECK_THROWS_AS(element_tolerance(clean, {1.0}, Precision::f16, pr), Error);
   // The default adds the accuracy bar: 2e-3 of the reference's RMS for f16, 1e-2 for bf16.
   const std::vector<double> flat = {1.0, 1.0, 1.0, 1.0};
   const std::vector<float> exact = {1.0f, 1.0f, 1.0f, 1.0f};
-  CHECK(element_tolerance(exact, flat, Precision::f16)[0] == Approx(2e-3));
-  CHECK(element_tolerance(exact, flat, Precision::bf16)[0] == Approx(1e-2));
-  CHECK(element_tolerance(exact, flat, Precision::f16, true)[0] == Approx(std::ldexp(1.0, -10)));
+  CHECK(element_tolerance(exact, flat, Precision::f16, pr)[0] == Approx(2e-3));
+  CHECK(element_tolerance(exact, flat, Precision::bf16, pr)[0] == Approx(1e-2));
+  CHECK(element_tolerance(exact, flat, Precision::f16, pr, true)[0] ==
+        Approx(std::ldexp(1.0, -10)));
 
   const std::vector<float> same = {1.0f, 0.5f, 2.0f, 0.0f};
   std::vector<float> base = {1.0f, 0.5f, 2.0f, 0.0f};
@@ -98,23 +110,49 @@ TEST_CASE("the tolerance is the kernel's own error with a one-ulp floor", "[camp
   CHECK(std::isinf(d.max_abs));
 }
 
-TEST_CASE("an unchanged non-finite element is within tolerance, a new one is not", "[campaign]") {
+TEST_CASE("the accuracy bar is reference::check's for the precision and problem", "[campaign]") {
+  // f16_pasa, int8 and fp8 campaigns once took f16's 2e-3 whatever their own bound.
+  const Problem pr = Problem::bhsd(1, 1, 1, 64, 64, 64);
+  for (Precision p : {Precision::f16, Precision::bf16, Precision::f16_pasa, Precision::int8,
+                      Precision::fp8_e4m3}) {
+    INFO(to_string(p));
+    CHECK(accuracy_bar(p, pr) == reference::tolerance(p, pr).rel_l2);
+    const std::vector<double> flat = {1.0, 1.0};
+    CHECK(element_tolerance({1.0f, 1.0f}, flat, p, pr)[0] ==
+          Approx(reference::tolerance(p, pr).rel_l2));
+  }
+  CHECK(accuracy_bar(Precision::f16_pasa, pr) == Approx(5e-3));
+  CHECK(accuracy_bar(Precision::int8, pr) == Approx(5e-2));
+  CHECK(accuracy_bar(Precision::fp8_e4m3, pr) == Approx(1e-1));
+  // int8's bound grows past 4k keys, and the bar with it.
+  const Problem long_keys = Problem::bhsd(1, 1, 1, 64, 65536, 64);
+  CHECK(accuracy_bar(Precision::int8, long_keys) > accuracy_bar(Precision::int8, pr));
+}
+
+TEST_CASE("an unchanged infinite element is within tolerance, a NaN or a new one is not",
+          "[campaign]") {
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
   // Fault-free Inf and NaN get tolerance 0 (element_tolerance); Inf - Inf is NaN.
+  const Problem pr = Problem::bhsd(1, 1, 1, 64, 64, 64);
   const std::vector<float> clean = {inf, -inf, nan, 1.0f};
   const std::vector<double> ref = {1.0, 1.0, 1.0, 1.0};
-  const std::vector<float> tol = element_tolerance(clean, ref, Precision::f16);
+  const std::vector<float> tol = element_tolerance(clean, ref, Precision::f16, pr);
   CHECK(tol[0] == 0.0f);
   CHECK(tol[2] == 0.0f);
-  Deviation d = deviation(clean.data(), clean.data(), tol.data(), 4);
+  const std::vector<float> finite_clean = {inf, -inf, 2.0f, 1.0f};
+  Deviation d = deviation(finite_clean.data(), finite_clean.data(), tol.data(), 4);
   CHECK(d.within());
   CHECK(d.max_abs == 0.0);
-  const std::vector<float> other_nan = {inf, -inf, -nan, 1.0f};  // any NaN is the same NaN
-  CHECK(deviation(other_nan.data(), clean.data(), tol.data(), 4).within());
+  // A NaN is never within, even where the fault-free run gave one (NaN == NaN passed before).
+  d = deviation(clean.data(), clean.data(), tol.data(), 4);
+  CHECK(d.over == 1);
+  CHECK(std::isinf(d.max_abs));
+  const std::vector<float> other_nan = {inf, -inf, -nan, 1.0f};
+  CHECK(deviation(other_nan.data(), clean.data(), tol.data(), 4).over == 1);
   // Changed non-finite elements still count.
-  std::vector<float> faulty = {-inf, -inf, nan, 1.0f};
-  CHECK(deviation(faulty.data(), clean.data(), tol.data(), 4).over == 1);
+  std::vector<float> faulty = {-inf, -inf, 2.0f, 1.0f};
+  CHECK(deviation(faulty.data(), finite_clean.data(), tol.data(), 4).over == 1);
   faulty = {1.0f, -inf, 2.0f, 1.0f};
   d = deviation(faulty.data(), clean.data(), tol.data(), 4);
   CHECK(d.over == 2);
@@ -385,35 +423,63 @@ TEST_CASE("the 95% upper bound is the exact one-sided Clopper-Pearson bound", "[
   CHECK(clopper_pearson_upper_95(1, 2000) < clopper_pearson_upper_95(1, 1000));
 }
 
-TEST_CASE("the summary CSV's counts end with miscorrected, or keep an old file's layout",
-          "[campaign]") {
+TEST_CASE(
+    "the summary CSV's counts end with miscorrected and the settings, or keep an old "
+    "file's layout",
+    "[campaign]") {
   Tally t;
   for (int i = 0; i < 6; ++i) t.add(Outcome::masked);
   t.add(Outcome::detected);
   t.add(Outcome::miscorrected);
   t.add(Outcome::miscorrected);
   t.add(Outcome::sdc);
+  SummarySettings settings;
+  settings.on_fault = "recompute";
+  settings.strict = true;
+  settings.thresholds = Thresholds{2e-5f, 1e-4f, 5e-7f, 2e-4f};
+  settings.seed = 42;
+  settings.heads_kv = 2;
+  settings.ir_count = "warp";
+  settings.baseline_detected = 3;
   const std::string header = summary_csv_counts_header();
   CHECK(header ==
         "trials,masked,corrected,detected,sdc,false_positive,sdc_upper95,seconds,"
-        "miscorrected");
-  const std::string row = summary_csv_counts(t, 1.5);
+        "miscorrected,silent_upper95,on_fault,strict,thresholds,seed,heads_kv,ir_count,"
+        "baseline_detected");
+  const std::string row = summary_csv_counts(t, 1.5, settings);
   CHECK(row.rfind("10,6,0,1,1,0,", 0) == 0);
-  CHECK(row.size() > 7);
-  CHECK(row.substr(row.size() - 7) == ",1.50,2");
   CHECK(std::count(row.begin(), row.end(), ',') == std::count(header.begin(), header.end(), ','));
+  // silent_upper95 bounds sdc and miscorrected together: 3 of 10.
+  CHECK(row.find(fmt::format(",1.50,2,{:.3e},recompute,1,", clopper_pearson_upper_95(3, 10))) !=
+        std::string::npos);
+  CHECK(row.find(",scores=2e-05;probs=0.0001;output=5e-07;row_sum=0.0002,42,2,warp,3") !=
+        std::string::npos);
+  CHECK(row.substr(row.size() - 2) == ",3");
+  // Clean-input rows: no policy, tolerance or fault-free baseline.
+  const std::string clean_row = summary_csv_counts(t, 0.0, SummarySettings{});
+  CHECK(clean_row.find(",-,-,-,0,0,-,-") != std::string::npos);
+  // The build before the settings: up to miscorrected.
+  const std::string mid_header = summary_csv_counts_header(SummaryLayout::before_settings);
+  CHECK(mid_header ==
+        "trials,masked,corrected,detected,sdc,false_positive,sdc_upper95,seconds,miscorrected");
+  const std::string mid_row = summary_csv_counts(t, 1.5, settings, SummaryLayout::before_settings);
+  CHECK(mid_row.substr(mid_row.size() - 7) == ",1.50,2");
+  CHECK(std::count(mid_row.begin(), mid_row.end(), ',') ==
+        std::count(mid_header.begin(), mid_header.end(), ','));
   // An older build's file: its columns, detected counting the miscorrected trials.
-  const std::string old_header = summary_csv_counts_header(true);
+  const std::string old_header = summary_csv_counts_header(SummaryLayout::before_miscorrected);
   CHECK(old_header == "trials,masked,corrected,detected,sdc,false_positive,sdc_upper95,seconds");
-  const std::string old_row = summary_csv_counts(t, 1.5, true);
+  const std::string old_row =
+      summary_csv_counts(t, 1.5, settings, SummaryLayout::before_miscorrected);
   CHECK(old_row.rfind("10,6,0,3,1,0,", 0) == 0);
   CHECK(std::count(old_row.begin(), old_row.end(), ',') ==
         std::count(old_header.begin(), old_header.end(), ','));
-  CHECK(summary_csv_has_miscorrected("config,site," + header + "\r\n"));
-  CHECK(summary_csv_has_miscorrected("miscorrected,trials"));
-  CHECK_FALSE(summary_csv_has_miscorrected("config,site," + old_header));
-  CHECK_FALSE(summary_csv_has_miscorrected("config,miscorrected_x"));
-  CHECK_FALSE(summary_csv_has_miscorrected(""));
+  CHECK(summary_csv_layout("config,site," + header + "\r\n") == SummaryLayout::current);
+  CHECK(summary_csv_layout("config,site," + mid_header + "\n") == SummaryLayout::before_settings);
+  CHECK(summary_csv_layout("miscorrected,trials") == SummaryLayout::before_settings);
+  CHECK(summary_csv_layout("config,site," + old_header) == SummaryLayout::before_miscorrected);
+  CHECK(summary_csv_layout("config,miscorrected_x") == SummaryLayout::before_miscorrected);
+  CHECK(summary_csv_layout("") == SummaryLayout::before_miscorrected);
 }
 
 namespace {
@@ -429,8 +495,8 @@ std::string inject_without_gpu(const test::TempDir& dir, const std::filesystem::
                     {.env = {"FTATTN_LIBCUDA=" + (dir.path() / "none.so").string()},
                      .streams = test::Streams::stderr_only});
   UNSCOPED_INFO(test::describe(r));
-  CHECK(r.exit_code != -1);  // exited
-  CHECK(r.exit_code != 0);   // no GPU
+  CHECK(r.exit_code == 3);  // a good command, no GPU: not the bad-flag code 2
+  CHECK(r.err.find("no trials were run") != std::string::npos);
   return r.err;
 }
 
@@ -439,7 +505,8 @@ std::string inject_without_gpu(const test::TempDir& dir, const std::filesystem::
 TEST_CASE("cli inject: a new summary CSV gets miscorrected, an old one keeps its columns",
           "[campaign][cli]") {
   test::TempDir dir;
-  const std::filesystem::path fresh = dir.path() / "new.csv", old = dir.path() / "old.csv";
+  const std::filesystem::path fresh = dir.path() / "new.csv", old = dir.path() / "old.csv",
+                              mid = dir.path() / "mid.csv";
   std::string err = inject_without_gpu(dir, fresh);
   INFO(err);
   CHECK(err.find("no CUDA driver") != std::string::npos);
@@ -454,14 +521,24 @@ TEST_CASE("cli inject: a new summary CSV gets miscorrected, an old one keeps its
   {
     std::ofstream out(old);
     out << "config,protection,precision,head_dim,mask,shape,site,bits,"
-        << summary_csv_counts_header(true) << "\n";
+        << summary_csv_counts_header(SummaryLayout::before_miscorrected) << "\n";
+  }
+  {
+    std::ofstream out(mid);
+    out << "config,protection,precision,head_dim,mask,shape,site,bits,"
+        << summary_csv_counts_header(SummaryLayout::before_settings) << "\n";
   }
   err = inject_without_gpu(dir, old);
   INFO(err);
   CHECK(err.find("has no miscorrected column") != std::string::npos);
   CHECK(err.find("no CUDA driver") != std::string::npos);
-  // An appended file that already has the column says nothing.
-  CHECK(inject_without_gpu(dir, fresh).find("miscorrected") == std::string::npos);
+  err = inject_without_gpu(dir, mid);
+  INFO(err);
+  CHECK(err.find("has no settings columns") != std::string::npos);
+  // An appended file that already has the columns says nothing.
+  err = inject_without_gpu(dir, fresh);
+  CHECK(err.find("miscorrected") == std::string::npos);
+  CHECK(err.find("settings") == std::string::npos);
 }
 
 TEST_CASE("the false-alarm distributions have the asked mean and spread", "[campaign]") {
@@ -497,60 +574,111 @@ TEST_CASE("the false-alarm distributions have the asked mean and spread", "[camp
 
 namespace {
 
-// Output = clean plus a fault effect the plan's bit decides; reports as told.
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Output and LSE = clean plus a fault effect the plan's bit decides; reports as told, on top of
+// `alarms`, which every run reports (false alarms of the fault-free run at these thresholds).
 class FakeBackend final : public TrialBackend {
  public:
   std::vector<float> clean{1.0f, 2.0f, 3.0f};
-  FaultReport run(const std::optional<FaultPlan>& plan, std::vector<float>& out) override {
+  std::vector<float> clean_lse{0.5f, -kInf};  // the second row sees no key
+  FaultReport alarms;
+  FaultReport run(const std::optional<FaultPlan>& plan, std::vector<float>& out,
+                  std::vector<float>& lse) override {
     out = clean;
-    FaultReport r;
+    lse = clean_lse;
+    FaultReport r = alarms;
     if (!plan) return r;
     ++runs;
-    if (plan->bit >= 30) {  // big fault, detected and corrected
-      r.detected = r.corrected = 1;
-    } else if (plan->bit >= 20) {  // big fault nobody sees
+    const int b = plan->bit;
+    if (b >= 30) {  // big fault, detected and corrected
+      ++r.detected, ++r.corrected;
+    } else if (b >= 20) {  // big fault nobody sees
       out[1] += 1.0f;
-    } else if (plan->bit >= 10) {  // detected, left wrong
-      r.detected = 1;
+    } else if (b >= 10) {  // detected, left wrong
+      ++r.detected;
       out[2] = std::numeric_limits<float>::quiet_NaN();
-    } else if (plan->bit == 1) {  // "corrected", left wrong
-      r.detected = r.corrected = 1;
+    } else if (b == 1) {  // "corrected", left wrong
+      ++r.detected, ++r.corrected;
       out[0] += 0.5f;
-    } else if (plan->bit == 0) {  // an alarm about nothing
-      r.detected = 1;
+    } else if (b == 0) {  // an alarm about nothing
+      ++r.detected;
+    } else if (b == 2) {  // a row max in the last key block: the LSE alone moves, silently
+      lse[0] += 0.5f;
+    } else if (b == 3) {  // the same, detected
+      ++r.detected;
+      lse[0] -= 0.5f;
+    } else if (b == 4) {  // a row that sees no key given an LSE
+      lse[1] = 0.0f;
+    } else if (b == 5) {  // the LSE within its tolerance
+      lse[0] += 1e-3f;
+    } else if (b == 6) {  // recomputed, nothing left unresolved, yet wrong
+      ++r.detected, ++r.recomputed_tiles;
+      out[0] += 0.5f;
+    } else if (b == 7) {  // recomputed, the recompute's own detection left unresolved
+      r.detected += 2, ++r.recomputed_tiles, ++r.unresolved;
+      out[0] += 0.5f;
+    } else if (b == 8) {  // recomputed and right
+      ++r.detected, ++r.recomputed_tiles;
     }
     return r;
   }
   int runs = 0;
 };
 
+// FakeBackend's table: what bit b's trial is.
+Outcome expected_outcome(int b) {
+  return b >= 30            ? Outcome::corrected
+         : b >= 20          ? Outcome::sdc
+         : b >= 10          ? Outcome::detected
+         : b == 1 || b == 6 ? Outcome::miscorrected
+         : b == 0           ? Outcome::false_positive
+         : b == 2 || b == 4 ? Outcome::sdc
+         : b == 3 || b == 7 ? Outcome::detected
+         : b == 8           ? Outcome::corrected
+                            : Outcome::masked;
+}
+
+// The fake's fault-free run, 1e-3 per element and 1e-2 per LSE row.
+Baseline fake_baseline(FakeBackend& backend) {
+  Baseline b;
+  b.report = backend.run(std::nullopt, b.output, b.lse);
+  b.tolerance.assign(b.output.size(), 1e-3f);
+  b.lse_tolerance.assign(b.lse.size(), 1e-2f);
+  return b;
+}
+
+CampaignOptions every_bit(long long trials) {
+  CampaignOptions o;
+  o.site = FaultSite::scores;
+  o.trials = trials;
+  o.bits = {0, 31};
+  return o;
+}
+
+InjectionSpace small_space() {
+  InjectionSpace s;
+  s.iterations = {2, 2};
+  s.threads = 32;
+  return s;
+}
+
 }  // namespace
 
 TEST_CASE("a campaign runs every trial and tallies what the backend did", "[campaign]") {
   FakeBackend backend;
-  InjectionSpace s;
-  s.iterations = {2, 2};
-  s.threads = 32;
-  const std::vector<float> tol = {1e-3f, 1e-3f, 1e-3f};
-  CampaignOptions o;
-  o.site = FaultSite::scores;
-  o.trials = 640;
-  o.bits = {0, 31};
+  const Baseline baseline = fake_baseline(backend);
+  const CampaignOptions o = every_bit(640);
   int seen = 0;
   const CampaignResult r =
-      run_campaign(backend, s, backend.clean, tol, o, [&](const TrialResult&) { ++seen; });
+      run_campaign(backend, small_space(), baseline, o, [&](const TrialResult&) { ++seen; });
   CHECK(backend.runs == 640);
   CHECK(seen == 640);
   CHECK(r.tally.trials == 640);
   long long expected[kOutcomes.size()] = {};
   for (const TrialResult& t : r.trials) {
-    const int b = t.plan.bit;
-    const Outcome want = b >= 30   ? Outcome::corrected
-                         : b >= 20 ? Outcome::sdc
-                         : b >= 10 ? Outcome::detected
-                         : b == 1  ? Outcome::miscorrected
-                         : b == 0  ? Outcome::false_positive
-                                   : Outcome::masked;
+    INFO("bit " << t.plan.bit);
+    const Outcome want = expected_outcome(t.plan.bit);
     REQUIRE(t.outcome == want);
     ++expected[static_cast<int>(want)];
   }
@@ -559,5 +687,168 @@ TEST_CASE("a campaign runs every trial and tallies what the backend did", "[camp
   CHECK(r.tally.count(Outcome::miscorrected) > 0);
   const std::string row = trials_csv_row(r.trials.front()), header = trials_csv_header();
   CHECK(std::count(row.begin(), row.end(), ',') == std::count(header.begin(), header.end(), ','));
-  CHECK_THROWS_AS(run_campaign(backend, s, backend.clean, {1.0f}, o), Error);
+  Baseline short_tolerance = baseline;
+  short_tolerance.tolerance = {1.0f};
+  CHECK_THROWS_AS(run_campaign(backend, small_space(), short_tolerance, o), Error);
+  Baseline short_lse = baseline;
+  short_lse.lse.pop_back();
+  CHECK_THROWS_AS(run_campaign(backend, small_space(), short_lse, o), Error);
+}
+
+TEST_CASE("a fault that moves only the LSE is not masked", "[campaign]") {
+  // A row max flipped in a CTA's last key block reaches only the LSE the kernel stores from it:
+  // read as masked (false_positive when seen) while the campaign ignored the LSE.
+  FakeBackend backend;
+  const Baseline baseline = fake_baseline(backend);
+  for (int bit : {2, 3, 4, 5}) {
+    CampaignOptions o = every_bit(40);
+    o.bits = {bit, bit};
+    const CampaignResult r = run_campaign(backend, small_space(), baseline, o);
+    INFO("bit " << bit << "\n" << summary_table(r.tally));
+    CHECK(r.tally.count(expected_outcome(bit)) == 40);
+    const TrialResult& t = r.trials.front();
+    CHECK(t.deviation.within());
+    CHECK(t.lse_deviation.within() == (bit == 5));
+    // The per-trial CSV gives the LSE's deviation last.
+    const std::string row = trials_csv_row(t);
+    CHECK(trials_csv_header().substr(trials_csv_header().rfind(',') + 1) ==
+          "max_abs_lse_deviation");
+    CHECK(row.substr(row.rfind(',') + 1) == fmt::format("{:.6g}", t.lse_deviation.max_abs));
+    if (bit == 4)
+      CHECK(std::isinf(t.lse_deviation.max_abs));
+    else
+      CHECK(t.lse_deviation.max_abs == Approx(bit == 5 ? 1e-3 : 0.5).epsilon(1e-3));
+  }
+}
+
+TEST_CASE("a fault-free run with detections is refused unless allowed, then subtracted",
+          "[campaign]") {
+  // Every trial inherited the fault-free run's alarms: masked read as false_positive, sdc as
+  // detected.
+  FakeBackend backend;
+  backend.alarms.detected = 2;
+  backend.alarms.corrected = 1;
+  const Baseline baseline = fake_baseline(backend);
+  CampaignOptions o = every_bit(640);
+  REQUIRE_THROWS_AS(run_campaign(backend, small_space(), baseline, o), ConfigError);
+  REQUIRE_THROWS_WITH(run_campaign(backend, small_space(), baseline, o),
+                      Catch::Contains("the fault-free run reported detections (2 detected, 1 "
+                                      "corrected)") &&
+                          Catch::Contains("--thresholds") &&
+                          Catch::Contains("--allow-clean-alarms"));
+  CHECK(backend.runs == 0);  // refused before any trial
+  CHECK_NOTHROW(check_clean_alarms(FaultReport{}, false));
+  CHECK_NOTHROW(check_clean_alarms(baseline.report, true));
+  o.allow_clean_alarms = true;
+  const CampaignResult r = run_campaign(backend, small_space(), baseline, o);
+  for (const TrialResult& t : r.trials) {
+    INFO("bit " << t.plan.bit);
+    REQUIRE(t.outcome == expected_outcome(t.plan.bit));
+  }
+  CHECK(r.tally.count(Outcome::masked) > 0);
+  CHECK(r.tally.count(Outcome::sdc) > 0);
+}
+
+namespace {
+
+// A kernel that gives the FP64 reference rounded to f16, and its LSE; `spoil` changes what it
+// returns (every run, the fault-free ones included).
+class ReferenceBackend final : public TrialBackend {
+ public:
+  Problem problem;
+  Mask mask;
+  reference::Tensor16 q, k, v;
+  std::vector<float> output, lse;
+  std::function<void(std::vector<float>& output, std::vector<float>& lse, int run)> spoil;
+  int runs = 0;
+
+  ReferenceBackend(const Problem& pr, Mask m) : problem(pr), mask(m) {
+    std::mt19937_64 rng(3);
+    const Precision p = Precision::f16;
+    q = reference::random_tensor(rng, p, pr.q, pr.batch, pr.heads_q, pr.seqlen_q, pr.head_dim);
+    k = reference::random_tensor(rng, p, pr.k, pr.batch, pr.heads_kv, pr.seqlen_k, pr.head_dim);
+    v = reference::random_tensor(rng, p, pr.v, pr.batch, pr.heads_kv, pr.seqlen_k, pr.head_dim);
+    for (double x : reference_output(pr, p, mask, q, k, v))
+      output.push_back(reference::from_bits(reference::to_bits(static_cast<float>(x), p), p));
+    for (int b = 0; b < pr.batch; ++b)
+      for (int h = 0; h < pr.heads_q; ++h)
+        for (int s = 0; s < pr.seqlen_q; ++s) {
+          double row_lse = 0.0;
+          reference::attention_row(pr, p, mask, q, k, v, b, h, s, &row_lse);
+          lse.push_back(static_cast<float>(row_lse));
+        }
+  }
+  FaultReport run(const std::optional<FaultPlan>&, std::vector<float>& out,
+                  std::vector<float>& out_lse) override {
+    out = output;
+    out_lse = lse;
+    if (spoil) spoil(out, out_lse, runs);
+    ++runs;
+    return {};
+  }
+  Baseline baseline() { return make_baseline(*this, problem, Precision::f16, mask, q, k, v); }
+};
+
+}  // namespace
+
+TEST_CASE("the fault-free run is checked against the FP64 reference before any trial",
+          "[campaign]") {
+  // The tolerance was built on the fault-free output unchecked: a wrong or NaN output became
+  // the yardstick (NaN == NaN passed).
+  // 96 queries, 64 keys, causal: the first 32 rows see no key (LSE -inf).
+  const Problem pr = Problem::bhsd(1, 2, 2, 96, 64, 32);
+  ReferenceBackend backend(pr, Mask::causal);
+  const Baseline good = backend.baseline();
+  CHECK(backend.runs == 2);
+  CHECK(good.check.passed);
+  CHECK(good.deterministic);
+  CHECK(good.output.size() == 2u * 96 * 32);
+  CHECK(good.tolerance.size() == good.output.size());
+  REQUIRE(good.lse.size() == 2u * 96);
+  CHECK(good.lse[0] == -kInf);
+  CHECK(std::isfinite(good.lse[95]));
+  CHECK(good.lse_tolerance == std::vector<float>(2 * 96, 1e-2f));
+  // The LSE tolerance: reference::tolerance's, whatever the precision's.
+  CHECK(good.lse_tolerance[0] == static_cast<float>(reference::tolerance(Precision::f16, pr).lse));
+
+  auto refused = [&](auto spoil, const char* what) {
+    ReferenceBackend bad(pr, Mask::causal);
+    bad.spoil = spoil;
+    INFO(what);
+    REQUIRE_THROWS_AS(bad.baseline(), Error);
+    REQUIRE_THROWS_WITH(bad.baseline(),
+                        Catch::Contains("fails the check against the FP64 reference"));
+  };
+  refused([](std::vector<float>& o, std::vector<float>&, int) { o[5000] = NAN; }, "a NaN");
+  refused([](std::vector<float>& o, std::vector<float>&,
+             int) { std::fill(o.begin() + 32 * 90, o.begin() + 32 * 91, 0.0f); },
+          "a row left at 0");
+  refused([](std::vector<float>&, std::vector<float>& l, int) { l[60] += 0.5f; },
+          "an LSE off by 0.5");
+  refused([](std::vector<float>&, std::vector<float>& l, int) { l[100] = NAN; }, "a NaN LSE");
+  refused([](std::vector<float>&, std::vector<float>& l, int) { l[1] = 0.0f; },
+          "an LSE for a row that sees no key");
+  // A second fault-free run that differs is reported, not refused.
+  ReferenceBackend noisy(pr, Mask::causal);
+  noisy.spoil = [](std::vector<float>& o, std::vector<float>&, int run) {
+    if (run == 1) o[7] += 1e-4f;
+  };
+  CHECK_FALSE(noisy.baseline().deterministic);
+  // A backend of the wrong size.
+  ReferenceBackend short_lse(pr, Mask::causal);
+  short_lse.spoil = [](std::vector<float>&, std::vector<float>& l, int) { l.pop_back(); };
+  CHECK_THROWS_AS(short_lse.baseline(), Error);
+
+  // Trials against it: an LSE moved past 1e-2, or a -inf row given a value, is not masked.
+  ReferenceBackend faulty(pr, Mask::causal);
+  faulty.spoil = [](std::vector<float>&, std::vector<float>& l, int run) {
+    if (run >= 2 && run % 2 == 0) l[95] += 0.02f;
+    if (run >= 2 && run % 2 == 1) l[3] = 0.0f;  // row 3 sees no key
+  };
+  const Baseline base = faulty.baseline();
+  InjectionSpace space;
+  space.iterations = {1};
+  space.threads = 1;
+  const CampaignResult r = run_campaign(faulty, space, base, every_bit(10));
+  CHECK(r.tally.count(Outcome::sdc) == 10);
 }

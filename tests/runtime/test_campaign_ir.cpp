@@ -28,9 +28,11 @@ class FakeBackend final : public TrialBackend {
  public:
   std::vector<std::optional<FaultPlan>> plans;
   std::function<uint32_t(const FaultPlan&)> detected = [](const FaultPlan&) { return 0u; };
-  FaultReport run(const std::optional<FaultPlan>& plan, std::vector<float>& output) override {
+  FaultReport run(const std::optional<FaultPlan>& plan, std::vector<float>& output,
+                  std::vector<float>& lse) override {
     plans.push_back(plan);
     output.assign(4, 1.0f);
+    lse.assign(2, 0.5f);
     FaultReport r;
     if (plan) r.detected = detected(*plan);
     return r;
@@ -167,11 +169,15 @@ TEST_CASE("the locating backend runs the located plan and passes clean runs thro
   CHECK(fake.plans[1]->bit == 9);
 
   // A whole campaign through it: every trial lands on a real instance.
-  const std::vector<float> clean(4, 1.0f), tolerance(4, 0.0f);
+  Baseline clean;
+  clean.output.assign(4, 1.0f);
+  clean.tolerance.assign(4, 0.0f);
+  clean.lse.assign(2, 0.5f);
+  clean.lse_tolerance.assign(2, 0.0f);
   CampaignOptions o;
   o.site = FaultSite::ir;
   o.trials = 200;
-  const CampaignResult r = run_campaign(*located, s.draw, clean, tolerance, o);
+  const CampaignResult r = run_campaign(*located, s.draw, clean, o);
   CHECK(r.tally.count(Outcome::masked) == 200);
   for (size_t i = 2; i < fake.plans.size(); ++i) {
     const FaultPlan& p = *fake.plans[i];

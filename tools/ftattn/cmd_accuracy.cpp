@@ -27,9 +27,6 @@
 namespace ftattn::cli {
 namespace {
 
-// Exit code when the kernel compiled but there was no GPU to run it (errors exit 2).
-constexpr int kNotLaunched = 3;
-
 struct AccuracyOptions {
   ConfigFlags config;
   std::string dist = "normal", model, csv;

@@ -13,6 +13,7 @@
 
 #include "ftattn/campaign.hpp"
 #include "ftattn/campaign_ir.hpp"
+#include "ftattn/errors.hpp"
 #include "tools/ftattn/commands.hpp"
 #include "tools/ftattn/config_flags.hpp"
 #include "tools/ftattn/device_run.hpp"
@@ -26,7 +27,7 @@ namespace {
 struct InjectOptions {
   ConfigFlags config;
   std::string sites, bits = "0:31", shape = "1,4,1024", csv, summary_csv, on_fault = "report";
-  bool strict = false;
+  bool strict = false, allow_clean_alarms = false;
   long long trials = 1000;
   int false_alarms = 0, calibrate = 0;
   std::string thresholds, calibration_csv;
@@ -90,7 +91,7 @@ std::string shape_text(const Problem& p) {
 }
 
 // One row per site (and per false-alarm distribution), appended; the header when the file is new.
-// The counts' columns are campaign.hpp's (miscorrected last).
+// The counts' and settings' columns are campaign.hpp's (each addition last).
 class SummaryCsv {
  public:
   explicit SummaryCsv(const std::string& path)
@@ -100,15 +101,23 @@ class SummaryCsv {
     std::ifstream existing(path);
     std::string header;
     std::getline(existing, header);
-    legacy_ = !campaign::summary_csv_has_miscorrected(header);
-    if (legacy_)
+    layout_ = campaign::summary_csv_layout(header);
+    if (layout_ == campaign::SummaryLayout::before_miscorrected)
       std::cerr << fmt::format(
           "ftattn: warning: {} has no miscorrected column (an older build's file): its new rows "
-          "count miscorrected trials as detected; give a new file to keep them apart\n",
+          "count miscorrected trials as detected and leave out the settings; give a new file to "
+          "keep them apart\n",
+          path);
+    else if (layout_ == campaign::SummaryLayout::before_settings)
+      std::cerr << fmt::format(
+          "ftattn: warning: {} has no settings columns (an older build's file): its new rows "
+          "leave out silent_upper95, the settings and baseline_detected; give a new file to "
+          "keep them\n",
           path);
   }
   void add(const KernelConfig& c, const Problem& p, const std::string& site,
-           const std::string& bits, const campaign::Tally& t, double seconds) {
+           const std::string& bits, const campaign::Tally& t, double seconds,
+           const campaign::SummarySettings& settings) {
     if (!out_.is_open()) return;
     if (out_.fresh() && !header_written_) {
       out_.stream() << "config,protection,precision,head_dim,mask,shape,site,bits,"
@@ -118,13 +127,13 @@ class SummaryCsv {
     out_.stream() << fmt::format("{},{},{},{},{},{}x{}x{},{},{},{}\n", c.name(),
                                  to_string(c.protection), to_string(c.precision), c.head_dim,
                                  to_string(c.mask), p.batch, p.heads_q, p.seqlen_q, site, bits,
-                                 campaign::summary_csv_counts(t, seconds, legacy_));
+                                 campaign::summary_csv_counts(t, seconds, settings, layout_));
   }
   void commit() { out_.commit(); }
 
  private:
   OutputFile out_;
-  bool legacy_ = false;  // the file's header predates the miscorrected column
+  campaign::SummaryLayout layout_ = campaign::SummaryLayout::current;  // the file's own
   bool header_written_ = false;
 };
 
@@ -175,6 +184,8 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
   SummaryCsv summary(o.summary_csv);
   OutputFile trials_csv("--csv", o.csv);
   OutputFile calibration_csv("--calibration-csv", o.calibration_csv, OutputFile::Mode::append);
+  // With the trials on standard output, the log goes to standard error (as bench does).
+  std::ostream& log = o.csv == "-" ? std::cerr : std::cout;
 
   const std::string device = describe_device();  // "no GPU" before any other work
   Runtime rt(global.runtime_options());
@@ -185,8 +196,8 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
   validate(problem, config);
   if (all_sites)
     for (FaultSite site : campaign::sites_of(config)) add_site(site);
-  fmt::print("device    {}\nkernel    {}\nproblem   {}, {}\n", device, config.name(),
-             shape_text(problem), to_string(config.mask));
+  log << fmt::format("device    {}\nkernel    {}\nproblem   {}, {}\n", device, config.name(),
+                     shape_text(problem), to_string(config.mask));
   int exit_code = 0;
 
   if (!sites.empty()) {
@@ -200,28 +211,36 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
     auto v = reference::random_tensor(rng, p, problem.v, problem.batch, problem.heads_kv,
                                       problem.seqlen_k, problem.head_dim);
     auto backend = campaign::source_backend(rt, config, problem, q, k, v, on_fault, thresholds);
-    std::vector<float> clean, again;
-    const FaultReport first = backend->run(std::nullopt, clean);
-    backend->run(std::nullopt, again);
+    const campaign::Baseline baseline =
+        campaign::make_baseline(*backend, problem, p, config.mask, q, k, v, o.strict);
+    const FaultReport& first = baseline.report;
+    // Before any trial (or site ir's counting launches): refused unless --allow-clean-alarms.
+    campaign::check_clean_alarms(first, o.allow_clean_alarms);
     if (!first.clean())
       std::cerr << fmt::format(
-          "ftattn: warning: the fault-free run reported {} detection(s): false alarms at these "
-          "thresholds count as detections below\n",
-          first.detected);
-    if (clean != again)
+          "ftattn: warning: the fault-free run reported detections ({}): trials are classified "
+          "by what they report beyond it (--allow-clean-alarms)\n",
+          first.summary());
+    if (!baseline.deterministic)
       std::cerr << "ftattn: warning: two fault-free runs differ: the kernel is not "
                    "deterministic, so some masked faults may read as corruption\n";
-    const std::vector<double> ref = campaign::reference_output(problem, p, config.mask, q, k, v);
-    const std::vector<float> tolerance = campaign::element_tolerance(clean, ref, p, o.strict);
+    log << fmt::format("clean     {}\n", baseline.check.summary());
     if (o.strict)
-      fmt::print(
-          "tolerance |faulty - clean| <= max(|clean - fp64 reference|, 1 ulp), per element\n");
+      log << "tolerance |faulty - clean| <= max(|clean - fp64 reference|, 1 ulp), per element";
     else
-      fmt::print(
+      log << fmt::format(
           "tolerance |faulty - clean| <= max(|clean - fp64 reference|, 1 ulp, {:g} x "
-          "rms(reference)), "
-          "per element\n",
-          campaign::accuracy_bar(p));
+          "rms(reference)), per element",
+          campaign::accuracy_bar(p, problem));
+    log << fmt::format("; |lse - clean lse| <= {:g} per row\n",
+                       reference::tolerance(p, problem).lse);
+    campaign::SummarySettings settings;
+    settings.on_fault = o.on_fault;
+    settings.strict = o.strict;
+    settings.thresholds = campaign::thresholds_in_use(config, thresholds);
+    settings.seed = o.seed;
+    settings.heads_kv = problem.heads_kv;
+    settings.baseline_detected = first.detected;
 
     if (trials_csv.is_open()) trials_csv.stream() << campaign::trials_csv_header() << "\n";
     for (FaultSite site : sites) {
@@ -233,7 +252,7 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
         ir_space = campaign::ir_injection_space(
             config, problem, campaign::counting_launches(*backend, first.detected), ir_count);
         located = campaign::locating_backend(*backend, *ir_space);
-        fmt::print(
+        log << fmt::format(
             "ir space  {} instances of {} over {} CTAs x {} threads ({} counting launches, one "
             "per {}, {:.1f} s)\n",
             ir_space->total(), to_string(config.ir_inject), ir_space->draw.iterations.size(),
@@ -248,13 +267,14 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
       co.trials = o.trials;
       co.bits = bits;
       co.seed = o.seed + static_cast<uint64_t>(site) * 0x9e3779b97f4a7c15ull;
+      co.allow_clean_alarms = o.allow_clean_alarms;
       long long done = 0;
-      const campaign::CampaignResult r = campaign::run_campaign(
-          runner, space, clean, tolerance, co, [&](const campaign::TrialResult&) {
+      const campaign::CampaignResult r =
+          campaign::run_campaign(runner, space, baseline, co, [&](const campaign::TrialResult&) {
             if (++done % std::max<long long>(1, o.trials / 10) == 0)
               std::cerr << fmt::format("  {}: {}/{}\n", campaign::site_name(site), done, o.trials);
           });
-      fmt::print(
+      log << fmt::format(
           "\ncampaign  {}, site {}, bits {}:{}, {} trials over {} CTAs ({:.1f} s, {:.2f} "
           "ms/trial), on_fault {}\n{}",
           to_string(config.protection), campaign::site_name(site), bits.lo, bits.hi, o.trials,
@@ -266,26 +286,34 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
       }
       const std::string site_label = ir_space ? fmt::format("ir:{}", to_string(config.ir_inject))
                                               : std::string(campaign::site_name(site));
-      summary.add(config, problem, site_label, o.bits, r.tally, r.seconds);
+      campaign::SummarySettings site_settings = settings;
+      if (ir_space) site_settings.ir_count = campaign::to_string(ir_count);
+      summary.add(config, problem, site_label, fmt::format("{}:{}", bits.lo, bits.hi), r.tally,
+                  r.seconds, site_settings);
     }
   }
 
   if (o.false_alarms > 0) {
     const auto rows = campaign::count_false_alarms(rt, clean_config, problem, o.false_alarms,
                                                    o.seed + 1000003, thresholds);
-    fmt::print("\nfalse alarms  {} clean runs of {}\n{:<24} {:>6} {:>8} {:>10} {:>10}\n",
-               o.false_alarms, clean_config.name(), "distribution", "runs", "flagged", "detections",
-               "corrected");
+    log << fmt::format("\nfalse alarms  {} clean runs of {}\n{:<24} {:>6} {:>8} {:>10} {:>10}\n",
+                       o.false_alarms, clean_config.name(), "distribution", "runs", "flagged",
+                       "detections", "corrected");
+    campaign::SummarySettings clean_settings;  // clean inputs: no plan, policy or tolerance
+    clean_settings.thresholds = campaign::thresholds_in_use(clean_config, thresholds);
+    clean_settings.seed = o.seed;
+    clean_settings.heads_kv = problem.heads_kv;
     int flagged = 0;
     for (const campaign::FalseAlarms& r : rows) {
-      fmt::print("{:<24} {:>6} {:>8} {:>10} {:>10}\n", campaign::to_string(r.distribution), r.runs,
-                 r.flagged, r.detected, r.corrected);
+      log << fmt::format("{:<24} {:>6} {:>8} {:>10} {:>10}\n", campaign::to_string(r.distribution),
+                         r.runs, r.flagged, r.detected, r.corrected);
       flagged += r.flagged;
       campaign::Tally t;
       for (int i = 0; i < r.runs; ++i)
         t.add(i < r.flagged ? campaign::Outcome::false_positive : campaign::Outcome::masked);
       summary.add(clean_config, problem,
-                  fmt::format("\"clean:{}\"", campaign::to_string(r.distribution)), "-", t, 0.0);
+                  fmt::format("\"clean:{}\"", campaign::to_string(r.distribution)), "-", t, 0.0,
+                  clean_settings);
     }
     if (flagged > 0) exit_code = 1;  // a false alarm at the default thresholds is a failure
   }
@@ -294,7 +322,7 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
     const auto rows =
         campaign::calibrate_thresholds(rt, clean_config, problem, o.calibrate, o.seed + 2000003);
     const Thresholds d = campaign::thresholds_in_use(clean_config, thresholds);
-    fmt::print(
+    log << fmt::format(
         "\ncalibration  {} clean runs per distribution of {}: the smallest threshold each check "
         "passes without an alarm (0: the check never fired or the kernel has none)\n{:<24} {:>5} "
         "{:>11} {:>11} {:>11} {:>11} {:>9}\n",
@@ -306,10 +334,10 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
                                   "runs,scores,probs,output,row_sum,truncated\n";
     Thresholds worst;
     for (const campaign::Calibration& c : rows) {
-      fmt::print("{:<24} {:>5} {:>11.3e} {:>11.3e} {:>11.3e} {:>11.3e} {:>9}{}\n",
-                 campaign::to_string(c.distribution), c.runs, c.needed.scores, c.needed.probs,
-                 c.needed.output, c.needed.row_sum, c.records,
-                 c.truncated ? "  (log overflowed: a lower bound)" : "");
+      log << fmt::format("{:<24} {:>5} {:>11.3e} {:>11.3e} {:>11.3e} {:>11.3e} {:>9}{}\n",
+                         campaign::to_string(c.distribution), c.runs, c.needed.scores,
+                         c.needed.probs, c.needed.output, c.needed.row_sum, c.records,
+                         c.truncated ? "  (log overflowed: a lower bound)" : "");
       worst.scores = std::max(worst.scores, c.needed.scores);
       worst.probs = std::max(worst.probs, c.needed.probs);
       worst.output = std::max(worst.output, c.needed.output);
@@ -326,11 +354,11 @@ int run_inject(const InjectOptions& o, const GlobalOptions& global) {
     auto margin = [](float def, float need) {
       return need > 0 ? fmt::format("{:>10.1f}x", def / need) : fmt::format("{:>11}", "-");
     };
-    fmt::print("{:<24} {:>5} {:>11.3e} {:>11.3e} {:>11.3e} {:>11.3e}\n", "thresholds in use", "",
-               d.scores, d.probs, d.output, d.row_sum);
-    fmt::print("{:<24} {:>5} {} {} {} {}\n", "margin (in use / worst)", "",
-               margin(d.scores, worst.scores), margin(d.probs, worst.probs),
-               margin(d.output, worst.output), margin(d.row_sum, worst.row_sum));
+    log << fmt::format("{:<24} {:>5} {:>11.3e} {:>11.3e} {:>11.3e} {:>11.3e}\n",
+                       "thresholds in use", "", d.scores, d.probs, d.output, d.row_sum);
+    log << fmt::format("{:<24} {:>5} {} {} {} {}\n", "margin (in use / worst)", "",
+                       margin(d.scores, worst.scores), margin(d.probs, worst.probs),
+                       margin(d.output, worst.output), margin(d.row_sum, worst.row_sum));
   }
   summary.commit();
   trials_csv.commit();
@@ -371,6 +399,10 @@ Command add_inject_command(CLI::App& parent, const GlobalOptions& global) {
   cmd->add_flag("--strict", o->strict,
                 "masked only within max(own error, 1 ulp) per element, without the accuracy bar")
       ->needs(site);
+  cmd->add_flag("--allow-clean-alarms", o->allow_clean_alarms,
+                "run a campaign whose fault-free run reports detections, classifying each trial "
+                "by what it reports beyond them (refused without this flag)")
+      ->needs(site);
   cmd->add_option("--ir-count", o->ir_count,
                   "site ir: which threads a counting launch measures, cta (thread 0 stands for "
                   "its CTA), warp (lane 0 for its warp) or thread (all)")
@@ -396,7 +428,17 @@ Command add_inject_command(CLI::App& parent, const GlobalOptions& global) {
   cmd->add_option("--thresholds", o->thresholds,
                   "override check thresholds for campaigns, false alarms and calibration, e.g. "
                   "output=1e-7,row_sum=2e-4 (checks: scores, probs, output, row_sum)");
-  return {cmd, [o, &global] { return run_inject(*o, global); }};
+  return {cmd, [o, &global] {
+            try {
+              return run_inject(*o, global);
+            } catch (const NoDeviceError& e) {
+              // Not a bad flag (exit 2): the command was good, the machine has no GPU.
+              std::cout.flush();
+              std::cerr << fmt::format(
+                  "ftattn: {}\nftattn: inject needs a GPU: no trials were run\n", e.what());
+              return kNotLaunched;
+            }
+          }};
 }
 
 }  // namespace ftattn::cli

@@ -17,6 +17,9 @@ struct GlobalOptions {
   RuntimeOptions runtime_options() const { return RuntimeOptions{cache_dir, true}; }
 };
 
+// Exit code when a good command line found no GPU to run on (bad flags and errors exit 2).
+inline constexpr int kNotLaunched = 3;
+
 struct Command {
   CLI::App* app = nullptr;
   std::function<int()> run;  // the process exit code; ftattn::Error propagates to main()
