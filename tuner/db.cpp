@@ -208,8 +208,9 @@ Entry from_json(const json& j) {
   return e;
 }
 
-[[noreturn]] void bad_file(const std::string& origin, const std::string& what) {
-  throw CacheError(fmt::format("ftattn tuning database '{}': {}: delete or fix it", origin, what));
+[[noreturn]] void bad_file(const std::string& origin, const std::string& what,
+                           std::string_view advice = "delete or fix it") {
+  throw CacheError(fmt::format("ftattn tuning database '{}': {}: {}", origin, what, advice));
 }
 
 // Writes `text` to `path` with permissions `mode` and flushes it to disk; 0 or errno.
@@ -329,6 +330,13 @@ Database Database::parse(std::string_view text, const std::string& origin) {
   auto format = root.find("format");
   if (format == root.end() || !format->is_number_integer()) {
     bad_file(origin, fmt::format("no integer \"format\" field (expected {})", kFormat));
+  }
+  if (format->get<int64_t>() > kFormat) {
+    // Not broken: the ftattn that wrote it still reads it, so it must not be deleted.
+    bad_file(origin,
+             fmt::format("format {} was written by a newer ftattn (this one reads format {})",
+                         format->dump(), kFormat),
+             "leave it to that ftattn, and give this one's `ftattn tune` another --db file");
   }
   if (format->get<int64_t>() != kFormat) {
     bad_file(origin, fmt::format("format {} is not the one this ftattn reads ({})", format->dump(),

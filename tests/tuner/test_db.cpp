@@ -386,7 +386,7 @@ TEST_CASE("malformed entries are skipped, good ones load", "[tuner][db]") {
 
 TEST_CASE("a bad top level is a CacheError naming the origin", "[tuner][db]") {
   for (const char* text : {"", "{", "[]", "42", R"({"entries": []})",
-                           R"({"format": 2, "entries": []})", R"({"format": "1", "entries": []})",
+                           R"({"format": 0, "entries": []})", R"({"format": "1", "entries": []})",
                            R"({"format": 1})", R"({"format": 1, "entries": {}})"}) {
     INFO(text);
     CHECK_THROWS_AS(Database::parse(text, "where/it/came/from.json"), CacheError);
@@ -395,6 +395,11 @@ TEST_CASE("a bad top level is a CacheError naming the origin", "[tuner][db]") {
         Catch::Contains("where/it/came/from.json") && Catch::Contains("delete or fix it"));
   }
   CHECK(Database::parse(R"({"format": 1, "entries": []})", "empty").entries().empty());
+  // A newer ftattn's file is not broken: it must not be deleted, but another file given.
+  CHECK_THROWS_WITH(
+      Database::parse(R"({"format": 2, "entries": []})", "newer.json"),
+      Catch::Contains("newer.json") && Catch::Contains("format 2 was written by a newer ftattn") &&
+          Catch::Contains("another --db file") && !Catch::Contains("delete or fix it"));
 }
 
 TEST_CASE("load: a missing file is empty, invalid JSON throws", "[tuner][db]") {
