@@ -45,6 +45,9 @@ constexpr int64_t kMaxBucket = int64_t{1} << 30;  // buckets saturate here inste
 // Far deeper than a tuning DB goes (an entry's fields are three levels down). dump() recurses,
 // so a document nested thousands deep would overflow the stack: parse() refuses it unbuilt.
 constexpr int kMaxDepth = 64;
+// How many powers of two, in seqlen and in batch*heads each, a fallback bucket may be away from
+// the one looked up (see Database::find).
+constexpr int kMaxStep = 1;
 
 // The smallest power of two >= max(v, floor), saturating at kMaxBucket.
 int round_up_pow2(int64_t v, int floor) {
@@ -482,11 +485,15 @@ void Database::merge(const Database& other) {
 //   or ftattn version, or a newer driver), `note` is called once, for this call, naming the first
 //   of them: the caller learns why a tuned entry was not taken.
 // - Then the nearest bucket is taken among usable entries with the same causal flag (causal and
-//   full attention have different tile trade-offs, so the fallback never crosses them):
-//   smallest |log2 seqlen difference|, then smallest |log2 batch_heads difference|; remaining ties
-//   go to the smaller bucket (a config tuned on less work keeps more CTAs in flight, the safer
-//   side), then to the newest driver. Seqlen comes first because it decides the main-loop length
-//   that the tile and stage choices trade against; batch*heads only changes the grid size.
+//   full attention have different tile trade-offs, so the fallback never crosses them) whose
+//   seqlen and batch_heads are each within one power of two of the bucket's (kMaxStep): the
+//   heuristic's own thresholds (512, 1024, 2048 and 16384 keys; 66 batch*heads) are one to three
+//   octaves apart, so a choice tuned further away was made in another regime, and the heuristic,
+//   fitted to all the tuning data, is the better guess there. Among them: smallest |log2 seqlen
+//   difference|, then smallest |log2 batch_heads difference|; remaining ties go to the smaller
+//   bucket (a config tuned on less work keeps more CTAs in flight, the safer side), then to the
+//   newest driver. Seqlen comes first because it decides the main-loop length that the tile and
+//   stage choices trade against; batch*heads only changes the grid size.
 std::optional<KernelConfig> Database::find(
     const DeviceKey& device, const Family& family, const Bucket& bucket,
     const std::function<void(const std::string&)>& note) const {
@@ -513,7 +520,8 @@ std::optional<KernelConfig> Database::find(
     }
     if (e.bucket == bucket) {
       if (!exact || e.device.driver_version > exact->device.driver_version) exact = &e;
-    } else if (e.bucket.causal == bucket.causal) {
+    } else if (e.bucket.causal == bucket.causal && std::get<0>(distance(e)) <= kMaxStep &&
+               std::get<1>(distance(e)) <= kMaxStep) {
       if (!nearest || distance(e) < distance(*nearest)) nearest = &e;
     }
   }

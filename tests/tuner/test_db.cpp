@@ -303,22 +303,22 @@ TEST_CASE("find ignores entries of another GPU, ftattn version or a newer driver
 TEST_CASE("find falls back to the nearest bucket of the same causality", "[tuner][db]") {
   const Family f = family();
   const KernelConfig at1k = config(f, 64, 64, 4, 1);
-  const KernelConfig at16k = config(f, 128, 64, 4, 2);
+  const KernelConfig at4k = config(f, 128, 64, 4, 2);
   Database db;
   db.put(entry(h200(), f, causal_bucket(1024, 128), at1k));
-  db.put(entry(h200(), f, causal_bucket(16384, 128), at16k));
+  db.put(entry(h200(), f, causal_bucket(4096, 128), at4k));
 
   CHECK(db.find(h200(), f, causal_bucket(512, 128)) == at1k);
-  CHECK(db.find(h200(), f, causal_bucket(2048, 128)) == at1k);   // 1 step vs 3
-  CHECK(db.find(h200(), f, causal_bucket(8192, 128)) == at16k);  // 3 steps vs 1
-  CHECK(db.find(h200(), f, causal_bucket(65536, 128)) == at16k);
-  CHECK(db.find(h200(), f, causal_bucket(4096, 1)) == at1k);  // tie on seqlen: smaller
+  CHECK(db.find(h200(), f, causal_bucket(8192, 128)) == at4k);
+  CHECK(db.find(h200(), f, causal_bucket(2048, 128)) == at1k);  // tie on seqlen: smaller
+  CHECK(db.find(h200(), f, causal_bucket(1024, 64)) == at1k);
+  CHECK(db.find(h200(), f, causal_bucket(2048, 256)) == at1k);  // one step in each
   // Seqlen first, batch*heads second.
-  const KernelConfig at8k_bh1 = config(f, 128, 64, 4, 3);
-  db.put(entry(h200(), f, causal_bucket(8192, 1), at8k_bh1));
-  CHECK(db.find(h200(), f, causal_bucket(8192, 1024)) == at8k_bh1);
-  CHECK(db.find(h200(), f, causal_bucket(16384, 1)) == at16k);
-
+  const KernelConfig at8k_bh64 = config(f, 128, 64, 4, 3);
+  db.put(entry(h200(), f, causal_bucket(8192, 64), at8k_bh64));
+  CHECK(db.find(h200(), f, causal_bucket(8192, 128)) == at8k_bh64);
+  CHECK(db.find(h200(), f, causal_bucket(8192, 256)) == at4k);
+  CHECK(db.find(h200(), f, causal_bucket(4096, 64)) == at4k);
   // Never across the causal flag: a non-causal lookup finds none of the causal entries.
   CHECK_FALSE(db.find(h200(), f, Bucket{1024, 128, false}));
   // Entries of another device are never a fallback.
@@ -329,6 +329,24 @@ TEST_CASE("find falls back to the nearest bucket of the same causality", "[tuner
   Notes notes;
   CHECK_FALSE(other.find(h200(), f, causal_bucket(2048, 128), notes.fn()));
   CHECK(notes.got.empty());  // nothing for *this* bucket was ignored
+}
+
+TEST_CASE("find falls back no further than one power of two in seqlen and batch*heads",
+          "[tuner][db]") {
+  const Family f = family();
+  Database db;
+  db.put(entry(h200(), f, causal_bucket(4096, 128), config(f, 128, 64, 4, 2)));
+  // Any usable entry answered any problem: 128 keys of one head, or 256k keys.
+  for (const Bucket b :
+       {causal_bucket(512, 1), causal_bucket(262144, 128), causal_bucket(1024, 128),
+        causal_bucket(16384, 128), causal_bucket(4096, 32), causal_bucket(4096, 512),
+        causal_bucket(16384, 512)}) {
+    INFO(b.to_string());
+    Notes notes;
+    CHECK_FALSE(db.find(h200(), f, b, notes.fn()));
+    CHECK(notes.got.empty());  // the heuristic decides, as without a DB: nothing to note
+  }
+  CHECK_FALSE(db.find(h200(), f, Bucket::of(Problem::bhsd(1, 1, 1, 128, 128, 128), Mask::causal)));
 }
 
 TEST_CASE("malformed entries are skipped, good ones load", "[tuner][db]") {
