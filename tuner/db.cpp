@@ -109,6 +109,13 @@ void check_entry(const Entry& e) {
                                   family_string(e.family)));
   }
   validate(e.best);
+  if (e.default_config) {
+    if (!e.default_config->is_complete()) throw ConfigError("the default config is incomplete");
+    if (family_of(*e.default_config) != e.family) {
+      throw ConfigError(fmt::format("default kernel {} is not of the entry's family {}",
+                                    e.default_config->name(), family_string(e.family)));
+    }
+  }
   for (auto [what, v] : {std::pair<const char*, double>{"best_tflops", e.best_tflops},
                          std::pair<const char*, double>{"default_tflops", e.default_tflops}}) {
     if (!std::isfinite(v) || v < 0) {
@@ -147,6 +154,7 @@ nlohmann::ordered_json to_json(const Entry& e) {
                  {"batch_heads", e.bucket.batch_heads},
                  {"causal", e.bucket.causal}};
   j["best"] = e.best.name();
+  if (e.default_config) j["default"] = e.default_config->name();  // absent in older entries
   j["best_tflops"] = e.best_tflops;
   j["default_tflops"] = e.default_tflops;
   return j;
@@ -205,6 +213,7 @@ Entry from_json(const json& j) {
   e.bucket.batch_heads = get_int(b, "batch_heads");
   e.bucket.causal = get_bool(b, "causal");
   e.best = KernelConfig::parse(get_string(j, "best"));
+  if (j.contains("default")) e.default_config = KernelConfig::parse(get_string(j, "default"));
   e.best_tflops = get_number(j, "best_tflops");
   e.default_tflops = get_number(j, "default_tflops");
   check_entry(e);
@@ -257,6 +266,22 @@ Bucket Bucket::of(const Problem& problem, Mask mask) {
 
 std::string Bucket::to_string() const {
   return fmt::format("s{}_bh{}_{}", seqlen, batch_heads, causal ? "causal" : "full");
+}
+
+KernelConfig heuristic_default(const Family& family, const Problem& problem) {
+  KernelConfig open;
+  open.head_dim = family.head_dim;
+  open.precision = family.precision;
+  open.protection = family.protection;
+  open.mask = family.mask;
+  open.arch = family.arch;
+  return with_defaults(open, family.arch, &problem);
+}
+
+KernelConfig bucket_default(const Family& family, const Bucket& bucket) {
+  // with_defaults reads seqlen_k and batch * heads_q alone.
+  return heuristic_default(family, Problem::bhsd(1, bucket.batch_heads, bucket.batch_heads,
+                                                 bucket.seqlen, bucket.seqlen, family.head_dim));
 }
 
 // --- Database --------------------------------------------------------------------------------
@@ -481,9 +506,13 @@ void Database::merge(const Database& other) {
 //   newer driver may rely on code generation this driver lacks; an older one is fine). Among
 //   usable entries of the same bucket, the one of the newest driver wins.
 // - An exact bucket match is returned silently, even when entries of other devices exist.
+// - An entry that records the heuristic default it was tuned against ("default") is usable only
+//   while the heuristic still picks that for its bucket (bucket_default): once the defaults
+//   change, its gain over them is unknown, and a stale entry would override the better default.
 // - Otherwise, if entries for this family and bucket exist that are not usable (another GPU, sm
-//   or ftattn version, or a newer driver), `note` is called once, for this call, naming the first
-//   of them: the caller learns why a tuned entry was not taken.
+//   or ftattn version, a newer driver, another default), `note` is called once, for this call,
+//   naming the first of them (one tuned against another default first, as it is this device's):
+//   the caller learns why a tuned entry was not taken.
 // - Then the nearest bucket is taken among usable entries with the same causal flag (causal and
 //   full attention have different tile trade-offs, so the fallback never crosses them) whose
 //   seqlen and batch_heads are each within one power of two of the bucket's (kMaxStep): the
@@ -506,6 +535,19 @@ std::optional<KernelConfig> Database::find(
   };
   const Entry* foreign = nullptr;
   int foreign_count = 0;
+  const Entry* stale = nullptr;
+  std::string stale_now;  // what the heuristic picks now for `stale`'s bucket
+  // Called for entries that would otherwise be taken, as it runs the heuristic.
+  auto tuned_against_other_default = [&](const Entry& e) {
+    if (!e.default_config) return false;
+    const std::string now = bucket_default(family, e.bucket).name();
+    if (e.default_config->name() == now) return false;
+    if (e.bucket == bucket && !stale) {
+      stale = &e;
+      stale_now = now;
+    }
+    return true;
+  };
   for (const Entry& e : entries_) {
     if (e.family != family) continue;
     const bool same_device = e.device.gpu_name == device.gpu_name && e.device.sm == device.sm &&
@@ -519,15 +561,23 @@ std::optional<KernelConfig> Database::find(
       continue;
     }
     if (e.bucket == bucket) {
-      if (!exact || e.device.driver_version > exact->device.driver_version) exact = &e;
+      if ((!exact || e.device.driver_version > exact->device.driver_version) &&
+          !tuned_against_other_default(e))
+        exact = &e;
     } else if (e.bucket.causal == bucket.causal && std::get<0>(distance(e)) <= kMaxStep &&
                std::get<1>(distance(e)) <= kMaxStep) {
-      if (!nearest || distance(e) < distance(*nearest)) nearest = &e;
+      if ((!nearest || distance(e) < distance(*nearest)) && !tuned_against_other_default(e))
+        nearest = &e;
     }
   }
   if (exact) return exact->best;
 
-  if (foreign && note) {
+  if (stale && note) {
+    note(fmt::format(
+        "tuning entry for {} {} was tuned against the heuristic default {}, but the heuristic now "
+        "picks {}; ignoring it (re-run `ftattn tune`)",
+        family_string(family), bucket.to_string(), stale->default_config->name(), stale_now));
+  } else if (foreign && note) {
     const DeviceKey& d = foreign->device;
     const std::string where = fmt::format("{} {}", family_string(family), bucket.to_string());
     std::string message;

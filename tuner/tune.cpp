@@ -82,6 +82,7 @@ Entry to_entry(const ShapeResult& r, const DeviceKey& device) {
   e.best = r.best.config;
   e.best_tflops = r.tflops(r.best.ms);
   e.default_tflops = r.heuristic.passed ? r.tflops(r.heuristic.ms) : 0.0;
+  e.default_config = bucket_default(r.family, r.bucket);
   return e;
 }
 

@@ -49,7 +49,7 @@ ShapeResult tune_shape(const Family& family, const Problem& problem,
 Pruned compile_and_prune(Runtime& runtime, const std::vector<KernelConfig>& candidates,
                          const SmLimits& limits, int threads, int max_spill_bytes = 1024);
 
-// The DB entry for a tuned shape on `device`.
+// The DB entry for a tuned shape on `device`, recording the heuristic's choice for its bucket.
 Entry to_entry(const ShapeResult& result, const DeviceKey& device);
 
 }  // namespace ftattn::tuner

@@ -98,10 +98,24 @@ struct Entry {
   KernelConfig best;          // complete
   double best_tflops = 0;     // measured
   double default_tflops = 0;  // the heuristic default, measured in the same run
+  // The heuristic's choice for the bucket when it was tuned (bucket_default), JSON "default";
+  // none in entries written before it was recorded. Once the heuristic picks otherwise, the entry
+  // was tuned against another default and find() ignores it.
+  std::optional<KernelConfig> default_config;
 };
 
-// JSON file of entries. Lookups ignore entries of another GPU, arch or ftattn version and say so
-// once through `note`; a newer driver than the one tuned on is accepted.
+// What the heuristic (with_defaults) picks for `family` on the bucket's largest problem: seqlen
+// and batch * heads at the bucket's powers of two. An entry records it, so a lookup can tell that
+// the heuristic has changed since (a shape inside the bucket may get another default, so the
+// bucket's own problem is the one both sides can compute).
+KernelConfig bucket_default(const Family& family, const Bucket& bucket);
+
+// What the heuristic picks for `family` on `problem`: the default that tuning must beat.
+KernelConfig heuristic_default(const Family& family, const Problem& problem);
+
+// JSON file of entries. Lookups ignore entries of another GPU, arch or ftattn version, of a newer
+// driver than the device's, or tuned against another heuristic default, and say so once through
+// `note`; a device driver newer than the one tuned on is fine.
 class Database {
  public:
   Database() = default;

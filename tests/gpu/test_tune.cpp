@@ -52,6 +52,7 @@ TEST_CASE("ftattn tune tunes a small grid end to end and the runtime picks the w
     CHECK(e.default_tflops > 0.0);
     CHECK(e.best_tflops >= 0.97 * e.default_tflops);  // the winner is at least as fast
     CHECK(e.device.gpu_name.find("NVIDIA") != std::string::npos);
+    CHECK(e.default_config == tuner::bucket_default(e.family, e.bucket));
     KernelConfig open;
     open.head_dim = 64;
     open.mask = e.family.mask;

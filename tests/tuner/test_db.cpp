@@ -66,6 +66,7 @@ void require_same(const std::vector<Entry>& a, const std::vector<Entry>& b) {
     CHECK(a[i].best == b[i].best);
     CHECK(a[i].best_tflops == b[i].best_tflops);
     CHECK(a[i].default_tflops == b[i].default_tflops);
+    CHECK(a[i].default_config == b[i].default_config);
   }
 }
 
@@ -162,6 +163,87 @@ TEST_CASE("a database round-trips through JSON", "[tuner][db]") {
   found = back.find(h200(), full, Bucket{512, 512, false});
   REQUIRE(found);
   CHECK(*found == config(full, 64, 64, 4, 3));
+}
+
+TEST_CASE("an entry's heuristic default is written only when recorded", "[tuner][db]") {
+  const Family f = family();
+  const Bucket b = causal_bucket(4096, 128);
+  Entry with_default = entry(h200(), f, b, config(f, 128, 64, 4, 2));
+  with_default.default_config = bucket_default(f, b);
+  Database db;
+  db.put(with_default);
+  const std::string text = db.dump();
+  CHECK_THAT(text, Catch::Contains("\"best\": \"" + with_default.best.name() + "\",\n      " +
+                                   "\"default\": \"" + bucket_default(f, b).name() + "\","));
+  const Database back = Database::parse(text, "test");
+  require_same(back.entries(), db.entries());
+  CHECK(back.dump() == text);
+  // Older entries (the shipped DBs') have none, and stay so: a file without it dumps as it was.
+  Database old;
+  old.put(entry(h200(), f, b, config(f, 128, 64, 4, 2)));
+  CHECK_FALSE(old.entries()[0].default_config);
+  CHECK(old.dump().find("\"default\"") == std::string::npos);
+  CHECK(Database::parse(old.dump(), "old").dump() == old.dump());
+}
+
+TEST_CASE("find ignores an entry tuned against another heuristic default", "[tuner][db]") {
+  const Family f = family();
+  const Bucket b = causal_bucket(4096, 128);
+  const KernelConfig best = config(f, 128, 64, 4, 2);
+  const KernelConfig now = bucket_default(f, b);
+  // Some other complete config of the family stands for what the heuristic picked back then.
+  const KernelConfig before =
+      now == config(f, 64, 64, 4, 1) ? config(f, 64, 64, 4, 2) : config(f, 64, 64, 4, 1);
+  Entry current = entry(h200(), f, b, best);
+  current.default_config = now;
+  Entry stale = current;
+  stale.default_config = before;
+
+  SECTION("the same default: used, silently") {
+    Database db;
+    db.put(current);
+    Notes notes;
+    CHECK(db.find(h200(), f, b, notes.fn()) == best);
+    CHECK(notes.got.empty());
+  }
+  SECTION("another default: ignored with a note, so the heuristic decides") {
+    Database db;
+    db.put(stale);
+    Notes notes;
+    CHECK_FALSE(db.find(h200(), f, b, notes.fn()));
+    REQUIRE(notes.got.size() == 1);
+    CHECK_THAT(notes.got[0], Catch::Contains("s4096_bh128") && Catch::Contains(before.name()) &&
+                                 Catch::Contains("now picks " + now.name()) &&
+                                 Catch::Contains("ignoring it"));
+  }
+  SECTION("a stale entry is no fallback either") {
+    Database db;
+    Entry neighbour = stale;
+    neighbour.bucket = causal_bucket(8192, 128);
+    neighbour.default_config =
+        before == bucket_default(f, neighbour.bucket) ? config(f, 64, 64, 4, 3) : before;
+    db.put(neighbour);
+    Notes notes;
+    CHECK_FALSE(db.find(h200(), f, b, notes.fn()));
+    CHECK(notes.got.empty());  // nothing of this bucket was ignored
+  }
+  SECTION("an entry without a recorded default is used as before") {
+    Database db;
+    db.put(entry(h200(), f, b, best));
+    CHECK(db.find(h200(), f, b) == best);
+  }
+  SECTION("a stale entry of a newer driver leaves the older current one in charge") {
+    Database db;
+    Entry older = current;
+    older.device.driver_version = 12080;
+    db.put(older);
+    Entry newer = stale;
+    newer.best = config(f, 64, 64, 4, 3);
+    db.put(newer);
+    Notes notes;
+    CHECK(db.find(h200(13000), f, b, notes.fn()) == best);
+    CHECK(notes.got.empty());
+  }
 }
 
 TEST_CASE("dump is independent of insertion order", "[tuner][db]") {
@@ -369,6 +451,10 @@ TEST_CASE("malformed entries are skipped, good ones load", "[tuner][db]") {
   entries.push_back(with("bucket", {{"seqlen", 4096}, {"batch_heads", 128}, {"causal", false}}));
   entries.push_back(with("bucket", {{"seqlen", 4000}, {"batch_heads", 128}, {"causal", true}}));
   entries.push_back(with("bucket", 7));
+  entries.push_back(with("default", 7));                                 // type
+  entries.push_back(with("default", "ftattn_fwd_sm90a_f16_d128_oops"));  // bad name
+  entries.push_back(
+      with("default", "ftattn_fwd_sm90a_f16_d64_m128n64_w4s2_causal_none"));  // family
   {
     nlohmann::json j = entry_json();
     j.erase("gpu");
@@ -393,7 +479,7 @@ TEST_CASE("malformed entries are skipped, good ones load", "[tuner][db]") {
   CHECK(db.entries()[0].best_tflops == 350.1);
   CHECK(db.entries()[0].default_tflops == 340.2);
 
-  // The skipped ones (15 of the 17) are kept as written, so saving the file loses none of them:
+  // The skipped ones (18 of the 20) are kept as written, so saving the file loses none of them:
   // another ftattn version may read what this one cannot.
   CHECK(db.unread().size() == entries.size() - 2);
   const Database again = Database::parse(db.dump(), "dumped");

@@ -60,6 +60,8 @@ TEST_CASE("the fastest candidate that passed its check wins", "[tuner]") {
   const Entry e = to_entry(r, DeviceKey{"NVIDIA H200", 90, 13000});
   CHECK(e.best == b);
   CHECK(e.best_tflops > e.default_tflops);
+  // What the heuristic picks for the bucket, so that find() can tell when it has changed.
+  CHECK(e.default_config == bucket_default(kFamily, r.bucket));
 }
 
 TEST_CASE("a pruned heuristic default is still measured as the baseline", "[tuner]") {
