@@ -573,6 +573,38 @@ TEST_CASE("cli: bench refuses what it would not honour, before any work", "[cli]
   CHECK((contains(r.err, "no CUDA driver") || contains(r.err, "no CUDA device")));
 }
 
+TEST_CASE("cli: tune refuses what it would not honour, before any work", "[cli]") {
+  TempDir dir;
+  const std::string no_gpu = no_driver_env(dir);
+  auto tune = [&](std::vector<std::string> more, const std::string& message) {
+    std::vector<std::string> args = {"tune"};
+    args.insert(args.end(), more.begin(), more.end());
+    const CliRun r = run_cli(dir, with_cache(dir, args), {no_gpu});
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.err, message));
+    CHECK_FALSE(contains(r.err, "no CUDA driver"));  // said before the GPU is looked for
+  };
+  // Empty values took the defaults: the standard grid, the cache dir's DB, no CSV.
+  for (const std::string flag :
+       {"--shapes", "--db", "--csv", "--masks", "--precision", "--protection"})
+    tune({flag, ""}, flag + ": empty value: give ");
+  // The DB is never read for block-sparse masks: their entries would go unused.
+  tune({"--masks", "none,block_sparse_causal", "--shapes", "64,2,1024,1"},
+       "--masks: block_sparse_causal: the tuner and its DB serve dense masks only");
+  tune({"--masks", "causal,none,causal", "--shapes", "64,2,1024,1"},
+       "--masks: 'causal,none,causal' names causal twice");
+  // Two shapes of one bucket: the DB kept the last one's winner alone, silently.
+  tune({"--shapes", "128,32,3000,4;128,32,4096,4"},
+       "--shapes: 128,32,3000,4 and 128,32,4096,4 fall in one tuning bucket (s4096_bh128_");
+  tune({"--shapes", "64,2,1024,1;64,2,1024,1"}, "64,2,1024,1 and 64,2,1024,1 fall in one");
+  // Other head dims, or another bucket, are other entries: then the GPU is what is missing.
+  const CliRun r = run_cli(
+      dir, with_cache(dir, {"tune", "--shapes", "128,32,4096,4;64,32,4096,4;128,32,8192,4"}),
+      {no_gpu});
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.err, "no CUDA driver"));
+}
+
 TEST_CASE("cli: run refuses mask-block flags that would do nothing", "[cli]") {
   TempDir dir;
   auto run = [&](std::vector<std::string> more) {

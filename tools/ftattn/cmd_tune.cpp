@@ -4,6 +4,7 @@
 // tuning DB that Runtime::attention reads.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -13,6 +14,7 @@
 
 #include "runtime/driver.hpp"
 #include "tools/ftattn/commands.hpp"
+#include "tools/ftattn/config_flags.hpp"
 #include "tools/ftattn/device_run.hpp"
 #include "tools/ftattn/gpu_timer.hpp"
 #include "tools/ftattn/number_checks.hpp"
@@ -55,14 +57,42 @@ class ProgressBar {
   std::chrono::steady_clock::time_point start_;
 };
 
-// A family's config before the heuristic fills in its tiles.
-KernelConfig open_config(const tuner::Family& family) {
-  KernelConfig open;
-  open.head_dim = family.head_dim;
-  open.precision = family.precision;
-  open.protection = family.protection;
-  open.mask = family.mask;
-  return open;
+// The masks to tune, each once. Dense ones only: Runtime::attention never reads the DB for a
+// block-sparse mask, so its entries would go unused.
+std::vector<Mask> tune_masks(const std::string& text) {
+  std::vector<Mask> masks;
+  for (const auto& name : split_list(text, ',', "--masks")) {
+    const Mask m = parse_mask(name);
+    if (is_block_sparse(m))
+      throw ConfigError(
+          fmt::format("--masks: {}: the tuner and its DB serve dense masks only (none, causal); a "
+                      "block-sparse mask takes the heuristic's tiles",
+                      name));
+    if (std::find(masks.begin(), masks.end(), m) != masks.end())
+      throw ConfigError(fmt::format("--masks: '{}' names {} twice", text, name));
+    masks.push_back(m);
+  }
+  if (masks.empty()) throw ConfigError("tune needs at least one mask: give --masks none,causal");
+  return masks;
+}
+
+// The DB keeps one entry per kernel family and bucket, so of two shapes in one bucket only the
+// last one's winner would stay: such a list is refused before any work.
+void refuse_shared_buckets(const std::vector<Shape>& shapes, Mask mask) {
+  auto text = [](const Shape& s) {
+    return fmt::format("{},{},{},{}", s.head_dim, s.heads, s.seqlen, s.batch);
+  };
+  for (size_t i = 0; i < shapes.size(); ++i)
+    for (size_t j = 0; j < i; ++j) {
+      const tuner::Bucket bucket = tuner::Bucket::of(problem_of(shapes[i]), mask);
+      if (shapes[i].head_dim == shapes[j].head_dim &&
+          bucket == tuner::Bucket::of(problem_of(shapes[j]), mask))
+        throw ConfigError(fmt::format(
+            "--shapes: {} and {} fall in one tuning bucket ({}), and the DB keeps one entry per "
+            "bucket: give one shape per bucket (seqlen and batch x heads rounded up to powers of "
+            "two)",
+            text(shapes[j]), text(shapes[i]), bucket.to_string()));
+    }
 }
 
 int run_tune(const TuneOptions& o, const GlobalOptions& global) {
@@ -70,9 +100,8 @@ int run_tune(const TuneOptions& o, const GlobalOptions& global) {
   const std::vector<Shape> shapes = o.shapes.empty() ? standard_grid() : parse_shapes(o.shapes);
   const Precision precision = parse_precision(o.precision);
   const Protection protection = parse_protection(o.protection);
-  std::vector<Mask> masks;
-  for (const auto& m : split_list(o.masks, ',', "--masks")) masks.push_back(parse_mask(m));
-  if (masks.empty()) throw ConfigError("tune needs at least one mask: give --masks none,causal");
+  const std::vector<Mask> masks = tune_masks(o.masks);
+  refuse_shared_buckets(shapes, masks.front());
 
   // Opened before any work, so a path that cannot be written fails at once.
   OutputFile csv("--csv", o.csv);
@@ -119,7 +148,7 @@ int run_tune(const TuneOptions& o, const GlobalOptions& global) {
   for (const Plan& plan : plans)
     for (const Shape& s : plan.shapes) {
       const Problem problem = problem_of(s);
-      validate(problem, with_defaults(open_config(plan.family), arch, &problem));
+      validate(problem, tuner::heuristic_default(plan.family, problem));
     }
   int total = 0;
   for (Plan& plan : plans) {
@@ -147,7 +176,7 @@ int run_tune(const TuneOptions& o, const GlobalOptions& global) {
     for (const Shape& s : plan.shapes) {
       const Problem problem = problem_of(s);
       // The heuristic alone, not the DB: the baseline the tuner must beat.
-      const KernelConfig heuristic = with_defaults(open_config(plan.family), arch, &problem);
+      const KernelConfig heuristic = tuner::heuristic_default(plan.family, problem);
       const std::string label =
           fmt::format("d{} s{} {}", s.head_dim, s.seqlen, to_string(plan.family.mask));
       results.push_back(tuner::tune_shape(plan.family, problem, plan.candidates, heuristic, timer,
@@ -216,12 +245,22 @@ Command add_tune_command(CLI::App& parent, const GlobalOptions& global) {
   auto o = std::make_shared<TuneOptions>();
   CLI::App* cmd = parent.add_subcommand("tune", "Tune this GPU: fastest checked config per shape");
   cmd->add_option("--shapes", o->shapes,
-                  "head_dim,heads,seqlen,batch;... (default: the standard 16k-token grid)");
-  cmd->add_option("--precision", o->precision, "precision to tune")->capture_default_str();
-  cmd->add_option("--protection", o->protection, "protection to tune")->capture_default_str();
-  cmd->add_option("--masks", o->masks, "comma-separated masks")->capture_default_str();
-  cmd->add_option("--db", o->db, "tuning DB to update (default: tuning.json in the cache dir)");
-  cmd->add_option("--csv", o->csv, "write the results table as CSV");
+                  "head_dim,heads,seqlen,batch;... (default: the standard 16k-token grid)")
+      ->check(non_empty("shapes as head_dim,heads,seqlen,batch;..., or leave --shapes out for "
+                        "the standard grid"));
+  cmd->add_option("--precision", o->precision, "precision to tune")
+      ->check(non_empty("a precision: f16, bf16, int8, f16_pasa or fp8_e4m3"))
+      ->capture_default_str();
+  cmd->add_option("--protection", o->protection, "protection to tune")
+      ->check(non_empty("a scheme: none, flash_abft, efta_detect, efta_correct or decoupled"))
+      ->capture_default_str();
+  cmd->add_option("--masks", o->masks, "comma-separated dense masks: none, causal")
+      ->check(non_empty("masks: none, causal or none,causal"))
+      ->capture_default_str();
+  cmd->add_option("--db", o->db, "tuning DB to update (default: tuning.json in the cache dir)")
+      ->check(non_empty("a file name, or leave --db out for tuning.json in the cache dir"));
+  cmd->add_option("--csv", o->csv, "write the results table as CSV")
+      ->check(non_empty("a file name"));
   cmd->add_option("--warmup", o->warmup, "untimed launches per candidate")
       ->check(at_least(0))
       ->capture_default_str();

@@ -8,9 +8,7 @@
 #include "tools/ftattn/number_checks.hpp"
 
 namespace ftattn::cli {
-namespace {
 
-// An empty value ("--precision ''") would read as "not given" and leave the default in place.
 CLI::Validator non_empty(const char* what) {
   return CLI::Validator(
       [what](std::string& text) -> std::string {
@@ -18,6 +16,8 @@ CLI::Validator non_empty(const char* what) {
       },
       "");
 }
+
+namespace {
 
 void apply_flags(KernelConfig& c, const ConfigFlags& f) {
   // Only what the user gave overrides: a parsed name's knobs stay otherwise.

@@ -26,6 +26,10 @@ struct ConfigFlags {
   CLI::Option* stages_opt = nullptr;
 };
 
+// Refuses an empty value ("--precision ''"), which would read as "not given" and leave the
+// default in place; the message asks for `what`.
+CLI::Validator non_empty(const char* what);
+
 enum class Positional { none, one, many };
 
 // Registers the knob flags and --config on `cmd`, plus the positional name(s) if asked.
