@@ -1,12 +1,14 @@
-// The tuner's choice and its parallel compile, with a fake timer (no GPU).
+// The tuner's choice, its parallel compile and `ftattn tune`'s report, with a fake timer (no GPU).
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <map>
 #include <random>
 #include <set>
+#include <sstream>
 
 #include "tests/support/configs.hpp"
 #include "tests/support/temp_dir.hpp"
+#include "tools/ftattn/tune_report.hpp"
 #include "tuner/tune.hpp"
 
 using namespace ftattn;
@@ -107,4 +109,89 @@ TEST_CASE("candidates compile in parallel and are pruned by spills", "[tuner][nv
     for (const auto& r : strict.rejected) CHECK(r.reason.find("spills") != std::string::npos);
     CHECK(strict.kept.size() + strict.rejected.size() == 4);
   }
+}
+
+namespace {
+
+struct Report {
+  std::ostringstream out, err, csv;
+  ftattn::cli::TuneSummary summary;
+  Report(const std::vector<ShapeResult>& results, Timer* verify) {
+    summary = ftattn::cli::report_tune(results, Precision::f16, verify, out, err, &csv);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("tune's report names every failed check and each shape without a winner", "[tuner]") {
+  FakeTimer timer;
+  const auto a = tile(128, 64, 4, 1), b = tile(128, 64, 4, 2), d = tile(64, 64, 4, 1);
+  timer.wrong = {b.name()};
+  const ShapeResult tuned =
+      tune_shape(kFamily, Problem::bhsd(4, 32, 32, 4096, 4096, 128), {a, b}, a, timer);
+  SECTION("a failed candidate: listed, counted, and the winner's row stays") {
+    const Report r({tuned}, nullptr);
+    CHECK(r.summary.failed_checks == 1);
+    CHECK(r.summary.without_winner == 0);
+    CHECK_THAT(r.err.str(), Catch::Contains("ftattn: check failed: d128 h32 s4096 b4 none: " +
+                                            b.name() + ": check failed\n") &&
+                                Catch::Contains("ftattn: 1 check failed (listed above)\n") &&
+                                !Catch::Contains("heuristic default"));
+    CHECK_THAT(r.out.str(), Catch::Contains(a.name()));
+  }
+  SECTION("the heuristic default failing, and a shape where nothing passed") {
+    timer.wrong.insert(d.name());
+    // The default pruned from the candidates, and measured on its own.
+    const ShapeResult pruned_default =
+        tune_shape(kFamily, Problem::bhsd(1, 8, 8, 1024, 1024, 128), {a}, d, timer);
+    timer.wrong.insert(a.name());
+    const ShapeResult nothing =
+        tune_shape(kFamily, Problem::bhsd(1, 1, 1, 512, 512, 128), {a, b}, a, timer);
+    REQUIRE_FALSE(nothing.found);
+    const Report r({tuned, pruned_default, nothing}, nullptr);
+    CHECK(r.summary.failed_checks == 4);
+    CHECK(r.summary.without_winner == 1);
+    const std::string err = r.err.str();
+    CHECK_THAT(err, Catch::Contains("d128 h8 s1024 b1 none: " + d.name() +
+                                    " (the heuristic default): check failed") &&
+                        Catch::Contains("d128 h1 s512 b1 none: " + a.name() +
+                                        " (the heuristic default): check failed") &&
+                        Catch::Contains("d128 h1 s512 b1 none: " + b.name() + ": check failed"));
+    CHECK_THAT(err, Catch::Contains("d128 h1 s512 b1 none: no candidate passed its check: no DB "
+                                    "entry for bucket s512_bh1_full"));
+    CHECK_THAT(err, Catch::Contains("ftattn: 4 checks failed (listed above), the heuristic "
+                                    "default's at 2 shapes; 1 shape without a winner"));
+    // The CSV names no winner as the table does; naming the empty config threw.
+    CHECK_THAT(r.csv.str(), Catch::Contains("\n128,512,1,1,0,f16,-,0.00," + a.name()));
+    CHECK_THAT(r.out.str(), Catch::Contains("(none)"));
+  }
+  SECTION("all passed: nothing on the error stream") {
+    timer.wrong.clear();
+    const ShapeResult clean =
+        tune_shape(kFamily, Problem::bhsd(4, 32, 32, 4096, 4096, 128), {a, b}, a, timer);
+    const Report r({clean}, nullptr);
+    CHECK(r.summary.failed_checks == 0);
+    CHECK(r.err.str().empty());
+  }
+}
+
+TEST_CASE("tune --verify says when nothing was verified", "[tuner]") {
+  FakeTimer timer;
+  const auto a = tile(128, 64, 4, 1);
+  timer.wrong = {a.name()};
+  const ShapeResult nothing =
+      tune_shape(kFamily, Problem::bhsd(1, 1, 1, 512, 512, 128), {a}, a, timer);
+  const Report none({nothing}, &timer);
+  CHECK_THAT(none.out.str(), Catch::Contains("nothing was verified: no shape has a tuned choice") &&
+                                 !Catch::Contains("ratio"));
+  CHECK(timer.calls == 1);  // a shape without a winner is not timed again
+
+  timer.wrong.clear();
+  timer.ms = {{a.name(), 1.0}};  // the fastest of the family: the tuned choice at 100%
+  const ShapeResult tuned =
+      tune_shape(kFamily, Problem::bhsd(1, 1, 1, 512, 512, 128), {a}, a, timer);
+  const Report one({tuned}, &timer);
+  CHECK_THAT(one.out.str(), Catch::Contains("tuned choice at 100.0% of it") &&
+                                Catch::Contains("worst tuned / exhaustive-best ratio: 1.000"));
+  CHECK(one.summary.failed_checks == 0);
 }

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <thread>
@@ -20,6 +20,7 @@
 #include "tools/ftattn/number_checks.hpp"
 #include "tools/ftattn/output_file.hpp"
 #include "tools/ftattn/shapes.hpp"
+#include "tools/ftattn/tune_report.hpp"
 #include "tuner/tune.hpp"
 
 namespace ftattn::cli {
@@ -189,54 +190,16 @@ int run_tune(const TuneOptions& o, const GlobalOptions& global) {
   const double tune_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 
-  std::printf("\n%-34s %-52s %9s %9s %7s\n", "shape", "best config", "TFLOP/s", "default", "gain");
-  if (csv.is_open()) {
-    csv.stream()
-        << "head_dim,seqlen,batch,heads,causal,dtype,best,best_tflops,default,default_tflops,"
-           "gain,verified_best,verified_best_tflops,tuned_over_verified\n";
-  }
-  double worst_verified = 1e9;
-  for (const tuner::ShapeResult& r : results) {
-    const Problem& p = r.problem;
-    const double best = r.tflops(r.best.ms), dflt = r.tflops(r.heuristic.ms);
-    std::printf("d%-3d h%-2d s%-5d b%-2d %-6s %-7s %-52s %9.1f %9.1f %6.1f%%\n", p.head_dim,
-                p.heads_q, p.seqlen_q, p.batch, std::string(to_string(r.family.mask)).c_str(),
-                r.found ? "" : "(none)", r.found ? r.best.config.name().c_str() : "-", best, dflt,
-                dflt > 0 ? (best / dflt - 1) * 100 : 0.0);
-    std::string verified_name;
-    double verified = 0, ratio = 0;
-    if (o.verify && r.found) {
-      // Same run, second pass: every valid config of the family (pruned ones included) timed
-      // once, the tuned choice among them; its share of the fastest in this pass.
-      double tuned_ms = 0, best_ms = 0;
-      for (const KernelConfig& c : tuner::enumerate(r.family).kept) {
-        const tuner::Measurement m = timer.measure(c, p);
-        if (!m.passed) continue;
-        if (c == r.best.config) tuned_ms = m.ms;
-        if (best_ms == 0 || m.ms < best_ms) {
-          best_ms = m.ms;
-          verified_name = c.name();
-        }
-      }
-      if (tuned_ms == 0) tuned_ms = timer.measure(r.best.config, p).ms;  // the default, pruned
-      verified = r.tflops(best_ms);
-      ratio = tuned_ms > 0 ? best_ms / tuned_ms : 0.0;
-      worst_verified = std::min(worst_verified, ratio);
-      std::printf("   exhaustive best %s %.1f TFLOP/s: tuned choice at %.1f%% of it\n",
-                  verified_name.c_str(), verified, ratio * 100);
-    }
-    if (csv.is_open())
-      csv.stream() << fmt::format("{},{},{},{},{},{},{},{:.2f},{},{:.2f},{:.4f},{},{:.2f},{:.4f}\n",
-                                  p.head_dim, p.seqlen_q, p.batch, p.heads_q,
-                                  is_causal(r.family.mask) ? 1 : 0, to_string(precision),
-                                  r.best.config.name(), best, r.heuristic.config.name(), dflt,
-                                  dflt > 0 ? best / dflt : 0.0, verified_name, verified, ratio);
-  }
+  const TuneSummary summary =
+      report_tune(results, precision, o.verify ? &timer : nullptr, std::cout, std::cerr,
+                  csv.is_open() ? &csv.stream() : nullptr);
   csv.commit();
-  std::printf("tuning took %s (compile %s); DB written to %s\n", duration(tune_s).c_str(),
-              duration(compile_s).c_str(), db_path.string().c_str());
-  if (o.verify) std::printf("worst tuned / exhaustive-best ratio: %.3f\n", worst_verified);
-  return 0;
+  std::cout << fmt::format("tuning took {} (compile {}); {} of {} shapes tuned, DB written to {}\n",
+                           duration(tune_s), duration(compile_s),
+                           results.size() - summary.without_winner, results.size(),
+                           db_path.string());
+  // Like the other commands, a failed check exits 1; the winners that passed are written.
+  return summary.failed_checks > 0 ? 1 : 0;
 }
 
 }  // namespace
