@@ -1,6 +1,7 @@
 // `ftattn inject` end to end on a GPU: the trials alone on standard output with `--csv -`, the
 // summary CSV's settings columns, and a fault-free run with alarms refused unless allowed.
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -18,9 +19,16 @@ namespace {
 using ftattn::test::CliRun;
 using ftattn::test::shell_quote;
 
+// The CLI built beside this binary, or $FTATTN_CLI where the binaries were copied elsewhere (the
+// GPU machine).
+std::string cli_path() {
+  const char* moved = std::getenv("FTATTN_CLI");
+  return moved != nullptr && *moved != '\0' ? moved : FTATTN_CLI_PATH;
+}
+
 CliRun inject(const ftattn::test::TempDir& dir, const std::string& args) {
   const CliRun r = ftattn::test::run_cli(
-      FTATTN_CLI_PATH, dir.path(),
+      cli_path(), dir.path(),
       "--cache-dir " + shell_quote((dir.path() / "c").string()) + " inject " + args);
   UNSCOPED_INFO(ftattn::test::describe(r));
   return r;
