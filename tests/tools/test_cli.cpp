@@ -1,5 +1,6 @@
 // The ftattn CLI as a user meets it: run the built binary, check exit codes and output. Every
 // test gets its own cache dir so none touches the user's cache or another test's entries.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
@@ -178,7 +179,7 @@ TEST_CASE("cli: lists and shapes with empty items or numbers past int are refuse
   expect({"bench", "--shapes", ";"}, "--shapes: ';' has an empty item");
   expect({"bench", "--shapes", "64,16,512,1;"}, "has an empty item");
   expect({"bench", "--precisions", ","}, "--precisions: ',' has an empty item");
-  expect({"bench", "--precisions", ""}, "at least one precision and one mask");
+  expect({"bench", "--precisions", ""}, "--precisions: empty value");
   expect({"tune", "--masks", "none,,causal"}, "--masks: 'none,,causal' has an empty item");
   // 4294967808 wrapped to 512 through sscanf's %d.
   expect({"bench", "--shapes", "64,16,4294967808,1"}, "bad shape '64,16,4294967808,1'");
@@ -533,6 +534,36 @@ TEST_CASE("cli: knob flags take decimal numbers, and no flag takes an empty valu
     CHECK(contains(r.err, flag + ": empty value: give "));
   }
   CHECK(compile({"--head-dim", "64", "--block-n", "32"}).exit_code == 0);
+}
+
+TEST_CASE("cli: no command's option takes an empty value, before any work", "[cli]") {
+  TempDir dir;
+  const std::string no_gpu = no_driver_env(dir);
+  // Each of these read '' as "not given" and went on with the default file or grid.
+  const std::vector<std::vector<std::string>> cases = {
+      {"bench", "--shapes", ""},
+      {"bench", "--csv", ""},
+      {"bench", "--json", ""},
+      {"accuracy", "--head-dim", "64", "--csv", ""},
+      {"inject", "--head-dim", "64", "--protection", "flash_abft", "--site", "scores",
+       "--summary-csv", ""},
+      {"inject", "--head-dim", "64", "--protection", "flash_abft", "--site", "scores",
+       "--thresholds", ""},
+      {"--cache-dir", "", "compile", "--arch", "sm_80", "--head-dim", "64"}};
+  for (const auto& args : cases) {
+    const std::string flag = *std::find_if(args.begin(), args.end(), [](const std::string& a) {
+      return a.rfind("--", 0) == 0 && a != "--head-dim" && a != "--protection" && a != "--site";
+    });
+    INFO(flag);
+    const CliRun r = run_cli(dir, args, {no_gpu});
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.err, flag + ": empty value: give "));
+  }
+  // Flags take no value and still work.
+  CHECK(run_cli(dir,
+                with_cache(dir, {"inspect", "--arch", "sm_80", "--head-dim", "64", "--resources"}),
+                {no_gpu})
+            .exit_code == 0);
 }
 
 TEST_CASE("cli: bench refuses what it would not honour, before any work", "[cli]") {

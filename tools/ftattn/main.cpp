@@ -30,6 +30,19 @@ void print_error(const std::string& reason) {
   std::fputs(fmt::format("ftattn: error: {}\n", one_line(reason)).c_str(), stderr);
 }
 
+// No option takes an empty value: `--csv ''` or `--shapes ''` would otherwise quietly mean the
+// default. (Flags take no value; options with a more specific hint say it first.)
+void refuse_empty_values(const CLI::App& app) {
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->get_type_size() == 0 || opt->count() == 0) continue;
+    for (const std::string& value : opt->results())
+      if (value.empty())
+        throw CLI::ValidationError(
+            opt->get_name(), "empty value: give one, or leave the option out for its default");
+  }
+  for (const CLI::App* sub : app.get_subcommands()) refuse_empty_values(*sub);
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"ftattn: JIT fused-attention kernels: generate, compile, inspect, run", "ftattn"};
   // No require_subcommand: CLI11 would then call `ftattn typo` "a subcommand is required"
@@ -53,6 +66,7 @@ int run(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
+    refuse_empty_values(app);
   } catch (const CLI::ParseError& e) {
     // --help and --version arrive here too, with exit code 0.
     if (e.get_exit_code() == 0) return app.exit(e);
