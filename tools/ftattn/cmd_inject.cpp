@@ -386,7 +386,10 @@ Command add_inject_command(CLI::App& parent, const GlobalOptions& global) {
       ->check(at_least(1, 1'000'000))
       ->capture_default_str()
       ->needs(site);
-  cmd->add_option("--bits", o->bits, "bit range lo:hi (0: mantissa LSB, 31: sign)")
+  cmd->add_option(
+         "--bits", o->bits,
+         "bit range lo:hi of the site's 32-bit word (FP32: 0 mantissa LSB, 31 sign; INT32, "
+         "packed 8-bit and f16x2 words: README, Fault-injection campaigns)")
       ->capture_default_str()
       ->needs(site);
   cmd->add_option("--seed", o->seed, "seed of the inputs and of the trial plans")
