@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -157,8 +158,18 @@ nlohmann::ordered_json to_json(const Entry& e) {
   if (e.default_config) j["default"] = e.default_config->name();  // absent in older entries
   j["best_tflops"] = e.best_tflops;
   j["default_tflops"] = e.default_tflops;
+  if (!e.other_fields.empty()) {
+    const nlohmann::ordered_json other = nlohmann::ordered_json::parse(e.other_fields);
+    for (auto it = other.begin(); it != other.end(); ++it)
+      if (!j.contains(it.key())) j[it.key()] = it.value();
+  }
   return j;
 }
+
+// The top-level fields to_json writes; any other is kept as Entry::other_fields.
+constexpr std::array<std::string_view, 14> kEntryFields = {
+    "gpu",      "sm",   "driver", "ftattn", "arch",    "precision",   "protection",
+    "head_dim", "mask", "bucket", "best",   "default", "best_tflops", "default_tflops"};
 
 // A required field of the given JSON type; ConfigError naming it otherwise.
 const json& field(const json& j, const char* name) {
@@ -217,6 +228,11 @@ Entry from_json(const json& j) {
   e.best_tflops = get_number(j, "best_tflops");
   e.default_tflops = get_number(j, "default_tflops");
   check_entry(e);
+  json other = json::object();  // json, not ordered_json: one type can copy another's values
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (std::find(kEntryFields.begin(), kEntryFields.end(), it.key()) == kEntryFields.end())
+      other[it.key()] = it.value();
+  if (!other.empty()) e.other_fields = other.dump();
   return e;
 }
 

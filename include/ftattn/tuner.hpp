@@ -102,6 +102,9 @@ struct Entry {
   // none in entries written before it was recorded. Once the heuristic picks otherwise, the entry
   // was tuned against another default and find() ignores it.
   std::optional<KernelConfig> default_config;
+  // Fields this ftattn does not know (a newer one's), as a JSON object's text, "" for none:
+  // written back as read, so an older ftattn updating a shared DB does not drop them.
+  std::string other_fields;
 };
 
 // What the heuristic (with_defaults) picks for `family` on the bucket's largest problem: seqlen

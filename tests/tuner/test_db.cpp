@@ -647,6 +647,22 @@ TEST_CASE("save keeps entries it cannot read, links and permissions", "[tuner][d
     CHECK(e.path().filename() == "tuning.json");  // no temp file left
 }
 
+TEST_CASE("fields a newer ftattn wrote into a readable entry are written back", "[tuner][db]") {
+  TempDir dir;
+  const fs::path path = dir.path() / "tuning.json";
+  nlohmann::json richer = entry_json();
+  richer["clock_mhz"] = 1980;  // fields this ftattn does not know
+  richer["cuda_toolkit"] = "13.1";
+  std::ofstream(path) << db_text({richer});
+  REQUIRE(Database::load(path).entries().size() == 1);
+  // tune's first step: the DB read and written back before any work. It dropped both fields.
+  Database::update(path, Database{});
+  std::ifstream in(path);
+  const nlohmann::json back = nlohmann::json::parse(in);
+  REQUIRE(back["entries"].size() == 1);
+  CHECK(back["entries"][0] == richer);
+}
+
 TEST_CASE("update merges into the file under a lock, keeping others' entries", "[tuner][db]") {
   TempDir dir;
   const fs::path path = dir.path() / "tuning.json";
