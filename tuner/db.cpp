@@ -285,13 +285,7 @@ std::string Bucket::to_string() const {
 }
 
 KernelConfig heuristic_default(const Family& family, const Problem& problem) {
-  KernelConfig open;
-  open.head_dim = family.head_dim;
-  open.precision = family.precision;
-  open.protection = family.protection;
-  open.mask = family.mask;
-  open.arch = family.arch;
-  return with_defaults(open, family.arch, &problem);
+  return with_defaults(family.open_config(), family.arch, &problem);
 }
 
 KernelConfig bucket_default(const Family& family, const Bucket& bucket) {

@@ -24,16 +24,11 @@ Pruned enumerate(const Family& family, const Knobs& knobs) {
   for (auto [m, w] : rows_warps)
     for (int n : knobs.block_n)
       for (int s : knobs.num_stages) {
-        KernelConfig c;
-        c.head_dim = family.head_dim;
+        KernelConfig c = family.open_config();
         c.block_m = m;
         c.block_n = n;
         c.num_warps = w;
         c.num_stages = s;
-        c.precision = family.precision;
-        c.protection = family.protection;
-        c.mask = family.mask;
-        c.arch = family.arch;
         // validate() holds every rule a kernel must obey (tiling, accumulator budget, the
         // arch's shared memory); its message is the reason.
         try {

@@ -20,6 +20,16 @@ struct Family {
   int head_dim = 0;
   Mask mask = Mask::none;
   friend bool operator==(const Family&, const Family&) = default;
+  // The family's fields in a config whose tile knobs are left open.
+  KernelConfig open_config() const {
+    KernelConfig c;
+    c.arch = arch;
+    c.precision = precision;
+    c.protection = protection;
+    c.head_dim = head_dim;
+    c.mask = mask;
+    return c;
+  }
 };
 
 // --- Search space (tuner/search_space.cpp) ---------------------------------------------------

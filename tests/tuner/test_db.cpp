@@ -35,12 +35,7 @@ Family family(Mask mask = Mask::causal, int head_dim = 128) {
 }
 
 KernelConfig config(const Family& f, int block_m, int block_n, int warps, int stages) {
-  KernelConfig c;
-  c.arch = f.arch;
-  c.precision = f.precision;
-  c.protection = f.protection;
-  c.head_dim = f.head_dim;
-  c.mask = f.mask;
+  KernelConfig c = f.open_config();
   c.block_m = block_m;
   c.block_n = block_n;
   c.num_warps = warps;
